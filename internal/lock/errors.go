@@ -1,0 +1,102 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Code classifies an error so that every layer can answer it the same way:
+// the HTTP layer maps codes to statuses and problem types.
+type Code string
+
+const (
+	CodeHeld        Code = "held"        // another owner holds the lock (HTTP 409)
+	CodeLeaseLost   Code = "lease-lost"  // the lease expired, was superseded or never existed (410)
+	CodeInvalid     Code = "invalid"     // the input is malformed (400)
+	CodeUnavailable Code = "unavailable" // the store cannot be reached (503)
+	CodeInternal    Code = "internal"    // anything else: a bug (500)
+)
+
+// Error is lockapi's one error type. Detail is safe to show to clients; Err,
+// the cause, is not and goes only to logs.
+type Error struct {
+	Code   Code
+	Detail string
+	// HeldBy describes the holder when Code is CodeHeld.
+	HeldBy *HeldBy
+	// Fields lists the offending inputs when Code is CodeInvalid.
+	Fields []FieldError
+	Err    error
+}
+
+// HeldBy is what a refused acquirer learns of the holder.
+type HeldBy struct {
+	Owner     string
+	Token     uint64
+	ExpiresIn time.Duration
+}
+
+// FieldError names one invalid input.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *Error) Error() string {
+	msg := string(e.Code) + ": " + e.Detail
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorCode returns the code of err, CodeInternal for errors that are not
+// *Error, and "" for nil.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// AsError returns err as *Error, wrapping foreign errors as internal ones.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Detail: "internal error", Err: err}
+}
+
+// Held builds the error for a lock held by someone else.
+func Held(name string, by HeldBy) *Error {
+	return &Error{Code: CodeHeld, Detail: fmt.Sprintf("lock %q is held by another owner", name), HeldBy: &by}
+}
+
+// LeaseLost builds the error for a lease that is no longer the holder.
+func LeaseLost(name, leaseID string) *Error {
+	return &Error{Code: CodeLeaseLost, Detail: fmt.Sprintf("lease %q no longer holds lock %q: it expired, was released or force-released, or never existed", leaseID, name)}
+}
+
+// Unavailable wraps a store failure.
+func Unavailable(err error) *Error {
+	return &Error{Code: CodeUnavailable, Detail: "the lock store is unavailable", Err: err}
+}
+
+// Invalid builds a validation error from the fields that failed.
+func Invalid(fields ...FieldError) *Error {
+	detail := "invalid request"
+	if len(fields) == 1 {
+		detail = fields[0].Field + ": " + fields[0].Detail
+	} else if len(fields) > 1 {
+		detail = fmt.Sprintf("%d invalid fields", len(fields))
+	}
+	return &Error{Code: CodeInvalid, Detail: detail, Fields: fields}
+}

@@ -1,0 +1,139 @@
+// Package lock holds lockapi's domain: lock names, leases, lock state, the
+// typed errors every layer speaks, and the Store interface that the Redis and
+// memory stores implement and the HTTP layer consumes.
+//
+// Nothing in here talks to Redis or HTTP; wiring happens in cmd/lockapi.
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// Lease is one holder's claim on a lock. A reentrant acquire by the same
+// principal and owner returns the same lease with a higher HoldCount.
+type Lease struct {
+	Lock      string
+	ID        string // ULID, chosen by the store at the fresh grant
+	Owner     string
+	Principal string // who acquired it; "" when the server runs open
+	Token     uint64 // fencing token, strictly larger for every fresh grant
+	HoldCount int
+	TTL       time.Duration // the TTL the lease was last given
+	// AcquiredAt is the fresh grant's time; ExpiresAt is when the lease ends
+	// unless renewed. Both come from the store's clock (Redis TIME).
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	Metadata   map[string]string
+}
+
+// Holder is what anyone may see of a lock's current lease: everything but the
+// lease id, which is the holder's capability to renew and release.
+type Holder struct {
+	Owner      string
+	Principal  string
+	Token      uint64
+	HoldCount  int
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	Metadata   map[string]string
+}
+
+// State is a lock's current state. A free lock has Held false and Holder nil.
+type State struct {
+	Lock   string
+	Held   bool
+	Holder *Holder
+	// LastToken is the last fencing token ever issued for this lock (0 if never).
+	LastToken uint64
+	// Index is opaque and changes whenever the state changes; blocking
+	// queries compare it.
+	Index string
+}
+
+// AcquireRequest asks for a lease. Owner and Principal together decide
+// reentrancy: the same pair re-acquiring a held lock gets the same lease.
+type AcquireRequest struct {
+	Lock      string
+	Owner     string
+	Principal string
+	TTL       time.Duration
+	Metadata  map[string]string
+}
+
+// Grant is the answer to a successful acquire.
+type Grant struct {
+	Lease Lease
+	// Fresh is true when the lock went from free to held (a new token), and
+	// false for a reentrant acquire.
+	Fresh bool
+}
+
+// ReleaseResult is the answer to a successful release.
+type ReleaseResult struct {
+	Lock      string
+	LeaseID   string
+	HoldCount int  // holds left; 0 when Released
+	Released  bool // the lock became free (or had been freed by this lease)
+}
+
+// ListRequest pages through the held locks whose names start with Prefix.
+type ListRequest struct {
+	Prefix string
+	Limit  int
+	Cursor string // "" starts at the beginning
+}
+
+// ListPage is one page of held locks. NextCursor is "" on the last page.
+type ListPage struct {
+	Locks      []State
+	NextCursor string
+}
+
+// Store keeps locks. Every method is atomic with respect to the others, and a
+// lease that is not the current holder can never change anything.
+type Store interface {
+	// TryAcquire grants the lock or fails at once with CodeHeld.
+	TryAcquire(ctx context.Context, req AcquireRequest) (Grant, error)
+	// Renew resets the TTL of the current lease; ttl 0 reuses the lease's TTL.
+	Renew(ctx context.Context, name, leaseID string, ttl time.Duration) (Lease, error)
+	// Release drops one hold, or all holds when all is true. Retrying the
+	// release that freed the lock succeeds again.
+	Release(ctx context.Context, name, leaseID string, all bool) (ReleaseResult, error)
+	// Inspect reads a lock's state; a free lock is not an error.
+	Inspect(ctx context.Context, name string) (State, error)
+	// ForceRelease frees a lock whoever holds it. It reports whether the lock
+	// was held.
+	ForceRelease(ctx context.Context, name string) (bool, error)
+	// List pages through held locks.
+	List(ctx context.Context, req ListRequest) (ListPage, error)
+	// Watch registers interest in a lock's changes. The registration is in
+	// effect when Watch returns, so a change made after that is never missed.
+	Watch(ctx context.Context, name string, kind WatchKind) (Watcher, error)
+	// Ping reports whether the store is reachable.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// WatchKind says which changes wake a Watcher.
+type WatchKind int
+
+const (
+	// WaitForRelease wakes one waiter per process when the lock becomes free,
+	// so a release does not stampede the store with every waiter at once.
+	WaitForRelease WatchKind = iota
+	// WatchChanges wakes every watcher on any change of the lock's state.
+	WatchChanges
+)
+
+// Watcher is a registered interest in one lock.
+type Watcher interface {
+	// C receives a value when the watcher should look at the lock again.
+	C() <-chan struct{}
+	// ExpectExpiry tells the watcher when the current holder's lease ends:
+	// expiry publishes nothing, so someone must look again then.
+	ExpectExpiry(at time.Time)
+	// Close unregisters. A wake-up the watcher received but did not act on
+	// is passed to the next waiter.
+	Close()
+}

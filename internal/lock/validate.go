@@ -1,0 +1,123 @@
+package lock
+
+import (
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits that keep names, owners and metadata small enough for one Redis hash
+// and one log line.
+const (
+	MaxNameLen       = 200
+	MaxOwnerLen      = 128
+	MaxMetadataKeys  = 16
+	MaxMetadataBytes = 4096
+	MinTTL           = 10 * time.Millisecond
+)
+
+// nameChars marks the bytes allowed in a lock name. None of them is special
+// in a Redis hash tag ({}) or a SCAN pattern (*?[]\), so names go into keys
+// and patterns unescaped.
+var nameChars = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range ".:_@~-" {
+		t[c] = true
+	}
+	return t
+}()
+
+// ValidName reports whether name is 1–200 characters from A-Z a-z 0-9 . _ : @ ~ -.
+func ValidName(name string) bool {
+	return len(name) >= 1 && len(name) <= MaxNameLen && validNameChars(name)
+}
+
+func validNameChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !nameChars[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckName returns a field error for an invalid lock name.
+func CheckName(field, name string) *FieldError {
+	if ValidName(name) {
+		return nil
+	}
+	return &FieldError{Field: field, Detail: fmt.Sprintf("a lock name is 1-%d characters from A-Z a-z 0-9 . _ : @ ~ -", MaxNameLen)}
+}
+
+// CheckPrefix returns a field error for an invalid name prefix ("" is valid).
+func CheckPrefix(field, prefix string) *FieldError {
+	if len(prefix) <= MaxNameLen && validNameChars(prefix) {
+		return nil
+	}
+	return &FieldError{Field: field, Detail: fmt.Sprintf("a name prefix is 0-%d characters from A-Z a-z 0-9 . _ : @ ~ -", MaxNameLen)}
+}
+
+// CheckOwner returns a field error for an owner that is not 1–128 printable
+// characters.
+func CheckOwner(field, owner string) *FieldError {
+	bad := &FieldError{Field: field, Detail: fmt.Sprintf("an owner is 1-%d printable characters", MaxOwnerLen)}
+	if owner == "" || !utf8.ValidString(owner) || utf8.RuneCountInString(owner) > MaxOwnerLen {
+		return bad
+	}
+	for _, r := range owner {
+		if !unicode.IsPrint(r) {
+			return bad
+		}
+	}
+	return nil
+}
+
+// CheckMetadata returns a field error for metadata over the size limits or
+// with keys or values that are not valid UTF-8.
+func CheckMetadata(field string, md map[string]string) *FieldError {
+	if len(md) > MaxMetadataKeys {
+		return &FieldError{Field: field, Detail: fmt.Sprintf("at most %d metadata keys", MaxMetadataKeys)}
+	}
+	size := 0
+	for k, v := range md {
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return &FieldError{Field: field, Detail: "metadata keys must be non-empty and keys and values valid UTF-8"}
+		}
+		size += len(k) + len(v)
+	}
+	if size > MaxMetadataBytes {
+		return &FieldError{Field: field, Detail: fmt.Sprintf("metadata keys and values add up to at most %d bytes", MaxMetadataBytes)}
+	}
+	return nil
+}
+
+// Validate checks an acquire request against the domain's rules; the TTL's
+// upper bound is configuration and is checked by the caller.
+func (r AcquireRequest) Validate() error {
+	var fields []FieldError
+	for _, fe := range []*FieldError{
+		CheckName("name", r.Lock),
+		CheckOwner("owner", r.Owner),
+		CheckMetadata("metadata", r.Metadata),
+	} {
+		if fe != nil {
+			fields = append(fields, *fe)
+		}
+	}
+	if r.TTL < MinTTL {
+		fields = append(fields, FieldError{Field: "ttl_ms", Detail: fmt.Sprintf("must be at least %d", MinTTL.Milliseconds())})
+	}
+	if len(fields) > 0 {
+		return Invalid(fields...)
+	}
+	return nil
+}
