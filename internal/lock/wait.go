@@ -1,0 +1,106 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// storeCallTimeout bounds one store call made on behalf of a waiter whose own
+// context may be cancelled at any moment (see AcquireWait).
+const storeCallTimeout = 5 * time.Second
+
+// AcquireWait acquires the lock, waiting up to wait for it to become free.
+// With wait <= 0 it tries once.
+//
+// The waiter is registered with s.Watch before its final try, so a release
+// between that try and the wait is never missed. It then sleeps until the
+// store signals a release, the holder's TTL runs out (expiry publishes
+// nothing), the wait ends or ctx is cancelled: while the lock stays held it
+// issues no store calls at all.
+//
+// A caller whose ctx is cancelled is never left holding a lock: each try runs
+// on a context that the caller cannot cancel half-way (a script that ran but
+// whose answer was dropped would grant a lease nobody knows about), and a
+// grant that arrives after cancellation is released again.
+func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
+	g, err := tryAcquire(ctx, s, req)
+	if wait <= 0 || ErrorCode(err) != CodeHeld {
+		return g, err
+	}
+
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	w, err := s.Watch(ctx, req.Lock, WaitForRelease)
+	if err != nil {
+		return Grant{}, err
+	}
+	defer w.Close()
+	for {
+		g, err = tryAcquire(ctx, s, req)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeHeld {
+			return g, err
+		}
+		w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
+		select {
+		case <-w.C():
+		case <-deadline.C:
+			return Grant{}, err
+		case <-ctx.Done():
+			return Grant{}, ctx.Err()
+		}
+	}
+}
+
+// tryAcquire makes one uncancellable try and undoes a grant the caller can no
+// longer receive.
+func tryAcquire(ctx context.Context, s Store, req AcquireRequest) (Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	g, err := s.TryAcquire(callCtx, req)
+	if err == nil && ctx.Err() != nil {
+		// Undo just this acquire: all holds for a fresh grant, one for a
+		// reentrant one, so the caller's earlier holds stay intact.
+		_, _ = s.Release(callCtx, req.Lock, g.Lease.ID, g.Fresh)
+		return Grant{}, ctx.Err()
+	}
+	return g, err
+}
+
+// WaitChange returns the lock's state as soon as its index differs from
+// index, or when wait has passed. An empty index returns at once.
+func WaitChange(ctx context.Context, s Store, name, index string, wait time.Duration) (State, error) {
+	st, err := s.Inspect(ctx, name)
+	if err != nil || index == "" || st.Index != index || wait <= 0 {
+		return st, err
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	w, err := s.Watch(ctx, name, WatchChanges)
+	if err != nil {
+		return State{}, err
+	}
+	defer w.Close()
+	for {
+		// Look again now that the watch is in effect: a change between the
+		// first Inspect and Watch must not be missed.
+		st, err = s.Inspect(ctx, name)
+		if err != nil || st.Index != index {
+			return st, err
+		}
+		if st.Held {
+			w.ExpectExpiry(st.Holder.ExpiresAt)
+		}
+		select {
+		case <-w.C():
+		case <-deadline.C:
+			return st, nil
+		case <-ctx.Done():
+			return State{}, ctx.Err()
+		}
+	}
+}
