@@ -1,0 +1,175 @@
+package lockapi
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+)
+
+const problemRef = "#/components/schemas/Problem"
+
+// contract is the fixed HTTP contract: every operation with its explicit
+// response statuses. The spec must match it exactly.
+var contract = []struct {
+	method, path, id string
+	statuses         []string
+}{
+	{http.MethodPost, "/v1/locks/{name}/leases", "acquireLease", []string{"200", "201", "400", "409", "413", "415", "503"}},
+	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/renew", "renewLease", []string{"200", "400", "410", "413", "415", "503"}},
+	{http.MethodDelete, "/v1/locks/{name}/leases/{lease_id}", "releaseLease", []string{"200", "400", "410", "503"}},
+	{http.MethodGet, "/v1/locks/{name}", "getLock", []string{"200", "400", "503"}},
+	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "503"}},
+	{http.MethodGet, "/v1/locks", "listLocks", []string{"200", "400", "503"}},
+	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
+	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
+	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},
+}
+
+// mustLoadOpenAPI parses the embedded spec and fails on any validation error,
+// examples included.
+func mustLoadOpenAPI(tb testing.TB) *openapi3.T {
+	tb.Helper()
+	ctx := context.Background()
+	doc, err := openapi3.NewLoader().LoadFromData(OpenAPI)
+	if err != nil {
+		tb.Fatalf("load openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(ctx, openapi3.EnableExamplesValidation()); err != nil {
+		tb.Fatalf("validate openapi.yaml: %v", err)
+	}
+	return doc
+}
+
+// TestOpenAPI_Validate is the spec lint test.
+func TestOpenAPI_Validate(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+	if doc.OpenAPI != "3.0.3" {
+		t.Errorf("openapi = %q, want 3.0.3 (generators need 3.0)", doc.OpenAPI)
+	}
+}
+
+func TestOpenAPI_Operations(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+
+	want := map[string]bool{}
+	for _, c := range contract {
+		want[c.method+" "+c.path] = true
+		t.Run(c.id, func(t *testing.T) {
+			item := doc.Paths.Value(c.path)
+			if item == nil {
+				t.Fatalf("path %s missing", c.path)
+			}
+			op := item.GetOperation(c.method)
+			if op == nil {
+				t.Fatalf("%s %s missing", c.method, c.path)
+			}
+			if op.OperationID != c.id {
+				t.Errorf("operationId = %q, want %q", op.OperationID, c.id)
+			}
+			if op.Description == "" && op.Summary == "" {
+				t.Error("no summary or description")
+			}
+
+			var statuses []string
+			for code := range op.Responses.Map() {
+				if code != "default" {
+					statuses = append(statuses, code)
+				}
+			}
+			slices.Sort(statuses)
+			if !slices.Equal(statuses, c.statuses) {
+				t.Errorf("statuses = %v, want %v", statuses, c.statuses)
+			}
+
+			errResponses := 0
+			for code, ref := range op.Responses.Map() {
+				resp := ref.Value
+				if _, ok := resp.Headers["X-Request-ID"]; !ok {
+					t.Errorf("%s: no X-Request-ID header", code)
+				}
+				if !isErrorStatus(code) {
+					continue
+				}
+				errResponses++
+				if len(resp.Content) != 1 {
+					t.Errorf("%s: content types %v, want only application/problem+json", code, slices.Sorted(maps.Keys(resp.Content)))
+				}
+				mt := resp.Content.Get("application/problem+json")
+				if mt == nil || mt.Schema == nil || mt.Schema.Ref != problemRef {
+					t.Errorf("%s: not an application/problem+json %s", code, problemRef)
+				}
+			}
+			if errResponses == 0 {
+				t.Error("no default or error response")
+			}
+		})
+	}
+
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !want[method+" "+path] {
+				t.Errorf("%s %s is not in the contract", method, path)
+			}
+		}
+	}
+}
+
+// TestOpenAPI_NamedSchemas checks that request and response bodies use named
+// schemas, so generated clients get named types.
+func TestOpenAPI_NamedSchemas(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+	check := func(where string, content openapi3.Content) {
+		for ct, mt := range content {
+			if mt.Schema == nil || !strings.HasPrefix(mt.Schema.Ref, "#/components/schemas/") {
+				t.Errorf("%s %s: inline schema, want a $ref to components/schemas", where, ct)
+			}
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			where := method + " " + path
+			if op.RequestBody != nil {
+				check(where+" request", op.RequestBody.Value.Content)
+			}
+			for code, ref := range op.Responses.Map() {
+				check(where+" "+code, ref.Value.Content)
+			}
+		}
+	}
+}
+
+func TestOpenAPI_ProblemTypes(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+	pt := doc.Components.Schemas["ProblemType"]
+	if pt == nil {
+		t.Fatal("no ProblemType schema")
+	}
+	var got []string
+	for _, v := range pt.Value.Enum {
+		got = append(got, v.(string))
+	}
+	var want []string
+	for _, name := range []string{"invalid-request", "lock-held", "lease-lost", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "unavailable", "internal"} {
+		want = append(want, "https://lockapi.dev/problems/"+name)
+		if !strings.Contains(doc.Info.Description, "https://lockapi.dev/problems/"+name) {
+			t.Errorf("info.description does not list problem type %s", name)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ProblemType enum = %v, want %v", got, want)
+	}
+}
+
+func isErrorStatus(code string) bool {
+	if code == "default" {
+		return true
+	}
+	n, err := strconv.Atoi(code)
+	return err == nil && n >= 400
+}
