@@ -1,0 +1,245 @@
+package http
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+const (
+	// MaxBodyBytes is the largest request body accepted (413 above).
+	MaxBodyBytes = 64 << 10
+	// bodyReadTimeout bounds reading a body, so that a client trickling
+	// bytes cannot hold a handler forever.
+	bodyReadTimeout = 30 * time.Second
+)
+
+// limitBody caps every request body at MaxBodyBytes. It must see net/http's
+// own ResponseWriter, so that an oversized body closes the connection.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// decodeBody decodes an optional JSON object body into v, a pointer to a
+// struct whose fields are all optional. An empty body leaves v untouched.
+// Decoding is strict: the body must be one JSON object with only v's
+// fields, spelled exactly, and values of the right types.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	ct := r.Header.Get("Content-Type")
+	if r.ContentLength > 0 && !isJSON(ct) {
+		return errMediaType
+	}
+
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	data, err := io.ReadAll(r.Body)
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return &httpError{kindTooLarge, fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes)}
+		}
+		return lock.Invalid(lock.FieldError{Field: "body", Detail: "the request body could not be read"})
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil
+	}
+	if !isJSON(ct) {
+		return errMediaType
+	}
+	if data[0] != '{' {
+		return lock.Invalid(lock.FieldError{Field: "body", Detail: "must be a JSON object"})
+	}
+
+	// encoding/json matches field names case-insensitively; the contract
+	// does not, so look at the exact member names first.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err == nil {
+		known := jsonFields(v)
+		for name := range members {
+			if !known[name] {
+				return lock.Invalid(lock.FieldError{Field: name, Detail: "unknown field"})
+			}
+		}
+	}
+
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
+		return lock.Invalid(lock.FieldError{Field: "body", Detail: "unexpected data after the JSON object"})
+	}
+	return nil
+}
+
+var errMediaType = &httpError{kindMediaType, "the request body must be application/json"}
+
+// isJSON reports whether a Content-Type is application/json, with any
+// parameters.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// jsonFields returns the JSON member names of the struct v points to.
+func jsonFields(v any) map[string]bool {
+	t := reflect.TypeOf(v).Elem()
+	fields := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			fields[name] = true
+		}
+	}
+	return fields
+}
+
+// decodeError turns a json.Decoder error into an invalid-request error
+// naming the offending field.
+func decodeError(err error) error {
+	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		field := e.Field
+		if field == "" {
+			field = "body"
+		}
+		return lock.Invalid(lock.FieldError{Field: field, Detail: fmt.Sprintf("must be %s (got %s)", jsonType(e.Type), e.Value)})
+	}
+	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return lock.Invalid(lock.FieldError{Field: "body", Detail: fmt.Sprintf("malformed JSON at byte %d", e.Offset)})
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return lock.Invalid(lock.FieldError{Field: "body", Detail: "malformed JSON: unexpected end of body"})
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if unq, err := strconv.Unquote(name); err == nil {
+			name = unq
+		}
+		return lock.Invalid(lock.FieldError{Field: name, Detail: "unknown field"})
+	}
+	return lock.Invalid(lock.FieldError{Field: "body", Detail: "malformed JSON"})
+}
+
+// jsonType names the JSON type that a Go type decodes from.
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fmt.Sprintf("a %d-bit integer", t.Bits())
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "a " + t.String()
+}
+
+// query holds a request's parsed query and the problems found reading it.
+type query struct {
+	values url.Values
+	fields []lock.FieldError
+}
+
+// parseQuery parses r's query string strictly: a malformed query string is
+// an error rather than silently dropped pairs.
+func parseQuery(r *http.Request) *query {
+	values, err := url.ParseQuery(r.URL.RawQuery)
+	q := &query{values: values}
+	if err != nil {
+		q.fields = append(q.fields, lock.FieldError{Field: "query", Detail: "malformed query string"})
+	}
+	return q
+}
+
+func (q *query) fail(name, detail string) {
+	q.fields = append(q.fields, lock.FieldError{Field: name, Detail: detail})
+}
+
+// str returns the one value of a parameter, and whether it was given.
+func (q *query) str(name string) (string, bool) {
+	vs, ok := q.values[name]
+	if !ok {
+		return "", false
+	}
+	if len(vs) > 1 {
+		q.fail(name, "must be given at most once")
+		return "", false
+	}
+	return vs[0], true
+}
+
+// int returns an integer parameter in [lo, hi], or def when it is absent.
+// Values above hi are clamped to hi when clamp is set.
+func (q *query) int(name string, def, lo, hi int64, clamp bool) int64 {
+	s, ok := q.str(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil:
+		q.fail(name, "must be an integer")
+	case n < lo || (n > hi && !clamp):
+		if clamp {
+			q.fail(name, fmt.Sprintf("must be at least %d", lo))
+		} else {
+			q.fail(name, fmt.Sprintf("must be between %d and %d", lo, hi))
+		}
+	case n > hi:
+		return hi
+	default:
+		return n
+	}
+	return def
+}
+
+// bool returns a boolean parameter, "true" or "false", or false when it is
+// absent.
+func (q *query) bool(name string) bool {
+	s, ok := q.str(name)
+	if !ok {
+		return false
+	}
+	switch s {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	q.fail(name, `must be "true" or "false"`)
+	return false
+}
+
+// err returns the invalid-request error for the problems found, or nil.
+func (q *query) err() error {
+	if len(q.fields) == 0 {
+		return nil
+	}
+	return lock.Invalid(q.fields...)
+}

@@ -1,0 +1,169 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// ProblemTypeBase prefixes every problem type slug; the resulting URIs are
+// part of the contract and never change.
+const ProblemTypeBase = "https://lockapi.dev/problems/"
+
+// StatusClientClosedRequest is logged (nginx's convention) for a request
+// whose client went away before the answer; nobody reads that answer.
+const StatusClientClosedRequest = 499
+
+// problemKind is one row of the problem type table in openapi.yaml.
+type problemKind struct {
+	status int
+	slug   string
+	title  string
+}
+
+var (
+	kindInvalid     = problemKind{http.StatusBadRequest, "invalid-request", "Invalid request"}
+	kindNotFound    = problemKind{http.StatusNotFound, "not-found", "Not found"}
+	kindMethod      = problemKind{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed"}
+	kindHeld        = problemKind{http.StatusConflict, "lock-held", "Lock held"}
+	kindLeaseLost   = problemKind{http.StatusGone, "lease-lost", "Lease lost"}
+	kindTooLarge    = problemKind{http.StatusRequestEntityTooLarge, "payload-too-large", "Payload too large"}
+	kindMediaType   = problemKind{http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type"}
+	kindInternal    = problemKind{http.StatusInternalServerError, "internal", "Internal server error"}
+	kindUnavailable = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}
+)
+
+// codeKinds maps the domain's error codes to problem types.
+var codeKinds = map[lock.Code]problemKind{
+	lock.CodeInvalid:     kindInvalid,
+	lock.CodeHeld:        kindHeld,
+	lock.CodeLeaseLost:   kindLeaseLost,
+	lock.CodeUnavailable: kindUnavailable,
+	lock.CodeInternal:    kindInternal,
+}
+
+// httpError is a failure of the HTTP exchange itself, which the domain has
+// no code for: no such route, a wrong method, a body that is too large or not
+// JSON.
+type httpError struct {
+	kind   problemKind
+	detail string
+}
+
+func (e *httpError) Error() string { return e.kind.slug + ": " + e.detail }
+
+// errShuttingDown answers the requests that were waiting when Close began.
+var errShuttingDown = &lock.Error{Code: lock.CodeUnavailable, Detail: "server is shutting down"}
+
+// Problem is an RFC 9457 problem detail, the body of every error response.
+type Problem struct {
+	Type     string         `json:"type"`
+	Title    string         `json:"title"`
+	Status   int            `json:"status"`
+	Detail   string         `json:"detail"`
+	Instance string         `json:"instance,omitempty"`
+	Holder   *ProblemHolder `json:"holder,omitempty"`
+	Errors   []FieldError   `json:"errors,omitempty"`
+}
+
+// ProblemHolder is the holder extension of a lock-held problem.
+type ProblemHolder struct {
+	Owner        string `json:"owner"`
+	FencingToken uint64 `json:"fencing_token"`
+	ExpiresInMs  int64  `json:"expires_in_ms"`
+}
+
+// FieldError is one entry of an invalid-request problem's errors extension.
+type FieldError struct {
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+// Error writes err as an application/problem+json response. It is the only
+// place that turns errors into responses: it maps lock.ErrorCode (and the
+// HTTP layer's own failures) to a status and problem type, and logs only
+// internal and unavailable errors, with their cause. Internal errors are
+// answered with a generic detail.
+func Error(w http.ResponseWriter, r *http.Request, err error) {
+	logger := zerolog.Ctx(r.Context())
+
+	// A client that went away reads no answer; record it for the access log.
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		w.WriteHeader(StatusClientClosedRequest)
+		return
+	}
+
+	p := Problem{Instance: r.URL.EscapedPath()}
+	var kind problemKind
+	var he *httpError
+	if errors.As(err, &he) {
+		kind, p.Detail = he.kind, he.detail
+	} else {
+		e := lock.AsError(err)
+		var ok bool
+		if kind, ok = codeKinds[e.Code]; !ok {
+			kind = kindInternal
+		}
+		p.Detail = e.Detail
+		switch kind {
+		case kindInvalid:
+			for _, f := range e.Fields {
+				p.Errors = append(p.Errors, FieldError{Field: f.Field, Detail: f.Detail})
+			}
+		case kindHeld:
+			if e.HeldBy != nil {
+				p.Holder = &ProblemHolder{
+					Owner:        e.HeldBy.Owner,
+					FencingToken: e.HeldBy.Token,
+					ExpiresInMs:  max(e.HeldBy.ExpiresIn.Milliseconds(), 0),
+				}
+			}
+			w.Header().Set("Retry-After", strconv.FormatInt(retryAfter(e), 10))
+		case kindUnavailable:
+			logger.Warn().Err(e.Err).Str("detail", e.Detail).Msg("unavailable")
+			w.Header().Set("Retry-After", "1")
+		default:
+			ev := logger.Error().Err(e.Err).Str("code", string(e.Code)).Str("detail", e.Detail)
+			var pe *panicError
+			if errors.As(e.Err, &pe) {
+				ev = ev.Str("stack", string(pe.stack))
+			}
+			ev.Msg("internal error")
+			kind, p.Detail = kindInternal, "internal error"
+		}
+	}
+	p.Type, p.Title, p.Status = ProblemTypeBase+kind.slug, kind.title, kind.status
+
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(kind.status)
+	if err := json.NewEncoder(w).Encode(p); err != nil {
+		logger.Debug().Err(err).Msg("write problem")
+	}
+}
+
+// retryAfter is the Retry-After of a lock-held answer: when the holder's
+// lease ends, in whole seconds rounded up, and at least 1.
+func retryAfter(e *lock.Error) int64 {
+	if e.HeldBy == nil {
+		return 1
+	}
+	secs := int64((e.HeldBy.ExpiresIn + time.Second - 1) / time.Second)
+	return max(secs, 1)
+}
+
+// panicError carries a recovered panic to Error, which logs it.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }

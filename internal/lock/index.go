@@ -1,0 +1,28 @@
+package lock
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"strconv"
+)
+
+// ComputeIndex derives a State's Index from a version that the store bumps on
+// every change it makes, plus the state itself: expiry frees a lock without
+// any store write, and must change the index too.
+func ComputeIndex(version uint64, s State) string {
+	h := fnv.New64a()
+	var b [8]byte
+	put := func(v uint64) {
+		binary.LittleEndian.PutUint64(b[:], v)
+		h.Write(b[:])
+	}
+	put(version)
+	put(s.LastToken)
+	if s.Held {
+		put(1)
+		put(s.Holder.Token)
+		put(uint64(s.Holder.HoldCount))
+		put(uint64(s.Holder.ExpiresAt.UnixMilli()))
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
+}

@@ -1,0 +1,290 @@
+// Package notify multiplexes a process's waiters onto per-lock notifications.
+//
+// Both stores use it: the memory store calls Notify on every change, the
+// Redis store feeds it from one pub/sub connection. A Hub never polls: a
+// waiter sleeps on a channel until a notification, the holder's expected
+// expiry (expiry publishes nothing) or its own deadline.
+//
+// Herd control: a release wakes one release-waiter per process, not all of
+// them. The woken waiter either tries the lock or, if it leaves without
+// trying, passes the wake-up on (see Watcher.Close), so a release is never
+// swallowed by a waiter that went away.
+package notify
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Subscriber connects a Hub to an external notification source. The Hub
+// calls it under its own mutex, so Subscribe and Unsubscribe for one name are
+// issued in the order the Hub decided them.
+type Subscriber interface {
+	// Subscribe starts delivery for name. It must not wait for the source to
+	// confirm; the source reports confirmation with Hub.Confirmed.
+	Subscribe(name string) error
+	// Unsubscribe stops delivery for name.
+	Unsubscribe(name string) error
+}
+
+// ErrNotConfirmed is returned by Watch when the source did not confirm the
+// subscription in time.
+var ErrNotConfirmed = errors.New("notify: subscription not confirmed")
+
+// Hub is safe for concurrent use. The zero value is not usable; call New.
+type Hub struct {
+	sub            Subscriber // nil: notifications come only from Notify
+	confirmTimeout time.Duration
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	// pending counts subscribe requests sent per name and not yet confirmed.
+	// It outlives entries, so a late confirmation of an earlier subscription
+	// cannot mark a newer one ready.
+	pending map[string]int
+}
+
+type entry struct {
+	name     string
+	ready    chan struct{} // closed once the subscription is confirmed
+	isReady  bool
+	waiters  []*Watcher // WaitForRelease, in arrival order
+	watchers map[*Watcher]struct{}
+	expiry   *time.Timer
+}
+
+// Watcher is one registration; it implements lock.Watcher.
+type Watcher struct {
+	hub   *Hub
+	entry *entry
+	kind  lock.WatchKind
+	c     chan struct{}
+}
+
+// New returns a Hub. sub may be nil for an in-process source.
+func New(sub Subscriber) *Hub {
+	return &Hub{
+		sub:            sub,
+		confirmTimeout: 5 * time.Second,
+		entries:        make(map[string]*entry),
+		pending:        make(map[string]int),
+	}
+}
+
+// Watch registers a watcher for name and returns once the registration is in
+// effect: with a Subscriber, once the subscription has been confirmed.
+func (h *Hub) Watch(ctx context.Context, name string, kind lock.WatchKind) (*Watcher, error) {
+	w := &Watcher{hub: h, kind: kind, c: make(chan struct{}, 1)}
+	h.mu.Lock()
+	e := h.entries[name]
+	if e == nil {
+		e = &entry{name: name, ready: make(chan struct{}), watchers: make(map[*Watcher]struct{})}
+		if h.sub == nil {
+			e.markReady()
+		} else {
+			if err := h.sub.Subscribe(name); err != nil {
+				h.mu.Unlock()
+				return nil, err
+			}
+			h.pending[name]++
+		}
+		h.entries[name] = e
+	}
+	w.entry = e
+	if kind == lock.WaitForRelease {
+		e.waiters = append(e.waiters, w)
+	} else {
+		e.watchers[w] = struct{}{}
+	}
+	ready := e.ready
+	h.mu.Unlock()
+
+	select {
+	case <-ready:
+		return w, nil
+	default:
+	}
+	timer := time.NewTimer(h.confirmTimeout)
+	defer timer.Stop()
+	select {
+	case <-ready:
+		return w, nil
+	case <-ctx.Done():
+		w.Close()
+		return nil, ctx.Err()
+	case <-timer.C:
+		w.Close()
+		return nil, ErrNotConfirmed
+	}
+}
+
+// Confirmed reports that the source confirmed one subscribe for name. A
+// confirmation nobody asked for means the source resubscribed after losing
+// its connection: notifications may have been lost, so every watcher of name
+// is woken to look again.
+func (h *Hub) Confirmed(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pending[name] == 0 {
+		if e := h.entries[name]; e != nil {
+			e.wakeAll()
+		}
+		return
+	}
+	h.pending[name]--
+	if h.pending[name] > 0 {
+		return
+	}
+	delete(h.pending, name)
+	if e := h.entries[name]; e != nil {
+		e.markReady()
+	}
+}
+
+// Notify delivers a change of name. released says the lock became free: it
+// wakes one release-waiter. Every change watcher wakes either way.
+func (h *Hub) Notify(name string, released bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.entries[name]
+	if e == nil {
+		return
+	}
+	if released {
+		e.wakeOne(nil)
+	}
+	for w := range e.watchers {
+		w.signal()
+	}
+}
+
+// WakeAll wakes every watcher of every lock, for when the source lost its
+// connection and notifications may have been missed.
+func (h *Hub) WakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range h.entries {
+		e.wakeAll()
+	}
+}
+
+// Len returns the number of registered watchers, for tests and metrics.
+func (h *Hub) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.entries {
+		n += len(e.waiters) + len(e.watchers)
+	}
+	return n
+}
+
+// C implements lock.Watcher.
+func (w *Watcher) C() <-chan struct{} { return w.c }
+
+// ExpectExpiry implements lock.Watcher. The hub keeps one timer per lock, set
+// by the latest report, and on expiry wakes one release-waiter and every
+// change watcher, as a release would.
+func (w *Watcher) ExpectExpiry(at time.Time) {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := w.entry
+	if h.entries[e.name] != e {
+		return // closed
+	}
+	// A millisecond of slack: Redis expires a key once its time has passed.
+	d := time.Until(at) + time.Millisecond
+	if e.expiry == nil {
+		e.expiry = time.AfterFunc(d, func() { h.expired(e) })
+	} else {
+		e.expiry.Reset(d)
+	}
+}
+
+func (h *Hub) expired(e *entry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.entries[e.name] != e {
+		return
+	}
+	e.wakeOne(nil)
+	for w := range e.watchers {
+		w.signal()
+	}
+}
+
+// Close implements lock.Watcher. A wake-up this watcher received but did not
+// consume goes to the next release-waiter.
+func (w *Watcher) Close() {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := w.entry
+	if w.kind == lock.WaitForRelease {
+		for i, x := range e.waiters {
+			if x == w {
+				e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+				break
+			}
+		}
+		select {
+		case <-w.c:
+			e.wakeOne(w)
+		default:
+		}
+	} else {
+		delete(e.watchers, w)
+	}
+	if len(e.waiters) > 0 || len(e.watchers) > 0 || h.entries[e.name] != e {
+		return
+	}
+	delete(h.entries, e.name)
+	if e.expiry != nil {
+		e.expiry.Stop()
+	}
+	if h.sub != nil {
+		// An error leaves a subscription the source no longer needs; its
+		// messages find no entry and are dropped.
+		_ = h.sub.Unsubscribe(e.name)
+	}
+}
+
+func (w *Watcher) signal() bool {
+	select {
+	case w.c <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// wakeOne wakes the first release-waiter that has no wake-up pending,
+// skipping except.
+func (e *entry) wakeOne(except *Watcher) {
+	for _, w := range e.waiters {
+		if w != except && w.signal() {
+			return
+		}
+	}
+}
+
+func (e *entry) wakeAll() {
+	for _, w := range e.waiters {
+		w.signal()
+	}
+	for w := range e.watchers {
+		w.signal()
+	}
+}
+
+func (e *entry) markReady() {
+	if !e.isReady {
+		e.isReady = true
+		close(e.ready)
+	}
+}

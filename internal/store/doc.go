@@ -1,0 +1,13 @@
+// Package store implements lock.Store twice: on Redis (hash locks driven by
+// Lua scripts, the production store) and in memory (the embedded default).
+// One conformance suite (conformance_test.go) runs every behaviour against
+// both.
+//
+// Redis keys of one lock all carry the hash tag {name}, so that the scripts,
+// which touch the lock hash and its fence hash together, run unchanged on
+// Redis Cluster:
+//
+//	<prefix>{<name>}:lock    hash: the current lease; expires with it
+//	<prefix>{<name>}:fence   hash: last token, last released lease, version; never expires
+//	<prefix>{<name>}:unlock  pub/sub channel: "r" when the lock became free, "c" on other changes
+package store

@@ -1,0 +1,309 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"maps"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/notify"
+)
+
+// Memory is the embedded store: the default when no Redis is configured. It
+// has the same semantics as the Redis store, checked by the same conformance
+// suite, but its locks live and die with the process. Its fencing tokens come
+// from the same rule, so they keep rising across restarts as long as the
+// wall clock does.
+type Memory struct {
+	hub *notify.Hub
+
+	mu     sync.Mutex
+	locks  map[string]*lock.Lease // current leases; may be expired until swept
+	fences map[string]*memFence   // never deleted, like the Redis fence hash
+	done   chan struct{}
+	closed bool
+}
+
+// memFence is what outlives a lease: the last token, the last lease that
+// fully released (for idempotent release), and a change counter.
+type memFence struct {
+	token    uint64
+	released string
+	version  uint64
+}
+
+var _ lock.Store = (*Memory)(nil)
+
+// NewMemory returns an empty memory store. Close stops its expiry sweeper.
+func NewMemory() *Memory {
+	m := &Memory{
+		hub:    notify.New(nil),
+		locks:  make(map[string]*lock.Lease),
+		fences: make(map[string]*memFence),
+		done:   make(chan struct{}),
+	}
+	go m.sweep()
+	return m
+}
+
+// sweep drops expired leases so that abandoned locks do not pile up; reads
+// already treat an expired lease as absent.
+func (m *Memory) sweep() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.done:
+			return
+		case now := <-t.C:
+			m.mu.Lock()
+			for name, l := range m.locks {
+				if !now.Before(l.ExpiresAt) {
+					delete(m.locks, name)
+				}
+			}
+			m.mu.Unlock()
+		}
+	}
+}
+
+// current returns the live lease of name, dropping an expired one. Callers
+// hold m.mu.
+func (m *Memory) current(name string, now time.Time) *lock.Lease {
+	l := m.locks[name]
+	if l != nil && !now.Before(l.ExpiresAt) {
+		delete(m.locks, name)
+		return nil
+	}
+	return l
+}
+
+func (m *Memory) fence(name string) *memFence {
+	f := m.fences[name]
+	if f == nil {
+		f = &memFence{}
+		m.fences[name] = f
+	}
+	return f
+}
+
+// TryAcquire implements lock.Store.
+func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	if err := req.Validate(); err != nil {
+		return lock.Grant{}, err
+	}
+	m.mu.Lock()
+	now := time.Now()
+	l := m.current(req.Lock, now)
+	f := m.fence(req.Lock)
+	if l != nil {
+		if l.Owner != req.Owner || l.Principal != req.Principal {
+			held := lock.Held(req.Lock, lock.HeldBy{Owner: l.Owner, Token: l.Token, ExpiresIn: l.ExpiresAt.Sub(now)})
+			m.mu.Unlock()
+			return lock.Grant{}, held
+		}
+		l.HoldCount++
+		l.TTL = req.TTL
+		l.ExpiresAt = now.Add(req.TTL)
+		f.version++
+		g := lock.Grant{Lease: copyLease(l)}
+		m.mu.Unlock()
+		m.hub.Notify(req.Lock, false)
+		return g, nil
+	}
+	token, err := fencing.Next(f.token, now)
+	if err != nil {
+		m.mu.Unlock()
+		return lock.Grant{}, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
+	}
+	f.token = token
+	f.version++
+	l = &lock.Lease{
+		Lock:       req.Lock,
+		ID:         ulid.Make().String(),
+		Owner:      req.Owner,
+		Principal:  req.Principal,
+		Token:      token,
+		HoldCount:  1,
+		TTL:        req.TTL,
+		AcquiredAt: now,
+		ExpiresAt:  now.Add(req.TTL),
+		Metadata:   maps.Clone(req.Metadata),
+	}
+	m.locks[req.Lock] = l
+	g := lock.Grant{Lease: copyLease(l), Fresh: true}
+	m.mu.Unlock()
+	m.hub.Notify(req.Lock, false)
+	return g, nil
+}
+
+// Renew implements lock.Store.
+func (m *Memory) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) (lock.Lease, error) {
+	m.mu.Lock()
+	now := time.Now()
+	l := m.current(name, now)
+	if l == nil || l.ID != leaseID {
+		m.mu.Unlock()
+		return lock.Lease{}, lock.LeaseLost(name, leaseID)
+	}
+	if ttl > 0 {
+		l.TTL = ttl
+	}
+	l.ExpiresAt = now.Add(l.TTL)
+	m.fence(name).version++
+	out := copyLease(l)
+	m.mu.Unlock()
+	m.hub.Notify(name, false)
+	return out, nil
+}
+
+// Release implements lock.Store.
+func (m *Memory) Release(ctx context.Context, name, leaseID string, all bool) (lock.ReleaseResult, error) {
+	res := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
+	m.mu.Lock()
+	l := m.current(name, time.Now())
+	f := m.fence(name)
+	if l == nil || l.ID != leaseID {
+		retry := f.released == leaseID
+		m.mu.Unlock()
+		if retry {
+			res.Released = true
+			return res, nil
+		}
+		return res, lock.LeaseLost(name, leaseID)
+	}
+	f.version++
+	if !all && l.HoldCount > 1 {
+		l.HoldCount--
+		res.HoldCount = l.HoldCount
+		m.mu.Unlock()
+		m.hub.Notify(name, false)
+		return res, nil
+	}
+	delete(m.locks, name)
+	f.released = leaseID
+	m.mu.Unlock()
+	m.hub.Notify(name, true)
+	res.Released = true
+	return res, nil
+}
+
+// Inspect implements lock.Store.
+func (m *Memory) Inspect(ctx context.Context, name string) (lock.State, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state(name, time.Now()), nil
+}
+
+func (m *Memory) state(name string, now time.Time) lock.State {
+	st := lock.State{Lock: name}
+	var version uint64
+	if f := m.fences[name]; f != nil {
+		st.LastToken, version = f.token, f.version
+	}
+	if l := m.current(name, now); l != nil {
+		st.Held = true
+		st.Holder = &lock.Holder{
+			Owner:      l.Owner,
+			Principal:  l.Principal,
+			Token:      l.Token,
+			HoldCount:  l.HoldCount,
+			AcquiredAt: l.AcquiredAt,
+			ExpiresAt:  l.ExpiresAt,
+			Metadata:   maps.Clone(l.Metadata),
+		}
+	}
+	st.Index = lock.ComputeIndex(version, st)
+	return st
+}
+
+// ForceRelease implements lock.Store.
+func (m *Memory) ForceRelease(ctx context.Context, name string) (bool, error) {
+	m.mu.Lock()
+	l := m.current(name, time.Now())
+	if l == nil {
+		m.mu.Unlock()
+		return false, nil
+	}
+	delete(m.locks, name)
+	m.fence(name).version++
+	m.mu.Unlock()
+	m.hub.Notify(name, true)
+	return true, nil
+}
+
+// List implements lock.Store. Pages are in name order and the cursor is the
+// last name returned, so a page holds exactly up to Limit locks.
+func (m *Memory) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
+	after := ""
+	if req.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(req.Cursor)
+		if err != nil || !lock.ValidName(string(b)) {
+			return lock.ListPage{}, lock.Invalid(lock.FieldError{Field: "cursor", Detail: "not a cursor returned by this server"})
+		}
+		after = string(b)
+	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	var names []string
+	for name, l := range m.locks {
+		if strings.HasPrefix(name, req.Prefix) && name > after && now.Before(l.ExpiresAt) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var page lock.ListPage
+	if len(names) > limit {
+		names = names[:limit]
+		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(names[limit-1]))
+	}
+	page.Locks = make([]lock.State, 0, len(names))
+	for _, name := range names {
+		page.Locks = append(page.Locks, m.state(name, now))
+	}
+	return page, nil
+}
+
+// Watch implements lock.Store.
+func (m *Memory) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {
+	w, err := m.hub.Watch(ctx, name, kind)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Ping implements lock.Store; memory is always reachable.
+func (m *Memory) Ping(ctx context.Context) error { return nil }
+
+// Close implements lock.Store.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.closed = true
+		close(m.done)
+	}
+	return nil
+}
+
+func copyLease(l *lock.Lease) lock.Lease {
+	out := *l
+	out.Metadata = maps.Clone(l.Metadata)
+	return out
+}
+
+// WatcherCount returns the number of registered waiters and watchers.
+func (m *Memory) WatcherCount() int { return m.hub.Len() }

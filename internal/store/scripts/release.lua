@@ -1,0 +1,31 @@
+-- release.lua: drop one hold, or all holds, of the current lease.
+--
+-- KEYS[1]  lock hash   <prefix>{name}:lock
+-- KEYS[2]  fence hash  <prefix>{name}:fence
+-- ARGV[1]  lease id
+-- ARGV[2]  "1" to release all holds, "0" for one
+-- ARGV[3]  unlock channel
+--
+-- Returns {1, holds left, freed (1|0)}, or {0} when the lease is not the
+-- holder. A retry of the release that freed the lock finds the lease id in
+-- the fence hash's "released" field and succeeds again without touching
+-- whoever holds the lock now.
+local lease = redis.call('HGET', KEYS[1], 'lease')
+if lease ~= ARGV[1] then
+	if redis.call('HGET', KEYS[2], 'released') == ARGV[1] then
+		return {1, 0, 1}
+	end
+	return {0}
+end
+redis.call('HINCRBY', KEYS[2], 'ver', 1)
+if ARGV[2] ~= '1' then
+	local left = redis.call('HINCRBY', KEYS[1], 'count', -1)
+	if left > 0 then
+		redis.call('PUBLISH', ARGV[3], 'c')
+		return {1, left, 0}
+	end
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], 'released', ARGV[1])
+redis.call('PUBLISH', ARGV[3], 'r')
+return {1, 0, 1}
