@@ -1,0 +1,240 @@
+// Package apitest is lockapi's contract test: an HTTP client that checks
+// every response it receives against openapi.yaml.
+//
+// Use it for every request a test sends to a lockapi server, so that the
+// tests of the behaviour are also tests of the contract:
+//
+//	c := apitest.NewClient(t, srv.URL)
+//	resp, err := c.Post(srv.URL+"/v1/locks/a/leases", "application/json", nil)
+package apitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/lockapi/lockapi"
+)
+
+// ProblemTypeBase prefixes every problem type URI.
+const ProblemTypeBase = "https://lockapi.dev/problems/"
+
+func init() {
+	// The spec gives GET /openapi.yaml the schema "string": the YAML text
+	// itself, not the value it encodes. kin-openapi's default YAML decoder
+	// would parse it into a map. Registered once, before any test runs,
+	// because the registry is a global map without a lock.
+	openapi3filter.RegisterBodyDecoder("application/yaml", textDecoder)
+	openapi3filter.RegisterBodyDecoder("application/problem+json", openapi3filter.JSONBodyDecoder)
+}
+
+func textDecoder(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	b, err := io.ReadAll(body)
+	return string(b), err
+}
+
+// Option changes what a client checks.
+type Option func(*transport)
+
+// ValidateRequests makes the client also check each request against the
+// spec. Leave it off in tests that send malformed requests on purpose.
+func ValidateRequests() Option {
+	return func(t *transport) { t.validateRequests = true }
+}
+
+// NewClient returns a client for the lockapi server at baseURL (e.g.
+// "http://127.0.0.1:8080") whose transport validates every request and
+// response pair against openapi.yaml and reports each mismatch with
+// tb.Errorf. The spec's server URL is replaced by baseURL.
+//
+// Besides the schemas it checks what the contract says in prose: every
+// response carries X-Request-ID, every error is application/problem+json
+// whose status member matches the status, and requests the spec has no
+// operation for are answered with a not-found or method-not-allowed problem.
+func NewClient(tb testing.TB, baseURL string, opts ...Option) *http.Client {
+	tb.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(lockapi.OpenAPI)
+	if err != nil {
+		tb.Fatalf("apitest: load openapi.yaml: %v", err)
+	}
+	doc.Servers = openapi3.Servers{{URL: strings.TrimSuffix(baseURL, "/")}}
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		tb.Fatalf("apitest: route openapi.yaml: %v", err)
+	}
+	problem := doc.Components.Schemas["Problem"]
+	if problem == nil || problem.Value == nil {
+		tb.Fatalf("apitest: openapi.yaml has no Problem schema")
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	tb.Cleanup(base.CloseIdleConnections)
+	t := &transport{tb: tb, base: base, router: router, problem: problem.Value}
+	for _, opt := range opts {
+		opt(t)
+	}
+	return &http.Client{Transport: t}
+}
+
+// transport validates the exchanges of its base transport.
+type transport struct {
+	tb               testing.TB
+	base             http.RoundTripper
+	router           routers.Router
+	problem          *openapi3.Schema
+	validateRequests bool
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// Keep a copy of the request body for request validation.
+	var reqBody []byte
+	if t.validateRequests && req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		reqBody = b
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+
+	for _, problem := range t.check(req, reqBody, resp, body) {
+		t.tb.Errorf("apitest: %s %s -> %d: %s\nresponse body: %s", req.Method, req.URL.RequestURI(), resp.StatusCode, problem, truncate(body))
+	}
+	return resp, nil
+}
+
+// check returns every way the exchange breaks the contract.
+func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response, body []byte) []string {
+	var problems []string
+	if resp.Header.Get("X-Request-ID") == "" {
+		problems = append(problems, "no X-Request-ID header")
+	}
+	if resp.StatusCode >= 400 {
+		problems = append(problems, t.checkProblem(resp, body)...)
+	}
+
+	route, pathParams, err := t.router.FindRoute(req)
+	if err != nil {
+		// No operation in the spec: the server must refuse the request.
+		switch {
+		case errors.Is(err, routers.ErrMethodNotAllowed) || strings.Contains(err.Error(), routers.ErrMethodNotAllowed.Error()):
+			if resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusBadRequest {
+				problems = append(problems, fmt.Sprintf("the spec does not allow this method, so the status must be 405, not %d", resp.StatusCode))
+			}
+			if resp.StatusCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "" {
+				problems = append(problems, "405 without an Allow header")
+			}
+		default:
+			if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+				problems = append(problems, fmt.Sprintf("the spec has no such route, so the status must be 4xx, not %d", resp.StatusCode))
+			}
+		}
+		return problems
+	}
+
+	ctx := context.Background()
+	reqInput := &openapi3filter.RequestValidationInput{
+		Request:    req,
+		PathParams: pathParams,
+		Route:      route,
+		Options:    &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
+	}
+	if t.validateRequests {
+		vreq := req.Clone(ctx)
+		if reqBody != nil {
+			vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
+		}
+		reqInput.Request = vreq
+		if err := openapi3filter.ValidateRequest(ctx, reqInput); err != nil {
+			problems = append(problems, "request does not match the spec: "+err.Error())
+		}
+		reqInput.Request = req
+	}
+	respInput := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: reqInput,
+		Status:                 resp.StatusCode,
+		Header:                 resp.Header,
+		Body:                   io.NopCloser(bytes.NewReader(body)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	if err := openapi3filter.ValidateResponse(ctx, respInput); err != nil {
+		problems = append(problems, "response does not match the spec: "+err.Error())
+	}
+	return problems
+}
+
+// checkProblem checks an error response: a problem+json body of the
+// Problem schema whose status matches the response's, and whose type
+// matches the status.
+func (t *transport) checkProblem(resp *http.Response, body []byte) []string {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt != "application/problem+json" {
+		return []string{fmt.Sprintf("error Content-Type %q, want application/problem+json", resp.Header.Get("Content-Type"))}
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return []string{"error body is not JSON: " + err.Error()}
+	}
+	if err := t.problem.VisitJSON(v); err != nil {
+		return []string{"error body does not match the Problem schema: " + err.Error()}
+	}
+	var p struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+	}
+	_ = json.Unmarshal(body, &p)
+	var problems []string
+	if p.Status != resp.StatusCode {
+		problems = append(problems, fmt.Sprintf("problem status %d, response status %d", p.Status, resp.StatusCode))
+	}
+	if want, ok := problemStatus[strings.TrimPrefix(p.Type, ProblemTypeBase)]; ok && want != resp.StatusCode {
+		problems = append(problems, fmt.Sprintf("problem type %s goes with status %d, not %d", p.Type, want, resp.StatusCode))
+	}
+	return problems
+}
+
+// problemStatus is the table of problem types in openapi.yaml.
+var problemStatus = map[string]int{
+	"invalid-request":        http.StatusBadRequest,
+	"not-found":              http.StatusNotFound,
+	"method-not-allowed":     http.StatusMethodNotAllowed,
+	"lock-held":              http.StatusConflict,
+	"lease-lost":             http.StatusGone,
+	"payload-too-large":      http.StatusRequestEntityTooLarge,
+	"unsupported-media-type": http.StatusUnsupportedMediaType,
+	"internal":               http.StatusInternalServerError,
+	"unavailable":            http.StatusServiceUnavailable,
+}
+
+func truncate(b []byte) string {
+	const max = 2000
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
+}

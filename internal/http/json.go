@@ -1,0 +1,122 @@
+package http
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// TimeFormat is how every time is written: RFC 3339 in UTC with exactly
+// three fractional digits, e.g. 2025-11-22T14:02:00.000Z.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func formatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+
+// writeJSON writes v as a JSON response with status.
+func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		zerolog.Ctx(r.Context()).Debug().Err(err).Msg("write response")
+	}
+}
+
+// Lease is the JSON form of lock.Lease.
+type Lease struct {
+	Lock         string            `json:"lock"`
+	LeaseID      string            `json:"lease_id"`
+	Owner        string            `json:"owner"`
+	FencingToken uint64            `json:"fencing_token"`
+	HoldCount    int               `json:"hold_count"`
+	TTLMs        int64             `json:"ttl_ms"`
+	AcquiredAt   string            `json:"acquired_at"`
+	ExpiresAt    string            `json:"expires_at"`
+	Metadata     map[string]string `json:"metadata"`
+}
+
+func newLease(l lock.Lease) Lease {
+	return Lease{
+		Lock:         l.Lock,
+		LeaseID:      l.ID,
+		Owner:        l.Owner,
+		FencingToken: l.Token,
+		HoldCount:    l.HoldCount,
+		TTLMs:        l.TTL.Milliseconds(),
+		AcquiredAt:   formatTime(l.AcquiredAt),
+		ExpiresAt:    formatTime(l.ExpiresAt),
+		Metadata:     metadata(l.Metadata),
+	}
+}
+
+// metadata is never null in JSON.
+func metadata(md map[string]string) map[string]string {
+	if md == nil {
+		return map[string]string{}
+	}
+	return md
+}
+
+// ReleaseResult is the JSON form of lock.ReleaseResult.
+type ReleaseResult struct {
+	Lock      string `json:"lock"`
+	LeaseID   string `json:"lease_id"`
+	HoldCount int    `json:"hold_count"`
+	Released  bool   `json:"released"`
+}
+
+// Holder is the JSON form of lock.Holder: never the lease id.
+type Holder struct {
+	Owner        string            `json:"owner"`
+	FencingToken uint64            `json:"fencing_token"`
+	HoldCount    int               `json:"hold_count"`
+	AcquiredAt   string            `json:"acquired_at"`
+	ExpiresAt    string            `json:"expires_at"`
+	Metadata     map[string]string `json:"metadata"`
+}
+
+// LockState is the JSON form of lock.State.
+type LockState struct {
+	Lock         string  `json:"lock"`
+	Held         bool    `json:"held"`
+	Holder       *Holder `json:"holder"`
+	FencingToken uint64  `json:"fencing_token"`
+	Index        string  `json:"index"`
+}
+
+func newLockState(st lock.State) LockState {
+	out := LockState{Lock: st.Lock, Held: st.Held, FencingToken: st.LastToken, Index: st.Index}
+	if h := st.Holder; st.Held && h != nil {
+		out.Holder = &Holder{
+			Owner:        h.Owner,
+			FencingToken: h.Token,
+			HoldCount:    h.HoldCount,
+			AcquiredAt:   formatTime(h.AcquiredAt),
+			ExpiresAt:    formatTime(h.ExpiresAt),
+			Metadata:     metadata(h.Metadata),
+		}
+	}
+	return out
+}
+
+// LockList is one page of GET /v1/locks.
+type LockList struct {
+	Locks      []LockState `json:"locks"`
+	NextCursor *string     `json:"next_cursor"`
+}
+
+// ForceReleaseResult is the answer to DELETE /v1/locks/{name}.
+type ForceReleaseResult struct {
+	Lock     string `json:"lock"`
+	Released bool   `json:"released"`
+}
+
+// Status is the body of /healthz and /readyz.
+type Status struct {
+	Status string `json:"status"`
+}

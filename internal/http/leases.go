@@ -1,0 +1,200 @@
+package http
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// acquireBody is the body of POST /v1/locks/{name}/leases; every field is
+// optional, and null is the same as absent.
+type acquireBody struct {
+	Owner    *string           `json:"owner"`
+	TTLMs    *int64            `json:"ttl_ms"`
+	WaitMs   *int64            `json:"wait_ms"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// renewBody is the body of POST /v1/locks/{name}/leases/{lease_id}/renew.
+type renewBody struct {
+	TTLMs *int64 `json:"ttl_ms"`
+}
+
+// handleAcquire handles the "POST /v1/locks/{name}/leases" route: it grants
+// the lock, waiting up to wait_ms for it.
+func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
+	var body acquireBody
+	if err := decodeBody(w, r, &body); err != nil {
+		Error(w, r, err)
+		return
+	}
+	req, wait, err := s.acquireRequest(chi.URLParam(r, "name"), body)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+
+	ctx := r.Context()
+	if wait > 0 {
+		var cancel func()
+		ctx, cancel = s.waitContext(ctx)
+		defer cancel()
+	}
+	g, err := lock.AcquireWait(ctx, s.store, req, wait)
+	if err != nil {
+		Error(w, r, waitError(ctx, err))
+		return
+	}
+
+	status := http.StatusCreated
+	if !g.Fresh {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", leaseLocation(g.Lease))
+	writeJSON(w, r, status, newLease(g.Lease))
+}
+
+// acquireRequest validates an acquire and fills in its defaults. An absent
+// owner becomes a fresh ULID, so such acquires are never reentrant.
+func (s *Server) acquireRequest(name string, b acquireBody) (lock.AcquireRequest, time.Duration, error) {
+	req := lock.AcquireRequest{Lock: name, TTL: s.cfg.DefaultTTL, Metadata: b.Metadata}
+	if b.Owner != nil {
+		req.Owner = *b.Owner
+	} else {
+		req.Owner = ulid.Make().String()
+	}
+
+	var fields []lock.FieldError
+	if b.TTLMs != nil {
+		ttl, fe := s.checkTTL(*b.TTLMs)
+		if fe != nil {
+			fields = append(fields, *fe)
+			ttl = lock.MinTTL // reported already; keep Validate from repeating it
+		}
+		req.TTL = ttl
+	}
+	var wait time.Duration
+	if b.WaitMs != nil {
+		switch ms := *b.WaitMs; {
+		case ms < 0:
+			fields = append(fields, lock.FieldError{Field: "wait_ms", Detail: "must be at least 0"})
+		case ms > s.cfg.MaxWait.Milliseconds():
+			wait = s.cfg.MaxWait
+		default:
+			wait = time.Duration(ms) * time.Millisecond
+		}
+	}
+
+	if err := req.Validate(); err != nil {
+		fields = slices.Concat(lock.AsError(err).Fields, fields)
+	}
+	if len(fields) > 0 {
+		return req, 0, lock.Invalid(fields...)
+	}
+	return req, wait, nil
+}
+
+// checkTTL converts a ttl_ms that must lie between lock.MinTTL and MaxTTL.
+func (s *Server) checkTTL(ms int64) (time.Duration, *lock.FieldError) {
+	lo, hi := lock.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds()
+	if ms < lo || ms > hi {
+		return 0, &lock.FieldError{Field: "ttl_ms", Detail: fmt.Sprintf("must be between %d and %d", lo, hi)}
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func leaseLocation(l lock.Lease) string {
+	return "/v1/locks/" + l.Lock + "/leases/" + l.ID
+}
+
+// crockford marks the characters of an upper-case ULID.
+var crockford = func() (t [256]bool) {
+	for _, c := range "0123456789ABCDEFGHJKMNPQRSTVWXYZ" {
+		t[c] = true
+	}
+	return t
+}()
+
+// checkLeaseID returns a field error unless id looks like a ULID: 26
+// characters of Crockford base32, as the store issues them.
+func checkLeaseID(id string) *lock.FieldError {
+	ok := len(id) == ulid.EncodedSize
+	for i := 0; ok && i < len(id); i++ {
+		ok = crockford[id[i]]
+	}
+	if ok {
+		return nil
+	}
+	return &lock.FieldError{Field: "lease_id", Detail: "a lease id is a 26-character ULID"}
+}
+
+// leasePath validates the name and lease_id of a lease route.
+func leasePath(r *http.Request) (name, leaseID string, fields []lock.FieldError) {
+	name, leaseID = chi.URLParam(r, "name"), chi.URLParam(r, "lease_id")
+	for _, fe := range []*lock.FieldError{lock.CheckName("name", name), checkLeaseID(leaseID)} {
+		if fe != nil {
+			fields = append(fields, *fe)
+		}
+	}
+	return name, leaseID, fields
+}
+
+// handleRenew handles the "POST /v1/locks/{name}/leases/{lease_id}/renew"
+// route: it resets the lease's expiry, with a new TTL if ttl_ms is given.
+func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
+	var body renewBody
+	if err := decodeBody(w, r, &body); err != nil {
+		Error(w, r, err)
+		return
+	}
+	name, leaseID, fields := leasePath(r)
+	var ttl time.Duration // 0: the lease's own TTL
+	if body.TTLMs != nil {
+		var fe *lock.FieldError
+		if ttl, fe = s.checkTTL(*body.TTLMs); fe != nil {
+			fields = append(fields, *fe)
+		}
+	}
+	if len(fields) > 0 {
+		Error(w, r, lock.Invalid(fields...))
+		return
+	}
+
+	l, err := s.store.Renew(r.Context(), name, leaseID, ttl)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusOK, newLease(l))
+}
+
+// handleRelease handles the "DELETE /v1/locks/{name}/leases/{lease_id}"
+// route: it drops one hold, or all of them with all=true.
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	q := parseQuery(r)
+	all := q.bool("all")
+	name, leaseID, fields := leasePath(r)
+	q.fields = append(fields, q.fields...)
+	if err := q.err(); err != nil {
+		Error(w, r, err)
+		return
+	}
+
+	res, err := s.store.Release(r.Context(), name, leaseID, all)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusOK, ReleaseResult{
+		Lock:      res.Lock,
+		LeaseID:   res.LeaseID,
+		HoldCount: res.HoldCount,
+		Released:  res.Released,
+	})
+}

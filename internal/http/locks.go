@@ -1,0 +1,93 @@
+package http
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// List limits of GET /v1/locks.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+// handleInspect handles the "GET /v1/locks/{name}" route: the lock's state,
+// at once or, with index, as a blocking query that answers when the state
+// differs from index or wait_ms has passed.
+func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	q := parseQuery(r)
+	index, _ := q.str("index")
+	waitMs := q.int("wait_ms", 0, 0, s.cfg.MaxWait.Milliseconds(), true)
+	if fe := lock.CheckName("name", name); fe != nil {
+		q.fields = append([]lock.FieldError{*fe}, q.fields...)
+	}
+	if err := q.err(); err != nil {
+		Error(w, r, err)
+		return
+	}
+
+	ctx, wait := r.Context(), time.Duration(waitMs)*time.Millisecond
+	if index != "" && wait > 0 {
+		var cancel func()
+		ctx, cancel = s.waitContext(ctx)
+		defer cancel()
+	}
+	st, err := lock.WaitChange(ctx, s.store, name, index, wait)
+	if err != nil {
+		Error(w, r, waitError(ctx, err))
+		return
+	}
+	w.Header().Set("X-Lock-Index", st.Index)
+	writeJSON(w, r, http.StatusOK, newLockState(st))
+}
+
+// handleForceRelease handles the "DELETE /v1/locks/{name}" route: it frees
+// the lock whoever holds it.
+func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	if fe := lock.CheckName("name", name); fe != nil {
+		Error(w, r, lock.Invalid(*fe))
+		return
+	}
+	released, err := s.store.ForceRelease(r.Context(), name)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusOK, ForceReleaseResult{Lock: name, Released: released})
+}
+
+// handleList handles the "GET /v1/locks" route: one page of held locks whose
+// names start with prefix.
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	q := parseQuery(r)
+	prefix, _ := q.str("prefix")
+	limit := q.int("limit", defaultListLimit, 1, maxListLimit, false)
+	cursor, _ := q.str("cursor")
+	if fe := lock.CheckPrefix("prefix", prefix); fe != nil {
+		q.fields = append(q.fields, *fe)
+	}
+	if err := q.err(); err != nil {
+		Error(w, r, err)
+		return
+	}
+
+	page, err := s.store.List(r.Context(), lock.ListRequest{Prefix: prefix, Limit: int(limit), Cursor: cursor})
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	out := LockList{Locks: make([]LockState, 0, len(page.Locks))}
+	for _, st := range page.Locks {
+		out.Locks = append(out.Locks, newLockState(st))
+	}
+	if page.NextCursor != "" {
+		out.NextCursor = &page.NextCursor
+	}
+	writeJSON(w, r, http.StatusOK, out)
+}

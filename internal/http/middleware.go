@@ -1,0 +1,134 @@
+package http
+
+import (
+	"context"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// requestIDKey is the context key of the request id.
+type requestIDKey struct{}
+
+// RequestID returns the id of the request whose context ctx is, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// maxRequestIDLen is the longest X-Request-ID honoured.
+const maxRequestIDLen = 128
+
+// validRequestID reports whether a client's X-Request-ID is 1–128 printable
+// ASCII characters without spaces, safe to echo and to log.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// requestID honours a valid X-Request-ID or generates one, echoes it in the
+// response and puts it, with a logger that carries it, into the context.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-ID")
+		if !validRequestID(id) {
+			id = ulid.Make().String()
+		}
+		w.Header().Set("X-Request-ID", id)
+		logger := s.log.With().Str("request_id", id).Logger()
+		ctx := context.WithValue(logger.WithContext(r.Context()), requestIDKey{}, id)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// statusWriter records the status and size of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// logRequests writes one access-log line per request.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		// Deferred so that a response aborted by a panic is logged too.
+		defer func() {
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			route := ""
+			if rctx := chi.RouteContext(r.Context()); rctx != nil {
+				route = rctx.RoutePattern()
+			}
+			zerolog.Ctx(r.Context()).Info().
+				Str("method", r.Method).
+				Str("route", route).
+				Int("status", status).
+				Int64("bytes", sw.bytes).
+				Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).
+				Str("remote", r.RemoteAddr).
+				Msg("request")
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// recoverPanics turns a panicking handler into a 500 internal problem; the
+// panic and its stack go only to the log.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			pe := &panicError{value: v, stack: debug.Stack()}
+			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
+				// Too late for a problem: log the panic and abort the
+				// response, so the client sees it broken, not truncated.
+				zerolog.Ctx(r.Context()).Error().Err(pe).Str("stack", string(pe.stack)).Msg("internal error")
+				panic(http.ErrAbortHandler)
+			}
+			Error(w, r, &lock.Error{Code: lock.CodeInternal, Detail: "handler panicked", Err: pe})
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,38 @@
+package http
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/lockapi/lockapi"
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// handleHealth handles the "GET /healthz" route: the process serves HTTP.
+// It does not touch the store.
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, r, http.StatusOK, Status{Status: "ok"})
+}
+
+// handleReady handles the "GET /readyz" route: the store answers a ping,
+// and the server is not shutting down.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.closing.Err() != nil {
+		Error(w, r, errShuttingDown)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		Error(w, r, lock.Unavailable(err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, Status{Status: "ready"})
+}
+
+// handleOpenAPI handles the "GET /openapi.yaml" route: the API's contract.
+func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(lockapi.OpenAPI)
+}

@@ -1,0 +1,197 @@
+// Package http is lockapi's HTTP/JSON API: the contract in openapi.yaml,
+// served on top of a lock.Store.
+package http
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultTTL     = 30 * time.Second
+	DefaultMaxTTL  = 24 * time.Hour
+	DefaultMaxWait = 60 * time.Second
+)
+
+// Timeouts and limits of the listening server. There is no read or write
+// timeout on the whole request: long-poll acquires and blocking queries hold
+// their request for up to MaxWait, and a read timeout would cancel them.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 64 << 10
+	// readyTimeout bounds the store ping of GET /readyz.
+	readyTimeout = 2 * time.Second
+)
+
+// Config tunes a Server. Zero fields get the defaults.
+type Config struct {
+	DefaultTTL time.Duration // the TTL of an acquire without ttl_ms (30s)
+	MaxTTL     time.Duration // the largest ttl_ms accepted (24h)
+	MaxWait    time.Duration // longer wait_ms are clamped to this (60s)
+	Logger     zerolog.Logger
+}
+
+// Server serves the API. Handler serves it on any listener (httptest); Open
+// and Close run it on its own.
+type Server struct {
+	store  lock.Store
+	cfg    Config
+	log    zerolog.Logger
+	router *chi.Mux
+
+	// closing is cancelled when Close begins, which ends every wait.
+	closing   context.Context
+	stopWaits context.CancelFunc
+
+	ln     net.Listener
+	server *http.Server
+}
+
+// NewServer returns a server for store.
+func NewServer(store lock.Store, cfg Config) *Server {
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = DefaultTTL
+	}
+	if cfg.MaxTTL <= 0 {
+		cfg.MaxTTL = DefaultMaxTTL
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
+	s := &Server{store: store, cfg: cfg, log: cfg.Logger}
+	s.closing, s.stopWaits = context.WithCancel(context.Background())
+
+	r := chi.NewRouter()
+	r.Use(limitBody, s.requestID, s.logRequests, s.recoverPanics)
+	r.NotFound(s.handleNotFound)
+	r.MethodNotAllowed(s.handleMethodNotAllowed)
+
+	r.Post("/v1/locks/{name}/leases", s.handleAcquire)
+	r.Post("/v1/locks/{name}/leases/{lease_id}/renew", s.handleRenew)
+	r.Delete("/v1/locks/{name}/leases/{lease_id}", s.handleRelease)
+	r.Get("/v1/locks/{name}", s.handleInspect)
+	r.Delete("/v1/locks/{name}", s.handleForceRelease)
+	r.Get("/v1/locks", s.handleList)
+
+	r.Get("/healthz", s.handleHealth)
+	r.Get("/readyz", s.handleReady)
+	r.Get("/openapi.yaml", s.handleOpenAPI)
+	s.router = r
+	return s
+}
+
+// Handler returns the API's handler, with all middleware.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// Open listens on addr (":0" picks a free port) and serves in the
+// background.
+func (s *Server) Open(addr string) (err error) {
+	if s.ln, err = net.Listen("tcp", addr); err != nil {
+		return err
+	}
+	s.server = &http.Server{
+		Handler:           s.router,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          log.New(s.log.With().Str("component", "http").Logger(), "", 0),
+	}
+	go func(srv *http.Server, ln net.Listener) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error().Err(err).Msg("serve")
+		}
+	}(s.server, s.ln)
+	return nil
+}
+
+// URL returns the base URL of the open server, e.g. http://127.0.0.1:8080.
+// A wildcard listen address is reached on the loopback address.
+func (s *Server) URL() string {
+	if s.ln == nil {
+		return ""
+	}
+	addr := s.ln.Addr().(*net.TCPAddr)
+	host := "127.0.0.1"
+	if !addr.IP.IsUnspecified() {
+		host = addr.IP.String()
+	}
+	return fmt.Sprintf("http://%s", net.JoinHostPort(host, fmt.Sprint(addr.Port)))
+}
+
+// Close shuts the server down gracefully. Requests waiting for a lock or a
+// change are answered at once with 503 unavailable; other requests in flight
+// may finish until ctx is done, after which connections are closed.
+func (s *Server) Close(ctx context.Context) error {
+	s.stopWaits()
+	if s.server == nil {
+		return nil
+	}
+	if err := s.server.Shutdown(ctx); err != nil {
+		_ = s.server.Close()
+		return err
+	}
+	return nil
+}
+
+// waitContext returns the context a waiting request waits on: it ends when
+// the client goes away or the server begins to close, whichever is first.
+func (s *Server) waitContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// waitError explains why a wait on ctx failed: the server closing or the
+// client leaving, rather than a bare context.Canceled.
+func waitError(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
+	}
+	return err
+}
+
+// handleNotFound answers requests for routes that do not exist.
+func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	Error(w, r, &httpError{kindNotFound, fmt.Sprintf("there is no route %s", r.URL.EscapedPath())})
+}
+
+// allMethods are the methods checked for the Allow header of a 405.
+var allMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions,
+}
+
+// handleMethodNotAllowed answers a known route asked with a wrong method,
+// listing the route's methods in Allow.
+func (s *Server) handleMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var allowed []string
+	for _, m := range allMethods {
+		if s.router.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	w.Header().Set("Allow", strings.Join(allowed, ", "))
+	Error(w, r, &httpError{kindMethod, fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", "))})
+}

@@ -1,0 +1,238 @@
+package store_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/store"
+)
+
+// commandCalls reads INFO commandstats as command -> calls.
+func commandCalls(t *testing.T, rdb *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, field := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				calls[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return calls
+}
+
+// commandsSince counts the commands run since before, leaving out the INFO
+// and CLIENT calls this test makes to observe.
+func commandsSince(t *testing.T, rdb *redis.Client, before map[string]int64) map[string]int64 {
+	t.Helper()
+	diff := map[string]int64{}
+	for name, n := range commandCalls(t, rdb) {
+		if name == "info" || strings.HasPrefix(name, "client") {
+			continue
+		}
+		if d := n - before[name]; d != 0 {
+			diff[name] = d
+		}
+	}
+	return diff
+}
+
+// waitForCalls waits until Redis has run command at least n times.
+func waitForCalls(t *testing.T, rdb *redis.Client, command string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for commandCalls(t, rdb)[command] < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s ran %d times, want %d", command, commandCalls(t, rdb)[command], n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func pubsubClients(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " sub=") && !strings.Contains(line, " sub=0 ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRedis_waiters_share_one_connection_and_cost_nothing: 1,000 waiters on a
+// held lock use one pub/sub connection and send Redis no command at all while
+// they wait.
+func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
+	srv := redistest.Start(t)
+	observer := srv.Client(t)
+	s := openRedis(t, srv)
+	holder := acquire(t, s, "idle", "holder", 5*time.Minute)
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const n = 1000
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := lock.AcquireWait(wctx, s, lock.AcquireRequest{Lock: "idle", Owner: "w" + strconv.Itoa(i), TTL: time.Minute}, time.Minute)
+			errs <- err
+		}()
+	}
+	waitForWaiters(t, s, n)
+	// Each waiter tries once, registers, and tries once more before it
+	// sleeps: wait until all those tries have run.
+	waitForCalls(t, observer, "evalsha", 1+2*n)
+
+	if got := pubsubClients(t, observer); got > 2 {
+		t.Errorf("%d waiters use %d pub/sub connections, want at most 2", n, got)
+	}
+	before := commandCalls(t, observer)
+	time.Sleep(time.Second) // the thing measured is that nothing happens
+	if diff := commandsSince(t, observer, before); len(diff) != 0 {
+		t.Errorf("waiting on a held lock issued Redis commands: %v", diff)
+	}
+
+	// One release hands the lock to exactly one waiter.
+	if _, err := s.Release(ctx, "idle", holder.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("first waiter to return: %v", err)
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != context.Canceled {
+			t.Fatalf("a cancelled waiter returned %v", err)
+		}
+	}
+	waitForWaiters(t, s, 0)
+	if st := inspect(t, s, "idle"); !st.Held || st.Holder.Owner == "holder" {
+		t.Fatalf("after the release: %+v", st.Holder)
+	}
+}
+
+// TestRedis_release_does_not_stampede: a release wakes one of a process's
+// waiters, so it costs a couple of script calls, not one per waiter.
+func TestRedis_release_does_not_stampede(t *testing.T) {
+	srv := redistest.Start(t)
+	observer := srv.Client(t)
+	s := openRedis(t, srv)
+	holder := acquire(t, s, "herd", "holder", 5*time.Minute)
+
+	const n = 50
+	granted := make(chan lock.Lease, n)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		go func() {
+			g, err := lock.AcquireWait(wctx, s, lock.AcquireRequest{Lock: "herd", Owner: "w" + strconv.Itoa(i), TTL: 5 * time.Minute}, time.Minute)
+			if err == nil {
+				granted <- g.Lease
+			}
+		}()
+	}
+	waitForWaiters(t, s, n)
+	waitForCalls(t, observer, "evalsha", 1+2*n)
+	before := commandCalls(t, observer)
+	if _, err := s.Release(ctx, "herd", holder.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	<-granted
+	time.Sleep(200 * time.Millisecond) // room for a stampede to show
+	scripts := commandsSince(t, observer, before)["evalsha"]
+	// The release, and the one woken waiter's acquire.
+	if scripts > 4 {
+		t.Fatalf("a release with %d waiters caused %d script calls", n, scripts)
+	}
+}
+
+// TestRedis_pubsub_reconnect_wakes_waiters: when the pub/sub connection drops,
+// the store redials and every waiter looks again, so a release made while the
+// connection was down is not missed until the holder's TTL.
+func TestRedis_pubsub_reconnect_wakes_waiters(t *testing.T) {
+	srv := redistest.Start(t)
+	observer := srv.Client(t)
+	s := openRedis(t, srv)
+	holder := acquire(t, s, "reconnect", "holder", 5*time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		_, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "reconnect", Owner: "b", TTL: time.Minute}, time.Minute)
+		done <- err
+	}()
+	waitForWaiters(t, s, 1)
+	if err := observer.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(ctx, "reconnect", holder.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter missed the release made while pub/sub was reconnecting")
+	}
+	if s.Reconnects() < 1 {
+		t.Errorf("reconnects = %d", s.Reconnects())
+	}
+}
+
+// TestRedis_unavailable: with Redis gone, calls fail as unavailable (HTTP
+// 503), and work again when it returns.
+func TestRedis_unavailable(t *testing.T) {
+	srv := redistest.Start(t)
+	if !srv.CanRestart() {
+		t.Skip("needs a Redis this test can stop")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	s, err := store.NewRedis(rdb, store.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv.Stop(t)
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "u", Owner: "a", TTL: time.Second})
+	wantCode(t, err, lock.CodeUnavailable)
+	wantCode(t, s.Ping(ctx), lock.CodeUnavailable)
+	_, err = s.Inspect(ctx, "u")
+	wantCode(t, err, lock.CodeUnavailable)
+	srv.Resume(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ping(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the store did not recover")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	acquire(t, s, "u", "a", time.Second)
+}

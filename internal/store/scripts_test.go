@@ -1,0 +1,92 @@
+package store
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/redistest"
+)
+
+// TestScripts_pinned pins every script's SHA-1, so that an edit cannot drift
+// silently: a changed script must change this table in the same commit, and
+// deployments running two versions side by side can see that they differ.
+// Redis itself must compute the same hash when it loads the script.
+func TestScripts_pinned(t *testing.T) {
+	pinned := []struct {
+		name   string
+		script *redis.Script
+		sha    string
+	}{
+		{"acquire.lua", acquireScript, "62b66335ee3035141d6e9aa1b1c3af807923a686"},
+		{"renew.lua", renewScript, "886ecf7687bab0a62e6383f375cb4e40c5a73e77"},
+		{"release.lua", releaseScript, "b4c6ac8feafeb42e8666e4f710b7c819c160becb"},
+		{"force_release.lua", forceReleaseScript, "66e083834093199f38494ebea56278e1983b932f"},
+		{"inspect.lua", inspectScript, "bca00d641d4de011be7c585c9bd1f6757b745f2b"},
+	}
+	rdb := redistest.Start(t).Client(t)
+	for _, p := range pinned {
+		t.Run(p.name, func(t *testing.T) {
+			if got := p.script.Hash(); got != p.sha {
+				t.Errorf("hash = %s, pinned %s: update the pin if the change is intended", got, p.sha)
+			}
+			loaded, err := p.script.Load(context.Background(), rdb).Result()
+			if err != nil {
+				t.Fatalf("Redis refused the script: %v", err)
+			}
+			if loaded != p.sha {
+				t.Errorf("Redis hashed it as %s, pinned %s", loaded, p.sha)
+			}
+		})
+	}
+}
+
+// TestKeys_share_one_cluster_slot checks that a lock's keys hash to one Redis
+// Cluster slot, whatever the name and prefix, so its scripts never meet
+// CROSSSLOT.
+func TestKeys_share_one_cluster_slot(t *testing.T) {
+	for _, prefix := range []string{"lockapi:", "team:a:", "x"} {
+		s := &Redis{prefix: prefix}
+		for _, name := range []string{"a", "deploy:prod", "payments:orders:42", "x.y_z@w~v-1"} {
+			lockSlot, fenceSlot := clusterSlot(s.lockKey(name)), clusterSlot(s.fenceKey(name))
+			if lockSlot != fenceSlot || lockSlot != clusterSlot("{"+name+"}") {
+				t.Errorf("prefix %q name %q: lock key slot %d, fence key slot %d", prefix, name, lockSlot, fenceSlot)
+			}
+		}
+	}
+	if _, err := NewRedis(nil, RedisOptions{Prefix: "bad{"}); err == nil {
+		t.Error("a prefix with a brace was accepted")
+	}
+}
+
+// clusterSlot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or
+// of the whole key without one, modulo 16384.
+func clusterSlot(key string) int {
+	if i := indexByte(key, '{'); i >= 0 {
+		if j := indexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
