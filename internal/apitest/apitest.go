@@ -17,7 +17,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -55,9 +57,10 @@ func ValidateRequests() Option {
 }
 
 // NewClient returns a client for the lockapi server at baseURL (e.g.
-// "http://127.0.0.1:8080") whose transport validates every request and
-// response pair against openapi.yaml and reports each mismatch with
-// tb.Errorf. The spec's server URL is replaced by baseURL.
+// "http://127.0.0.1:8080") whose transport validates every response, in the
+// light of its request, against openapi.yaml (and with ValidateRequests
+// every request too) and reports each mismatch with tb.Errorf. The spec's
+// server URL is replaced by baseURL.
 //
 // Besides the schemas it checks what the contract says in prose: every
 // response carries X-Request-ID, every error is application/problem+json
@@ -65,26 +68,54 @@ func ValidateRequests() Option {
 // operation for are answered with a not-found or method-not-allowed problem.
 func NewClient(tb testing.TB, baseURL string, opts ...Option) *http.Client {
 	tb.Helper()
-	doc, err := openapi3.NewLoader().LoadFromData(lockapi.OpenAPI)
+	sp, err := loadSpec(strings.TrimSuffix(baseURL, "/"))
 	if err != nil {
-		tb.Fatalf("apitest: load openapi.yaml: %v", err)
-	}
-	doc.Servers = openapi3.Servers{{URL: strings.TrimSuffix(baseURL, "/")}}
-	router, err := legacy.NewRouter(doc)
-	if err != nil {
-		tb.Fatalf("apitest: route openapi.yaml: %v", err)
-	}
-	problem := doc.Components.Schemas["Problem"]
-	if problem == nil || problem.Value == nil {
-		tb.Fatalf("apitest: openapi.yaml has no Problem schema")
+		tb.Fatalf("apitest: %v", err)
 	}
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	tb.Cleanup(base.CloseIdleConnections)
-	t := &transport{tb: tb, base: base, router: router, problem: problem.Value}
+	t := &transport{tb: tb, base: base, router: sp.router, problem: sp.problem}
 	for _, opt := range opts {
 		opt(t)
 	}
 	return &http.Client{Transport: t}
+}
+
+// spec is openapi.yaml ready to validate exchanges with one server.
+type spec struct {
+	router  routers.Router
+	problem *openapi3.Schema
+}
+
+// specs caches a spec per base URL: loading and validating the document
+// takes a while, and clients of one server can share it, read-only.
+var specs = struct {
+	sync.Mutex
+	m map[string]*spec
+}{m: map[string]*spec{}}
+
+func loadSpec(baseURL string) (*spec, error) {
+	specs.Lock()
+	defer specs.Unlock()
+	if sp := specs.m[baseURL]; sp != nil {
+		return sp, nil
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(lockapi.OpenAPI)
+	if err != nil {
+		return nil, fmt.Errorf("load openapi.yaml: %w", err)
+	}
+	doc.Servers = openapi3.Servers{{URL: baseURL}}
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		return nil, fmt.Errorf("route openapi.yaml: %w", err)
+	}
+	problem := doc.Components.Schemas["Problem"]
+	if problem == nil || problem.Value == nil {
+		return nil, errors.New("openapi.yaml has no Problem schema")
+	}
+	sp := &spec{router: router, problem: problem.Value}
+	specs.m[baseURL] = sp
+	return sp, nil
 }
 
 // transport validates the exchanges of its base transport.
@@ -140,21 +171,22 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 
 	route, pathParams, err := t.router.FindRoute(req)
 	if err != nil {
-		// No operation in the spec: the server must refuse the request.
-		switch {
-		case errors.Is(err, routers.ErrMethodNotAllowed) || strings.Contains(err.Error(), routers.ErrMethodNotAllowed.Error()):
-			if resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusBadRequest {
-				problems = append(problems, fmt.Sprintf("the spec does not allow this method, so the status must be 405, not %d", resp.StatusCode))
-			}
-			if resp.StatusCode == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "" {
+		// No operation in the spec: the server must refuse the request, with
+		// 405 and Allow if the path has other methods, else with a 4xx.
+		if allowed := t.methodsFor(req); len(allowed) > 0 {
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				problems = append(problems, fmt.Sprintf("the spec has only %s for this path, so the status must be 405, not %d", strings.Join(allowed, ", "), resp.StatusCode))
+			} else if resp.Header.Get("Allow") == "" {
 				problems = append(problems, "405 without an Allow header")
 			}
-		default:
-			if resp.StatusCode < 400 || resp.StatusCode >= 500 {
-				problems = append(problems, fmt.Sprintf("the spec has no such route, so the status must be 4xx, not %d", resp.StatusCode))
-			}
+		} else if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+			problems = append(problems, fmt.Sprintf("the spec has no such route, so the status must be 4xx, not %d", resp.StatusCode))
 		}
 		return problems
+	}
+	if code := strconv.Itoa(resp.StatusCode); route.Operation.Responses.Value(code) == nil && resp.StatusCode != http.StatusInternalServerError {
+		// The default response is documented as the internal error.
+		problems = append(problems, fmt.Sprintf("status %d is not documented for %s", resp.StatusCode, route.Operation.OperationID))
 	}
 
 	ctx := context.Background()
@@ -186,6 +218,22 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 		problems = append(problems, "response does not match the spec: "+err.Error())
 	}
 	return problems
+}
+
+// methodsFor returns the methods the spec has for req's path.
+func (t *transport) methodsFor(req *http.Request) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == req.Method {
+			continue
+		}
+		other := req.Clone(req.Context())
+		other.Method = m
+		if _, _, err := t.router.FindRoute(other); err == nil {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }
 
 // checkProblem checks an error response: a problem+json body of the

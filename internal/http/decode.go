@@ -49,13 +49,17 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		return errMediaType
 	}
 
+	if r.ContentLength > MaxBodyBytes {
+		return errTooLarge
+	}
+
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	data, err := io.ReadAll(r.Body)
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return &httpError{kindTooLarge, fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes)}
+			return errTooLarge
 		}
 		return lock.Invalid(lock.FieldError{Field: "body", Detail: "the request body could not be read"})
 	}
@@ -93,7 +97,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-var errMediaType = &httpError{kindMediaType, "the request body must be application/json"}
+var (
+	errMediaType = &httpError{kindMediaType, "the request body must be application/json"}
+	errTooLarge  = &httpError{kindTooLarge, fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes)}
+)
 
 // isJSON reports whether a Content-Type is application/json, with any
 // parameters.

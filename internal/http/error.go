@@ -130,7 +130,7 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		case kindUnavailable:
 			logger.Warn().Err(e.Err).Str("detail", e.Detail).Msg("unavailable")
 			w.Header().Set("Retry-After", "1")
-		default:
+		case kindInternal:
 			ev := logger.Error().Err(e.Err).Str("code", string(e.Code)).Str("detail", e.Detail)
 			var pe *panicError
 			if errors.As(e.Err, &pe) {
