@@ -1,0 +1,324 @@
+// Package tests holds lockapi's end-to-end tests: they build the real binary,
+// start it against a real redis-server, and drive it over HTTP with a client
+// that validates every response against openapi.yaml.
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/apitest"
+)
+
+// binary is the lockapi executable built once for the whole package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lockapi-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "lockapi")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "../cmd/lockapi")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building lockapi:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is one running lockapi process.
+type server struct {
+	t    *testing.T
+	addr string
+	URL  string
+	args []string
+	env  []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	logs bytes.Buffer
+	exit chan error
+}
+
+// startServer runs lockapi serve with the given environment (LOCKAPI_*) and
+// flags on a free loopback port, and waits until /healthz answers.
+func startServer(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, addr: freeAddr(t), env: env, args: args}
+	s.URL = "http://" + s.addr
+	s.start()
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("lockapi logs:\n%s", s.Logs())
+		}
+	})
+	return s
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--addr", s.addr, "--log-level", "debug"}, s.args...)...)
+	cmd.Env = append(os.Environ(), s.env...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.logs.Write(sc.Bytes())
+			s.logs.WriteByte('\n')
+			s.mu.Unlock()
+		}
+	}()
+	exit := make(chan error, 1)
+	go func() { err := cmd.Wait(); pw.Close(); exit <- err }()
+	s.mu.Lock()
+	s.cmd, s.exit = cmd, exit
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(s.URL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case err := <-exit:
+			s.t.Fatalf("lockapi exited at start: %v\n%s", err, s.Logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("lockapi did not answer /healthz: %v\n%s", err, s.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for the process to exit; it returns the exit
+// error (nil for status 0).
+func (s *server) stop() error {
+	s.mu.Lock()
+	cmd, exit := s.cmd, s.exit
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exit:
+		return err
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exit
+		s.t.Errorf("lockapi did not stop within 30s of SIGTERM")
+		return fmt.Errorf("killed")
+	}
+}
+
+func (s *server) restart() {
+	s.t.Helper()
+	if err := s.stop(); err != nil {
+		s.t.Fatalf("lockapi exited with %v", err)
+	}
+	s.start()
+}
+
+// Logs returns what the process has written so far.
+func (s *server) Logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logs.String()
+}
+
+// api is a client for one server whose every response is validated against
+// openapi.yaml.
+type api struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func newAPI(t *testing.T, s *server) *api {
+	return &api{t: t, base: s.URL, c: apitest.NewClient(t, s.URL, apitest.ValidateRequests())}
+}
+
+// Lease, LockState and Problem mirror openapi.yaml's schemas.
+type Lease struct {
+	Lock         string            `json:"lock"`
+	LeaseID      string            `json:"lease_id"`
+	Owner        string            `json:"owner"`
+	FencingToken uint64            `json:"fencing_token"`
+	HoldCount    int               `json:"hold_count"`
+	TTLMs        int64             `json:"ttl_ms"`
+	AcquiredAt   time.Time         `json:"acquired_at"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+	Metadata     map[string]string `json:"metadata"`
+}
+
+type LockState struct {
+	Lock   string `json:"lock"`
+	Held   bool   `json:"held"`
+	Holder *struct {
+		Owner        string `json:"owner"`
+		FencingToken uint64 `json:"fencing_token"`
+		HoldCount    int    `json:"hold_count"`
+	} `json:"holder"`
+	FencingToken uint64 `json:"fencing_token"`
+	Index        string `json:"index"`
+}
+
+type Problem struct {
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Holder *struct {
+		Owner        string `json:"owner"`
+		FencingToken uint64 `json:"fencing_token"`
+		ExpiresInMs  int64  `json:"expires_in_ms"`
+	} `json:"holder"`
+}
+
+// response is a decoded answer: the status, headers and raw body.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+}
+
+func (r response) problem(t *testing.T) Problem {
+	t.Helper()
+	var p Problem
+	r.decode(t, &p)
+	return p
+}
+
+func (a *api) do(ctx context.Context, method, path string, body any) (response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return response{}, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return response{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.c.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
+func (a *api) must(method, path string, body any) response {
+	a.t.Helper()
+	r, err := a.do(context.Background(), method, path, body)
+	if err != nil {
+		a.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// acquire POSTs a lease request and returns the response.
+func (a *api) acquire(name string, body map[string]any) response {
+	a.t.Helper()
+	if body == nil {
+		return a.must("POST", "/v1/locks/"+name+"/leases", nil)
+	}
+	return a.must("POST", "/v1/locks/"+name+"/leases", body)
+}
+
+// mustAcquire acquires and fails the test unless the answer is want.
+func (a *api) mustAcquire(name string, body map[string]any, want int) Lease {
+	a.t.Helper()
+	r := a.acquire(name, body)
+	if r.Status != want {
+		a.t.Fatalf("acquire %s: %d %s, want %d", name, r.Status, r.Body, want)
+	}
+	var l Lease
+	r.decode(a.t, &l)
+	return l
+}
+
+func (a *api) release(l Lease) response {
+	a.t.Helper()
+	return a.must("DELETE", "/v1/locks/"+l.Lock+"/leases/"+l.LeaseID, nil)
+}
+
+func (a *api) state(name string) LockState {
+	a.t.Helper()
+	r := a.must("GET", "/v1/locks/"+name, nil)
+	if r.Status != 200 {
+		a.t.Fatalf("inspect %s: %d %s", name, r.Status, r.Body)
+	}
+	var st LockState
+	r.decode(a.t, &st)
+	return st
+}
+
+func problemType(slug string) string { return apitest.ProblemTypeBase + slug }
+
+func hasLine(logs, substr string) bool {
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, substr) {
+			return true
+		}
+	}
+	return false
+}
