@@ -295,7 +295,7 @@ func TestE2E_blocking_query(t *testing.T) {
 	st := a.state("watched")
 	got := make(chan response, 1)
 	go func() {
-		r, err := a.do(context.Background(), "GET", "/v1/locks/watched?index="+st.Index+"&wait_ms=30000", nil)
+		r, err := a.do(context.Background(), "GET", "/v1/locks/watched?index="+st.Index, nil) // no wait_ms: up to the maximum wait
 		if err != nil {
 			t.Error(err)
 		}

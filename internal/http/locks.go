@@ -22,7 +22,13 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	q := parseQuery(r)
 	index, _ := q.str("index")
-	waitMs := q.int("wait_ms", 0, 0, s.cfg.MaxWait.Milliseconds(), true)
+	// With an index and no wait_ms, wait as long as allowed (Consul's
+	// convention); without an index there is nothing to wait for.
+	defaultWait := int64(0)
+	if index != "" {
+		defaultWait = s.cfg.MaxWait.Milliseconds()
+	}
+	waitMs := q.int("wait_ms", defaultWait, 0, s.cfg.MaxWait.Milliseconds(), true)
 	if fe := lock.CheckName("name", name); fe != nil {
 		q.fields = append([]lock.FieldError{*fe}, q.fields...)
 	}
