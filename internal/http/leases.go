@@ -166,7 +166,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	l, err := s.store.Renew(r.Context(), name, leaseID, ttl)
+	l, err := s.store.Renew(r.Context(), lock.LeaseRef{Lock: name, ID: leaseID}, ttl)
 	if err != nil {
 		Error(w, r, err)
 		return
@@ -186,7 +186,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	res, err := s.store.Release(r.Context(), name, leaseID, all)
+	res, err := s.store.Release(r.Context(), lock.LeaseRef{Lock: name, ID: leaseID}, all)
 	if err != nil {
 		Error(w, r, err)
 		return

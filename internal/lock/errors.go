@@ -14,6 +14,7 @@ const (
 	CodeHeld        Code = "held"        // another owner holds the lock (HTTP 409)
 	CodeLeaseLost   Code = "lease-lost"  // the lease expired, was superseded or never existed (410)
 	CodeInvalid     Code = "invalid"     // the input is malformed (400)
+	CodeForbidden   Code = "forbidden"   // the caller may not do this (403)
 	CodeUnavailable Code = "unavailable" // the store cannot be reached (503)
 	CodeInternal    Code = "internal"    // anything else: a bug (500)
 )
@@ -83,6 +84,11 @@ func Held(name string, by HeldBy) *Error {
 // LeaseLost builds the error for a lease that is no longer the holder.
 func LeaseLost(name, leaseID string) *Error {
 	return &Error{Code: CodeLeaseLost, Detail: fmt.Sprintf("lease %q no longer holds lock %q: it expired, was released or force-released, or never existed", leaseID, name)}
+}
+
+// NotYourLease builds the error for a lease acquired by another principal.
+func NotYourLease(name, leaseID string) *Error {
+	return &Error{Code: CodeForbidden, Detail: fmt.Sprintf("lease %q of lock %q was acquired by another principal", leaseID, name)}
 }
 
 // Unavailable wraps a store failure.

@@ -69,12 +69,25 @@ type Grant struct {
 	Fresh bool
 }
 
+// LeaseRef names a lease for renew and release.
+type LeaseRef struct {
+	Lock string
+	ID   string
+	// Principal, when set, must be the principal that acquired the lease;
+	// anyone else gets CodeForbidden. "" skips the check: an admin, or a
+	// server that runs without API keys.
+	Principal string
+}
+
 // ReleaseResult is the answer to a successful release.
 type ReleaseResult struct {
 	Lock      string
 	LeaseID   string
 	HoldCount int  // holds left; 0 when Released
 	Released  bool // the lock became free (or had been freed by this lease)
+	// Retried is true when this lease had already freed the lock and the
+	// release was answered again without touching anything.
+	Retried bool
 }
 
 // ListRequest pages through the held locks whose names start with Prefix.
@@ -96,10 +109,10 @@ type Store interface {
 	// TryAcquire grants the lock or fails at once with CodeHeld.
 	TryAcquire(ctx context.Context, req AcquireRequest) (Grant, error)
 	// Renew resets the TTL of the current lease; ttl 0 reuses the lease's TTL.
-	Renew(ctx context.Context, name, leaseID string, ttl time.Duration) (Lease, error)
+	Renew(ctx context.Context, lease LeaseRef, ttl time.Duration) (Lease, error)
 	// Release drops one hold, or all holds when all is true. Retrying the
 	// release that freed the lock succeeds again.
-	Release(ctx context.Context, name, leaseID string, all bool) (ReleaseResult, error)
+	Release(ctx context.Context, lease LeaseRef, all bool) (ReleaseResult, error)
 	// Inspect reads a lock's state; a free lock is not an error.
 	Inspect(ctx context.Context, name string) (State, error)
 	// ForceRelease frees a lock whoever holds it. It reports whether the lock

@@ -65,7 +65,7 @@ func tryAcquire(ctx context.Context, s Store, req AcquireRequest) (Grant, error)
 	if err == nil && ctx.Err() != nil {
 		// Undo just this acquire: all holds for a fresh grant, one for a
 		// reentrant one, so the caller's earlier holds stay intact.
-		_, _ = s.Release(callCtx, req.Lock, g.Lease.ID, g.Fresh)
+		_, _ = s.Release(callCtx, LeaseRef{Lock: req.Lock, ID: g.Lease.ID}, g.Fresh)
 		return Grant{}, ctx.Err()
 	}
 	return g, err

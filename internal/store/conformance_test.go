@@ -141,7 +141,7 @@ func TestStore_AcquireRelease(t *testing.T) {
 		if !st.Held || st.Holder.Owner != "w1" || st.Holder.Token != l.Token || st.LastToken != l.Token || st.Holder.Metadata["job"] != "nightly" || !st.Holder.ExpiresAt.Equal(l.ExpiresAt) {
 			t.Fatalf("state = %+v holder %+v", st, st.Holder)
 		}
-		res, err := s.Release(ctx, "job:a", l.ID, false)
+		res, err := s.Release(ctx, lock.LeaseRef{Lock: "job:a", ID: l.ID}, false)
 		if err != nil || !res.Released || res.HoldCount != 0 {
 			t.Fatalf("release = %+v, %v", res, err)
 		}
@@ -174,14 +174,14 @@ func TestStore_Reentrant(t *testing.T) {
 		if !g.Lease.ExpiresAt.After(first.ExpiresAt) {
 			t.Fatalf("reentrant acquire did not reset the TTL: %v then %v", first.ExpiresAt, g.Lease.ExpiresAt)
 		}
-		res, err := s.Release(ctx, "re", first.ID, false)
+		res, err := s.Release(ctx, lock.LeaseRef{Lock: "re", ID: first.ID}, false)
 		if err != nil || res.Released || res.HoldCount != 1 {
 			t.Fatalf("first release = %+v, %v", res, err)
 		}
 		if st := inspect(t, s, "re"); !st.Held || st.Holder.HoldCount != 1 {
 			t.Fatalf("after one release: %+v", st)
 		}
-		res, err = s.Release(ctx, "re", first.ID, false)
+		res, err = s.Release(ctx, lock.LeaseRef{Lock: "re", ID: first.ID}, false)
 		if err != nil || !res.Released {
 			t.Fatalf("second release = %+v, %v", res, err)
 		}
@@ -198,12 +198,38 @@ func TestStore_Reentrancy_is_per_principal(t *testing.T) {
 	})
 }
 
+func TestStore_Only_the_acquiring_principal_renews_and_releases(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s lock.Store) {
+		g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "mine", Owner: "w", Principal: "team-a", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := inspect(t, s, "mine")
+		theirs := lock.LeaseRef{Lock: "mine", ID: g.Lease.ID, Principal: "team-b"}
+		_, err = s.Renew(ctx, theirs, time.Hour)
+		wantCode(t, err, lock.CodeForbidden)
+		_, err = s.Release(ctx, theirs, true)
+		wantCode(t, err, lock.CodeForbidden)
+		if after := inspect(t, s, "mine"); after.Index != before.Index {
+			t.Fatal("another principal changed the lease")
+		}
+		if _, err := s.Renew(ctx, lock.LeaseRef{Lock: "mine", ID: g.Lease.ID, Principal: "team-a"}, time.Hour); err != nil {
+			t.Fatalf("the acquiring principal's renew: %v", err)
+		}
+		// No principal: an admin, who may release anyone's lease.
+		res, err := s.Release(ctx, lock.LeaseRef{Lock: "mine", ID: g.Lease.ID}, false)
+		if err != nil || !res.Released || res.Retried {
+			t.Fatalf("admin release = %+v, %v", res, err)
+		}
+	})
+}
+
 func TestStore_ReleaseAll(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s lock.Store) {
 		l := acquire(t, s, "all", "w", time.Minute)
 		acquire(t, s, "all", "w", time.Minute)
 		acquire(t, s, "all", "w", time.Minute)
-		res, err := s.Release(ctx, "all", l.ID, true)
+		res, err := s.Release(ctx, lock.LeaseRef{Lock: "all", ID: l.ID}, true)
 		if err != nil || !res.Released || res.HoldCount != 0 {
 			t.Fatalf("release all = %+v, %v", res, err)
 		}
@@ -231,11 +257,11 @@ func TestStore_Wrong_lease_changes_nothing(t *testing.T) {
 		acquire(t, s, "w", "a", time.Minute)
 		before := inspect(t, s, "w")
 		other := ulid.Make().String()
-		_, err := s.Release(ctx, "w", other, false)
+		_, err := s.Release(ctx, lock.LeaseRef{Lock: "w", ID: other}, false)
 		wantCode(t, err, lock.CodeLeaseLost)
-		_, err = s.Release(ctx, "w", other, true)
+		_, err = s.Release(ctx, lock.LeaseRef{Lock: "w", ID: other}, true)
 		wantCode(t, err, lock.CodeLeaseLost)
-		_, err = s.Renew(ctx, "w", other, time.Hour)
+		_, err = s.Renew(ctx, lock.LeaseRef{Lock: "w", ID: other}, time.Hour)
 		wantCode(t, err, lock.CodeLeaseLost)
 		if after := inspect(t, s, "w"); after.Index != before.Index || after.Holder.HoldCount != 1 || !after.Holder.ExpiresAt.Equal(before.Holder.ExpiresAt) {
 			t.Fatalf("state changed: %+v -> %+v", before.Holder, after.Holder)
@@ -246,14 +272,14 @@ func TestStore_Wrong_lease_changes_nothing(t *testing.T) {
 func TestStore_Renew(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s lock.Store) {
 		l := acquire(t, s, "r", "a", time.Second)
-		renewed, err := s.Renew(ctx, "r", l.ID, time.Minute)
+		renewed, err := s.Renew(ctx, lock.LeaseRef{Lock: "r", ID: l.ID}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if renewed.ID != l.ID || renewed.Token != l.Token || renewed.TTL != time.Minute || renewed.ExpiresAt.Sub(l.ExpiresAt) < 58*time.Second {
 			t.Fatalf("renewed = %+v, was %+v", renewed, l)
 		}
-		again, err := s.Renew(ctx, "r", l.ID, 0)
+		again, err := s.Renew(ctx, lock.LeaseRef{Lock: "r", ID: l.ID}, 0)
 		if err != nil || again.TTL != time.Minute {
 			t.Fatalf("renew with the lease's TTL = %+v, %v", again, err)
 		}
@@ -279,9 +305,9 @@ func TestStore_Expiry_frees_and_late_holder_is_lost(t *testing.T) {
 			t.Fatalf("token %d after %d", g.Lease.Token, a.Token)
 		}
 		before := inspect(t, s, "exp")
-		_, err = s.Release(ctx, "exp", a.ID, false)
+		_, err = s.Release(ctx, lock.LeaseRef{Lock: "exp", ID: a.ID}, false)
 		wantCode(t, err, lock.CodeLeaseLost)
-		_, err = s.Renew(ctx, "exp", a.ID, time.Hour)
+		_, err = s.Renew(ctx, lock.LeaseRef{Lock: "exp", ID: a.ID}, time.Hour)
 		wantCode(t, err, lock.CodeLeaseLost)
 		after := inspect(t, s, "exp")
 		if after.Index != before.Index || after.Holder.Owner != "b" || after.Holder.Token != g.Lease.Token {
@@ -294,14 +320,14 @@ func TestStore_Release_retry_is_idempotent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s lock.Store) {
 		a := acquire(t, s, "idem", "a", time.Minute)
 		for i := 0; i < 2; i++ {
-			res, err := s.Release(ctx, "idem", a.ID, false)
-			if err != nil || !res.Released || res.HoldCount != 0 {
+			res, err := s.Release(ctx, lock.LeaseRef{Lock: "idem", ID: a.ID}, false)
+			if err != nil || !res.Released || res.HoldCount != 0 || res.Retried != (i == 1) {
 				t.Fatalf("release #%d = %+v, %v", i+1, res, err)
 			}
 		}
 		b := acquire(t, s, "idem", "b", time.Minute)
 		before := inspect(t, s, "idem")
-		if res, err := s.Release(ctx, "idem", a.ID, true); err != nil || !res.Released {
+		if res, err := s.Release(ctx, lock.LeaseRef{Lock: "idem", ID: a.ID}, true); err != nil || !res.Released {
 			t.Fatalf("retry after a new grant = %+v, %v", res, err)
 		}
 		after := inspect(t, s, "idem")
@@ -336,9 +362,9 @@ func TestStore_ForceRelease(t *testing.T) {
 		if g.Lease.Token <= a.Token {
 			t.Fatalf("token %d after force release of %d", g.Lease.Token, a.Token)
 		}
-		_, err = s.Release(ctx, "force", a.ID, false)
+		_, err = s.Release(ctx, lock.LeaseRef{Lock: "force", ID: a.ID}, false)
 		wantCode(t, err, lock.CodeLeaseLost)
-		if _, err := s.Release(ctx, "force", g.Lease.ID, false); err != nil {
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "force", ID: g.Lease.ID}, false); err != nil {
 			t.Fatal(err)
 		}
 		if freed, err := s.ForceRelease(ctx, "force"); err != nil || freed {
@@ -354,7 +380,7 @@ func TestStore_List_prefix_and_cursor(t *testing.T) {
 			name := fmt.Sprintf("list:a:%02d", i)
 			l := acquire(t, s, name, "w", time.Minute)
 			if i%5 == 0 {
-				if _, err := s.Release(ctx, name, l.ID, false); err != nil {
+				if _, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: l.ID}, false); err != nil {
 					t.Fatal(err)
 				}
 				continue
@@ -411,7 +437,7 @@ func TestStore_Tokens_strictly_increase(t *testing.T) {
 				t.Fatalf("grant %d: token %d after %d", i, l.Token, last)
 			}
 			last = l.Token
-			if _, err := s.Release(ctx, "tokens", l.ID, false); err != nil {
+			if _, err := s.Release(ctx, lock.LeaseRef{Lock: "tokens", ID: l.ID}, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -443,7 +469,7 @@ func checkTokensSurvive(t *testing.T, s lock.Store, loseData func() lock.Store) 
 	for i := 0; i < 50; i++ {
 		l := acquire(t, s, "survivor", "w", time.Minute)
 		last = l.Token
-		if _, err := s.Release(ctx, "survivor", l.ID, false); err != nil {
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "survivor", ID: l.ID}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -490,7 +516,7 @@ func TestStore_Seed_waiter_is_woken_by_release(t *testing.T) {
 		}()
 		waitForWaiters(t, s, 1)
 		released := time.Now()
-		if _, err := s.Release(ctx, "handoff", a.ID, false); err != nil {
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "handoff", ID: a.ID}, false); err != nil {
 			t.Fatal(err)
 		}
 		r := <-done
@@ -522,7 +548,7 @@ func TestStore_Seed_two_waiters_one_at_a_time(t *testing.T) {
 			}()
 		}
 		waitForWaiters(t, s, 2)
-		if _, err := s.Release(ctx, "two", a.ID, false); err != nil {
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "two", ID: a.ID}, false); err != nil {
 			t.Fatal(err)
 		}
 		first := <-grants
@@ -531,7 +557,7 @@ func TestStore_Seed_two_waiters_one_at_a_time(t *testing.T) {
 			t.Fatalf("both waiters hold the lock: %s and %s", first.Owner, second.Owner)
 		case <-time.After(200 * time.Millisecond):
 		}
-		if _, err := s.Release(ctx, "two", first.ID, false); err != nil {
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "two", ID: first.ID}, false); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -573,7 +599,7 @@ func TestStore_Seed_wait_cancelled(t *testing.T) {
 			t.Fatalf("cancelled wait returned %v", err)
 		}
 		waitForWaiters(t, s, 0)
-		if _, err := s.Release(ctx, "cancel", a.ID, false); err != nil {
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "cancel", ID: a.ID}, false); err != nil {
 			t.Fatal(err)
 		}
 		if st := inspect(t, s, "cancel"); st.Held {
@@ -621,7 +647,7 @@ func TestStore_Seed_sequential_cycles_on_distinct_names(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res, err := s.Release(ctx, name, g.Lease.ID, false); err != nil || !res.Released {
+			if res, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, false); err != nil || !res.Released {
 				t.Fatalf("release %s = %+v, %v", name, res, err)
 			}
 		}
@@ -680,7 +706,7 @@ func BenchmarkStore_AcquireRelease(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := s.Release(ctx, n, g.Lease.ID, false); err != nil {
+				if _, err := s.Release(ctx, lock.LeaseRef{Lock: n, ID: g.Lease.ID}, false); err != nil {
 					b.Fatal(err)
 				}
 			}

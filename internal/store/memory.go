@@ -145,13 +145,18 @@ func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.
 }
 
 // Renew implements lock.Store.
-func (m *Memory) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) (lock.Lease, error) {
+func (m *Memory) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
+	name := ref.Lock
 	m.mu.Lock()
 	now := time.Now()
 	l := m.current(name, now)
-	if l == nil || l.ID != leaseID {
+	if l == nil || l.ID != ref.ID {
 		m.mu.Unlock()
-		return lock.Lease{}, lock.LeaseLost(name, leaseID)
+		return lock.Lease{}, lock.LeaseLost(name, ref.ID)
+	}
+	if ref.Principal != "" && ref.Principal != l.Principal {
+		m.mu.Unlock()
+		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
 	if ttl > 0 {
 		l.TTL = ttl
@@ -165,7 +170,8 @@ func (m *Memory) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 }
 
 // Release implements lock.Store.
-func (m *Memory) Release(ctx context.Context, name, leaseID string, all bool) (lock.ReleaseResult, error) {
+func (m *Memory) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
+	name, leaseID := ref.Lock, ref.ID
 	res := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
 	m.mu.Lock()
 	l := m.current(name, time.Now())
@@ -174,10 +180,14 @@ func (m *Memory) Release(ctx context.Context, name, leaseID string, all bool) (l
 		retry := f.released == leaseID
 		m.mu.Unlock()
 		if retry {
-			res.Released = true
+			res.Released, res.Retried = true, true
 			return res, nil
 		}
 		return res, lock.LeaseLost(name, leaseID)
+	}
+	if ref.Principal != "" && ref.Principal != l.Principal {
+		m.mu.Unlock()
+		return res, lock.NotYourLease(name, leaseID)
 	}
 	f.version++
 	if !all && l.HoldCount > 1 {

@@ -136,36 +136,45 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 }
 
 // Renew implements lock.Store.
-func (s *Redis) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) (lock.Lease, error) {
-	res, err := renewScript.Run(ctx, s.rdb, s.keys(name), leaseID, ttl.Milliseconds(), s.channel(name)).Slice()
+func (s *Redis) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
+	name := ref.Lock
+	res, err := renewScript.Run(ctx, s.rdb, s.keys(name), ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal).Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
 	}
 	r := reply(res)
-	if r.int(0) == 0 {
-		return lock.Lease{}, lock.LeaseLost(name, leaseID)
+	switch r.int(0) {
+	case 0:
+		return lock.Lease{}, lock.LeaseLost(name, ref.ID)
+	case -1:
+		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
 	lease := r.lease(name, 1)
 	return lease, r.err
 }
 
 // Release implements lock.Store.
-func (s *Redis) Release(ctx context.Context, name, leaseID string, all bool) (lock.ReleaseResult, error) {
+func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
+	name := ref.Lock
 	allArg := "0"
 	if all {
 		allArg = "1"
 	}
-	out := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
-	res, err := releaseScript.Run(ctx, s.rdb, s.keys(name), leaseID, allArg, s.channel(name)).Slice()
+	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
+	res, err := releaseScript.Run(ctx, s.rdb, s.keys(name), ref.ID, allArg, s.channel(name), ref.Principal).Slice()
 	if err != nil {
 		return out, storeError(err)
 	}
 	r := reply(res)
-	if r.int(0) == 0 {
-		return out, lock.LeaseLost(name, leaseID)
+	switch r.int(0) {
+	case 0:
+		return out, lock.LeaseLost(name, ref.ID)
+	case -1:
+		return out, lock.NotYourLease(name, ref.ID)
 	}
 	out.HoldCount = int(r.int(1))
 	out.Released = r.int(2) == 1
+	out.Retried = r.int(3) == 1
 	return out, r.err
 }
 

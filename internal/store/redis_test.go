@@ -118,7 +118,7 @@ func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 	}
 
 	// One release hands the lock to exactly one waiter.
-	if _, err := s.Release(ctx, "idle", holder.ID, false); err != nil {
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "idle", ID: holder.ID}, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errs; err != nil {
@@ -161,7 +161,7 @@ func TestRedis_release_does_not_stampede(t *testing.T) {
 	waitForWaiters(t, s, n)
 	waitForCalls(t, observer, "evalsha", 1+2*n)
 	before := commandCalls(t, observer)
-	if _, err := s.Release(ctx, "herd", holder.ID, false); err != nil {
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "herd", ID: holder.ID}, false); err != nil {
 		t.Fatal(err)
 	}
 	<-granted
@@ -190,7 +190,7 @@ func TestRedis_pubsub_reconnect_wakes_waiters(t *testing.T) {
 	if err := observer.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Release(ctx, "reconnect", holder.ID, false); err != nil {
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "reconnect", ID: holder.ID}, false); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -20,8 +20,8 @@ func TestScripts_pinned(t *testing.T) {
 		sha    string
 	}{
 		{"acquire.lua", acquireScript, "62b66335ee3035141d6e9aa1b1c3af807923a686"},
-		{"renew.lua", renewScript, "886ecf7687bab0a62e6383f375cb4e40c5a73e77"},
-		{"release.lua", releaseScript, "b4c6ac8feafeb42e8666e4f710b7c819c160becb"},
+		{"renew.lua", renewScript, "404311f78808370a8a538baa3d579b849e4789af"},
+		{"release.lua", releaseScript, "2f862f5b848068289fd1b335c31b79bb00808005"},
 		{"force_release.lua", forceReleaseScript, "66e083834093199f38494ebea56278e1983b932f"},
 		{"inspect.lua", inspectScript, "bca00d641d4de011be7c585c9bd1f6757b745f2b"},
 	}

@@ -5,9 +5,10 @@
 -- ARGV[1]  lease id
 -- ARGV[2]  ttl in milliseconds; 0 keeps the lease's TTL
 -- ARGV[3]  unlock channel
+-- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
 --
 -- Returns {0} when the lease is not the holder (expired, released,
--- superseded or unknown), else
+-- superseded or unknown), {-1} when it belongs to another principal, else
 --   {1, lease id, owner, principal, token, hold count, ttl ms, acquired ms,
 --    expires ms, metadata}
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -15,6 +16,9 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta')
 if h[1] ~= ARGV[1] then
 	return {0}
+end
+if ARGV[4] ~= '' and h[3] ~= ARGV[4] then
+	return {-1}
 end
 local ttl = tonumber(ARGV[2])
 if ttl == 0 then
