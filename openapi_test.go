@@ -20,12 +20,13 @@ var contract = []struct {
 	method, path, id string
 	statuses         []string
 }{
-	{http.MethodPost, "/v1/locks/{name}/leases", "acquireLease", []string{"200", "201", "400", "409", "413", "415", "503"}},
-	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/renew", "renewLease", []string{"200", "400", "410", "413", "415", "503"}},
-	{http.MethodDelete, "/v1/locks/{name}/leases/{lease_id}", "releaseLease", []string{"200", "400", "410", "503"}},
-	{http.MethodGet, "/v1/locks/{name}", "getLock", []string{"200", "400", "503"}},
-	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "503"}},
-	{http.MethodGet, "/v1/locks", "listLocks", []string{"200", "400", "503"}},
+	{http.MethodPost, "/v1/locks/{name}/leases", "acquireLease", []string{"200", "201", "400", "401", "403", "409", "413", "415", "429", "503"}},
+	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/renew", "renewLease", []string{"200", "400", "401", "403", "410", "413", "415", "429", "503"}},
+	{http.MethodDelete, "/v1/locks/{name}/leases/{lease_id}", "releaseLease", []string{"200", "400", "401", "403", "410", "429", "503"}},
+	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/release", "releaseBySignedURL", []string{"200", "400", "403", "410", "429", "503"}},
+	{http.MethodGet, "/v1/locks/{name}", "getLock", []string{"200", "400", "401", "403", "429", "503"}},
+	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "401", "403", "429", "503"}},
+	{http.MethodGet, "/v1/locks", "listLocks", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
 	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},
@@ -155,7 +156,7 @@ func TestOpenAPI_ProblemTypes(t *testing.T) {
 		got = append(got, v.(string))
 	}
 	var want []string
-	for _, name := range []string{"invalid-request", "lock-held", "lease-lost", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "unavailable", "internal"} {
+	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "lease-lost", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "unavailable", "internal"} {
 		want = append(want, "https://lockapi.dev/problems/"+name)
 		if !strings.Contains(doc.Info.Description, "https://lockapi.dev/problems/"+name) {
 			t.Errorf("info.description does not list problem type %s", name)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,18 @@ type serveConfig struct {
 	LogLevel        string
 	LogFormat       string
 	ShutdownTimeout time.Duration
+
+	APIKeys        string
+	APIKeysFile    string
+	ReleaseSecrets string
+
+	MaxWaiters          int
+	MaxWaitersPerCaller int
+	RateLimit           float64
+	RateBurst           int
+
+	TLSCert, TLSKey                       string
+	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
@@ -62,11 +75,46 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&c.LogLevel, "log-level", "LOCKAPI_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
+	num := func(p *int, name, env string, def int, help string) {
+		v := def
+		if s := os.Getenv(env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				fmt.Fprintf(stderr, "lockapi: $%s: %v\n", env, err)
+			} else {
+				v = n
+			}
+		}
+		fs.IntVar(p, name, v, help+" ($"+env+")")
+	}
+	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines (from `lockapi keys new`), separated by newlines or ;; none: the server runs open")
+	str(&c.APIKeysFile, "api-keys-file", "LOCKAPI_API_KEYS_FILE", "", "file of API key lines, added to -api-keys")
+	str(&c.ReleaseSecrets, "release-secrets", "LOCKAPI_RELEASE_SECRETS", "", "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: a random secret per process")
+	num(&c.MaxWaiters, "max-waiters", "LOCKAPI_MAX_WAITERS", lockhttp.DefaultMaxWaiters, "most requests waiting at once (long-poll acquires and blocking queries)")
+	num(&c.MaxWaitersPerCaller, "max-waiters-per-caller", "LOCKAPI_MAX_WAITERS_PER_CALLER", lockhttp.DefaultMaxWaitersPerCaller, "most waiting requests of one principal (or client address on an open server)")
+	rate := fmt.Sprint(0)
+	str(&rate, "rate-limit", "LOCKAPI_RATE_LIMIT", "0", "requests per second per principal (or client address); 0: no limit")
+	num(&c.RateBurst, "rate-burst", "LOCKAPI_RATE_BURST", 0, "burst of the rate limit; 0: one second's worth")
+	str(&c.TLSCert, "tls-cert", "LOCKAPI_TLS_CERT", "", "PEM certificate file: serve HTTPS (with -tls-key)")
+	str(&c.TLSKey, "tls-key", "LOCKAPI_TLS_KEY", "", "PEM private key file for -tls-cert")
+	str(&c.RedisTLSCA, "redis-tls-ca", "LOCKAPI_REDIS_TLS_CA", "", "PEM CA bundle that signs the Redis server's certificate (rediss://)")
+	str(&c.RedisTLSCert, "redis-tls-cert", "LOCKAPI_REDIS_TLS_CERT", "", "PEM client certificate for Redis (rediss://)")
+	str(&c.RedisTLSKey, "redis-tls-key", "LOCKAPI_REDIS_TLS_KEY", "", "PEM client key for -redis-tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	var err error
+	if c.RateLimit, err = strconv.ParseFloat(rate, 64); err != nil || c.RateLimit < 0 {
+		return c, fmt.Errorf("-rate-limit %q: want a number of requests per second, 0 for none", rate)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return c, errors.New("-tls-cert and -tls-key go together")
+	}
+	if (c.RedisTLSCert == "") != (c.RedisTLSKey == "") {
+		return c, errors.New("-redis-tls-cert and -redis-tls-key go together")
 	}
 	switch {
 	case c.DefaultTTL < lock.MinTTL || c.DefaultTTL > c.MaxTTL:
@@ -109,6 +157,9 @@ func openRedis(c serveConfig) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := redisTLS(c, o.TLSConfig); err != nil {
+			return nil, err
+		}
 		o.MaxRetries = -1
 		return redis.NewClient(o), nil
 	case "sentinel":
@@ -116,11 +167,17 @@ func openRedis(c serveConfig) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := redisTLS(c, o.TLSConfig); err != nil {
+			return nil, err
+		}
 		o.MaxRetries = -1
 		return redis.NewFailoverClient(o), nil
 	case "cluster":
 		o, err := redis.ParseClusterURL(c.RedisURL)
 		if err != nil {
+			return nil, err
+		}
+		if err := redisTLS(c, o.TLSConfig); err != nil {
 			return nil, err
 		}
 		o.MaxRetries = -1
@@ -157,6 +214,30 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	keys, err := loadKeys(c)
+	if err != nil {
+		log.Error().Err(err).Msg("bad API key configuration")
+		return 2
+	}
+	if keys.Len() == 0 {
+		log.Warn().Msg("NO API KEYS CONFIGURED: the server runs open; any client can acquire, release and force-release any lock. Set LOCKAPI_API_KEYS or LOCKAPI_API_KEYS_FILE (see `lockapi keys new`)")
+	} else {
+		log.Info().Int("keys", keys.Len()).Msg("API keys required on /v1 routes")
+	}
+	signer, randomSecret, err := releaseSigner(c)
+	if err != nil {
+		log.Error().Err(err).Msg("bad release secret configuration")
+		return 2
+	}
+	if randomSecret {
+		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS: release URLs are signed with a random secret and stop working when this process restarts, and on other instances")
+	}
+	tlsConfig, err := serverTLS(c)
+	if err != nil {
+		log.Error().Err(err).Msg("bad TLS configuration")
+		return 2
+	}
+
 	var st lock.Store
 	if c.RedisURL == "" {
 		st = store.NewMemory()
@@ -189,6 +270,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		MaxTTL:     c.MaxTTL,
 		MaxWait:    c.MaxWait,
 		Logger:     log,
+
+		Keys:                keys,
+		Release:             signer,
+		MaxWaiters:          c.MaxWaiters,
+		MaxWaitersPerCaller: c.MaxWaitersPerCaller,
+		RateLimit:           c.RateLimit,
+		RateBurst:           c.RateBurst,
+		TLS:                 tlsConfig,
 	})
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Msg("cannot listen")

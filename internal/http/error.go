@@ -30,20 +30,24 @@ type problemKind struct {
 }
 
 var (
-	kindInvalid     = problemKind{http.StatusBadRequest, "invalid-request", "Invalid request"}
-	kindNotFound    = problemKind{http.StatusNotFound, "not-found", "Not found"}
-	kindMethod      = problemKind{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed"}
-	kindHeld        = problemKind{http.StatusConflict, "lock-held", "Lock held"}
-	kindLeaseLost   = problemKind{http.StatusGone, "lease-lost", "Lease lost"}
-	kindTooLarge    = problemKind{http.StatusRequestEntityTooLarge, "payload-too-large", "Payload too large"}
-	kindMediaType   = problemKind{http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type"}
-	kindInternal    = problemKind{http.StatusInternalServerError, "internal", "Internal server error"}
-	kindUnavailable = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}
+	kindInvalid      = problemKind{http.StatusBadRequest, "invalid-request", "Invalid request"}
+	kindNotFound     = problemKind{http.StatusNotFound, "not-found", "Not found"}
+	kindMethod       = problemKind{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed"}
+	kindHeld         = problemKind{http.StatusConflict, "lock-held", "Lock held"}
+	kindLeaseLost    = problemKind{http.StatusGone, "lease-lost", "Lease lost"}
+	kindTooLarge     = problemKind{http.StatusRequestEntityTooLarge, "payload-too-large", "Payload too large"}
+	kindMediaType    = problemKind{http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type"}
+	kindUnauthorized = problemKind{http.StatusUnauthorized, "unauthorized", "Unauthorized"}
+	kindForbidden    = problemKind{http.StatusForbidden, "forbidden", "Forbidden"}
+	kindRateLimited  = problemKind{http.StatusTooManyRequests, "rate-limited", "Too many requests"}
+	kindInternal     = problemKind{http.StatusInternalServerError, "internal", "Internal server error"}
+	kindUnavailable  = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}
 )
 
 // codeKinds maps the domain's error codes to problem types.
 var codeKinds = map[lock.Code]problemKind{
 	lock.CodeInvalid:     kindInvalid,
+	lock.CodeForbidden:   kindForbidden,
 	lock.CodeHeld:        kindHeld,
 	lock.CodeLeaseLost:   kindLeaseLost,
 	lock.CodeUnavailable: kindUnavailable,
@@ -141,6 +145,9 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	p.Type, p.Title, p.Status = ProblemTypeBase+kind.slug, kind.title, kind.status
+	if kind == kindRateLimited && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
 
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -38,9 +38,11 @@ type Lease struct {
 	AcquiredAt   string            `json:"acquired_at"`
 	ExpiresAt    string            `json:"expires_at"`
 	Metadata     map[string]string `json:"metadata"`
+	// ReleaseURL is a signed path that releases the lease with no API key.
+	ReleaseURL string `json:"release_url"`
 }
 
-func newLease(l lock.Lease) Lease {
+func (s *Server) newLease(l lock.Lease) Lease {
 	return Lease{
 		Lock:         l.Lock,
 		LeaseID:      l.ID,
@@ -51,6 +53,7 @@ func newLease(l lock.Lease) Lease {
 		AcquiredAt:   formatTime(l.AcquiredAt),
 		ExpiresAt:    formatTime(l.ExpiresAt),
 		Metadata:     metadata(l.Metadata),
+		ReleaseURL:   s.releaseURL(l),
 	}
 }
 

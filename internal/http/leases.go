@@ -9,6 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -39,9 +40,21 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
+	c := callerOf(r)
+	if err := authorize(c, auth.ScopeWrite, req.Lock); err != nil {
+		Error(w, r, err)
+		return
+	}
+	req.Principal = c.principal
 
 	ctx := r.Context()
 	if wait > 0 {
+		leave, err := s.waiters.enter(c.limitKey)
+		if err != nil {
+			Error(w, r, err)
+			return
+		}
+		defer leave()
 		var cancel func()
 		ctx, cancel = s.waitContext(ctx)
 		defer cancel()
@@ -57,7 +70,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	w.Header().Set("Location", leaseLocation(g.Lease))
-	writeJSON(w, r, status, newLease(g.Lease))
+	writeJSON(w, r, status, s.newLease(g.Lease))
 }
 
 // acquireRequest validates an acquire and fills in its defaults. An absent
@@ -165,13 +178,18 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, lock.Invalid(fields...))
 		return
 	}
+	c := callerOf(r)
+	if err := authorize(c, auth.ScopeWrite, name); err != nil {
+		Error(w, r, err)
+		return
+	}
 
-	l, err := s.store.Renew(r.Context(), lock.LeaseRef{Lock: name, ID: leaseID}, ttl)
+	l, err := s.store.Renew(r.Context(), leaseRef(c, name, leaseID), ttl)
 	if err != nil {
 		Error(w, r, err)
 		return
 	}
-	writeJSON(w, r, http.StatusOK, newLease(l))
+	writeJSON(w, r, http.StatusOK, s.newLease(l))
 }
 
 // handleRelease handles the "DELETE /v1/locks/{name}/leases/{lease_id}"
@@ -185,8 +203,13 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
+	c := callerOf(r)
+	if err := authorize(c, auth.ScopeWrite, name); err != nil {
+		Error(w, r, err)
+		return
+	}
 
-	res, err := s.store.Release(r.Context(), lock.LeaseRef{Lock: name, ID: leaseID}, all)
+	res, err := s.store.Release(r.Context(), leaseRef(c, name, leaseID), all)
 	if err != nil {
 		Error(w, r, err)
 		return

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -36,9 +37,20 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
+	c := callerOf(r)
+	if err := authorize(c, auth.ScopeRead, name); err != nil {
+		Error(w, r, err)
+		return
+	}
 
 	ctx, wait := r.Context(), time.Duration(waitMs)*time.Millisecond
 	if index != "" && wait > 0 {
+		leave, err := s.waiters.enter(c.limitKey)
+		if err != nil {
+			Error(w, r, err)
+			return
+		}
+		defer leave()
 		var cancel func()
 		ctx, cancel = s.waitContext(ctx)
 		defer cancel()
@@ -58,6 +70,10 @@ func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	if fe := lock.CheckName("name", name); fe != nil {
 		Error(w, r, lock.Invalid(*fe))
+		return
+	}
+	if err := authorize(callerOf(r), auth.ScopeAdmin, name); err != nil {
+		Error(w, r, err)
 		return
 	}
 	released, err := s.store.ForceRelease(r.Context(), name)
@@ -82,6 +98,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
+	c := callerOf(r)
+	if err := authorize(c, auth.ScopeAdmin, ""); err != nil {
+		Error(w, r, err)
+		return
+	}
 
 	page, err := s.store.List(r.Context(), lock.ListRequest{Prefix: prefix, Limit: int(limit), Cursor: cursor})
 	if err != nil {
@@ -90,7 +111,10 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	out := LockList{Locks: make([]LockState, 0, len(page.Locks))}
 	for _, st := range page.Locks {
-		out.Locks = append(out.Locks, newLockState(st))
+		// A key sees only the names its patterns cover.
+		if authorize(c, auth.ScopeAdmin, st.Lock) == nil {
+			out.Locks = append(out.Locks, newLockState(st))
+		}
 	}
 	if page.NextCursor != "" {
 		out.NextCursor = &page.NextCursor

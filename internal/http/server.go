@@ -4,6 +4,8 @@ package http
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -15,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -42,7 +45,32 @@ type Config struct {
 	MaxTTL     time.Duration // the largest ttl_ms accepted (24h)
 	MaxWait    time.Duration // longer wait_ms are clamped to this (60s)
 	Logger     zerolog.Logger
+
+	// Keys are the API keys; with none the server runs open and every
+	// request acts as the anonymous principal.
+	Keys *auth.Keyring
+	// Release signs and checks release URLs. Nil: a signer with a random
+	// secret, so URLs do not survive a restart or work across instances.
+	Release *auth.ReleaseSigner
+
+	// MaxWaiters and MaxWaitersPerCaller cap concurrent waiting requests
+	// (long-poll acquires and blocking queries): 10000 and 500 by default.
+	MaxWaiters          int
+	MaxWaitersPerCaller int
+	// RateLimit is each caller's sustained requests per second, RateBurst
+	// its bucket size; 0 turns rate limiting off (the default).
+	RateLimit float64
+	RateBurst int
+
+	// TLS, when set, makes Open serve HTTPS.
+	TLS *tls.Config
 }
+
+// Defaults of the limits.
+const (
+	DefaultMaxWaiters          = 10000
+	DefaultMaxWaitersPerCaller = 500
+)
 
 // Server serves the API. Handler serves it on any listener (httptest); Open
 // and Close run it on its own.
@@ -51,6 +79,9 @@ type Server struct {
 	cfg    Config
 	log    zerolog.Logger
 	router *chi.Mux
+
+	waiters *waiterLimits
+	rates   *rateLimits // nil: no rate limit
 
 	// closing is cancelled when Close begins, which ends every wait.
 	closing   context.Context
@@ -71,7 +102,23 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
-	s := &Server{store: store, cfg: cfg, log: cfg.Logger}
+	if cfg.MaxWaiters <= 0 {
+		cfg.MaxWaiters = DefaultMaxWaiters
+	}
+	if cfg.MaxWaitersPerCaller <= 0 {
+		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
+	}
+	if cfg.Release == nil {
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			panic(err) // crypto/rand does not fail on supported platforms
+		}
+		cfg.Release, _ = auth.NewReleaseSigner(secret)
+	}
+	s := &Server{store: store, cfg: cfg, log: cfg.Logger, waiters: newWaiterLimits(cfg.MaxWaitersPerCaller, cfg.MaxWaiters)}
+	if cfg.RateLimit > 0 {
+		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
+	}
 	s.closing, s.stopWaits = context.WithCancel(context.Background())
 
 	r := chi.NewRouter()
@@ -79,12 +126,17 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.NotFound(s.handleNotFound)
 	r.MethodNotAllowed(s.handleMethodNotAllowed)
 
-	r.Post("/v1/locks/{name}/leases", s.handleAcquire)
-	r.Post("/v1/locks/{name}/leases/{lease_id}/renew", s.handleRenew)
-	r.Delete("/v1/locks/{name}/leases/{lease_id}", s.handleRelease)
-	r.Get("/v1/locks/{name}", s.handleInspect)
-	r.Delete("/v1/locks/{name}", s.handleForceRelease)
-	r.Get("/v1/locks", s.handleList)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate, s.rateLimit)
+		r.Post("/v1/locks/{name}/leases", s.handleAcquire)
+		r.Post("/v1/locks/{name}/leases/{lease_id}/renew", s.handleRenew)
+		r.Delete("/v1/locks/{name}/leases/{lease_id}", s.handleRelease)
+		r.Get("/v1/locks/{name}", s.handleInspect)
+		r.Delete("/v1/locks/{name}", s.handleForceRelease)
+		r.Get("/v1/locks", s.handleList)
+	})
+	// The signed release URL carries its own authorization.
+	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
 
 	r.Get("/healthz", s.handleHealth)
 	r.Get("/readyz", s.handleReady)
@@ -101,6 +153,9 @@ func (s *Server) Handler() http.Handler { return s.router }
 func (s *Server) Open(addr string) (err error) {
 	if s.ln, err = net.Listen("tcp", addr); err != nil {
 		return err
+	}
+	if s.cfg.TLS != nil {
+		s.ln = tls.NewListener(s.ln, s.cfg.TLS)
 	}
 	s.server = &http.Server{
 		Handler:           s.router,
@@ -128,7 +183,11 @@ func (s *Server) URL() string {
 	if !addr.IP.IsUnspecified() {
 		host = addr.IP.String()
 	}
-	return fmt.Sprintf("http://%s", net.JoinHostPort(host, fmt.Sprint(addr.Port)))
+	scheme := "http"
+	if s.cfg.TLS != nil {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, fmt.Sprint(addr.Port)))
 }
 
 // Close shuts the server down gracefully. Requests waiting for a lock or a

@@ -1,0 +1,165 @@
+package auth
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+func TestMatch(t *testing.T) {
+	for _, c := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"ci:*", "ci:build", true},
+		{"ci:*", "ci:", true},
+		{"ci:*", "cd:build", false},
+		{"ci:*", "xci:build", false},
+		{"payments:orders:*", "payments:orders:42", true},
+		{"payments:orders:*", "payments:refunds:42", false},
+		{"*", "anything", true},
+		{"deploy:prod", "deploy:prod", true},
+		{"deploy:prod", "deploy:prod2", false},
+		{"*:prod", "deploy:prod", true},
+		{"a*b*c", "a-x-b-y-c", true},
+		{"a*b*c", "a-x-c-y-b", false},
+		{"a**", "a", true},
+	} {
+		if got := Match(c.pattern, c.name); got != c.want {
+			t.Errorf("Match(%q, %q) = %v, want %v", c.pattern, c.name, got, c.want)
+		}
+	}
+}
+
+// matchRef is the obvious, slower definition Match must agree with.
+func matchRef(pattern, name string) bool {
+	parts := strings.Split(pattern, "*")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return regexp.MustCompile("(?s)^" + strings.Join(parts, ".*") + "$").MatchString(name)
+}
+
+func FuzzMatch(f *testing.F) {
+	for _, s := range [][2]string{{"ci:*", "ci:build"}, {"a*b*c", "abc"}, {"*", ""}, {"x*y", "xyxy"}, {"**a", "ba"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, name string) {
+		// Patterns are checked when keys are loaded; names by the API.
+		if CheckPattern(pattern) != nil || !lock.ValidName(name) {
+			return
+		}
+		if got, want := Match(pattern, name), matchRef(pattern, name); got != want {
+			t.Fatalf("Match(%q, %q) = %v, reference says %v", pattern, name, got, want)
+		}
+	})
+}
+
+func TestParseKeys(t *testing.T) {
+	key, line, err := NewKey("ci", []Scope{ScopeRead, ScopeWrite}, []string{"ci:*", "deploy:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(line, key) {
+		t.Fatal("the configuration line contains the key itself")
+	}
+	ring, err := ParseKeys("# comment\n\n" + line + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, ok := ring.Authenticate(key)
+	if !ok || k.Principal != "ci" || !k.Has(ScopeWrite) || k.Has(ScopeAdmin) || !k.MayUse("deploy:prod") || k.MayUse("payments:1") {
+		t.Fatalf("key = %+v, %v", k, ok)
+	}
+	if _, ok := ring.Authenticate(key + "x"); ok {
+		t.Fatal("a wrong key authenticated")
+	}
+	if _, ok := ring.Authenticate(""); ok {
+		t.Fatal("an empty key authenticated")
+	}
+
+	for _, bad := range []string{
+		"principal=ci scopes=locks:read patterns=ci:*",                             // no sha256
+		"principal=ci scopes=root patterns=ci:* sha256=" + strings.Repeat("a", 64), // unknown scope
+		"principal=ci scopes=admin patterns=ci:{x} sha256=" + strings.Repeat("a", 64),
+		"principal=ci scopes=admin patterns=ci:* sha256=abc",
+		"principal=ci principal=cd scopes=admin patterns=* sha256=" + strings.Repeat("a", 64),
+		"garbage",
+		line + ";" + line, // the same key twice
+	} {
+		if _, err := ParseKeys(bad); err == nil {
+			t.Errorf("ParseKeys(%q) accepted it", bad)
+		}
+	}
+}
+
+func FuzzParseKeys(f *testing.F) {
+	f.Add("principal=ci scopes=locks:read,admin patterns=ci:*,x sha256=" + strings.Repeat("0", 64))
+	f.Add("# c\n;principal=a scopes=admin patterns=* sha256=" + strings.Repeat("f", 64))
+	f.Fuzz(func(t *testing.T, text string) {
+		ring, err := ParseKeys(text)
+		if err != nil {
+			return
+		}
+		for _, k := range ring.keys {
+			if k.Principal == "" || len(k.Scopes) == 0 || len(k.Patterns) == 0 {
+				t.Fatalf("accepted an incomplete key: %+v", k)
+			}
+		}
+	})
+}
+
+func TestReleaseSigner(t *testing.T) {
+	old := []byte("old-secret-0123456789")
+	cur := []byte("current-secret-0123456789")
+	s, err := NewReleaseSigner(cur, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	exp := now.Add(time.Hour)
+	path := s.ReleasePath("deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", exp)
+	q := path[strings.Index(path, "?")+1:]
+	vals := map[string]string{}
+	for _, kv := range strings.Split(q, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		vals[k] = v
+	}
+	if err := s.Verify("deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", vals["exp"], vals["sig"], now); err != nil {
+		t.Fatalf("a fresh URL does not verify: %v", err)
+	}
+	for name, c := range map[string][4]string{
+		"other lock":  {"deploy:stage", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", vals["exp"], vals["sig"]},
+		"other lease": {"deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8M", vals["exp"], vals["sig"]},
+		"later exp":   {"deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", vals["exp"] + "0", vals["sig"]},
+		"bad sig":     {"deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", vals["exp"], "AAAA" + vals["sig"][4:]},
+		"no sig":      {"deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", vals["exp"], ""},
+	} {
+		if err := s.Verify(c[0], c[1], c[2], c[3], now); err != ErrBadSignature {
+			t.Errorf("%s: %v, want ErrBadSignature", name, err)
+		}
+	}
+	if err := s.Verify("deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", vals["exp"], vals["sig"], exp.Add(time.Second)); err != ErrExpired {
+		t.Errorf("after exp: %v, want ErrExpired", err)
+	}
+
+	// Rotation: a URL signed with the old secret still verifies while the
+	// old secret is listed, and stops when it is dropped.
+	oldSigner, _ := NewReleaseSigner(old)
+	oldPath := oldSigner.ReleasePath("a", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", exp)
+	sig := oldPath[strings.Index(oldPath, "sig=")+4:]
+	e := vals["exp"]
+	if err := s.Verify("a", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", e, sig, now); err != nil {
+		t.Errorf("old-secret URL during rotation: %v", err)
+	}
+	onlyNew, _ := NewReleaseSigner(cur)
+	if err := onlyNew.Verify("a", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", e, sig, now); err != ErrBadSignature {
+		t.Errorf("old-secret URL after rotation: %v", err)
+	}
+	if _, err := NewReleaseSigner([]byte("short")); err == nil {
+		t.Error("a short secret was accepted")
+	}
+}

@@ -1,0 +1,224 @@
+// Package auth decides who a request comes from and what it may do: API keys
+// with scopes and lock-name patterns, and signed release URLs for callers
+// that can only call a URL (CI systems, webhooks).
+//
+// Keys are configured only as SHA-256 hashes, one per line:
+//
+//	principal=ci scopes=locks:read,locks:write patterns=ci:*,deploy:* sha256=<64 hex digits>
+//
+// `lockapi keys new` prints a fresh key and its line.
+package auth
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Scope is one permission of a key.
+type Scope string
+
+const (
+	ScopeRead  Scope = "locks:read"  // inspect locks
+	ScopeWrite Scope = "locks:write" // acquire, renew and release own leases
+	ScopeAdmin Scope = "admin"       // list, force release, act on anyone's lease; implies the others
+)
+
+var knownScopes = []Scope{ScopeRead, ScopeWrite, ScopeAdmin}
+
+// Key is one configured API key.
+type Key struct {
+	Principal string
+	Scopes    []Scope
+	// Patterns are the lock names the key may use: '*' matches any run of
+	// characters, everything else matches itself.
+	Patterns []string
+	hash     [sha256.Size]byte
+}
+
+// Has reports whether the key carries scope; admin carries every scope.
+func (k *Key) Has(scope Scope) bool {
+	return slices.Contains(k.Scopes, scope) || slices.Contains(k.Scopes, ScopeAdmin)
+}
+
+// MayUse reports whether name matches one of the key's patterns.
+func (k *Key) MayUse(name string) bool {
+	for _, p := range k.Patterns {
+		if Match(p, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Keyring is the set of configured keys. A nil or empty Keyring means the
+// server runs open.
+type Keyring struct {
+	keys []Key
+}
+
+// Len returns the number of keys.
+func (r *Keyring) Len() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.keys)
+}
+
+// Authenticate returns the key whose hash matches token. It hashes token and
+// compares the hash with every configured hash in constant time, without
+// stopping at a match, so timing tells nothing about which key, if any,
+// matched.
+func (r *Keyring) Authenticate(token string) (*Key, bool) {
+	if r == nil || token == "" {
+		return nil, false
+	}
+	sum := sha256.Sum256([]byte(token))
+	found := -1
+	for i := range r.keys {
+		if subtle.ConstantTimeCompare(sum[:], r.keys[i].hash[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return nil, false
+	}
+	return &r.keys[found], true
+}
+
+// ParseKeys reads key lines; blank lines and lines starting with # are
+// skipped. Lines may also be separated by ';' so that a list fits in one
+// environment variable.
+func ParseKeys(text string) (*Keyring, error) {
+	r := &Keyring{}
+	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(text, ";", "\n")))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, err := parseKeyLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("key line %d: %w", n, err)
+		}
+		for _, other := range r.keys {
+			if other.hash == k.hash {
+				return nil, fmt.Errorf("key line %d: the same key is configured twice", n)
+			}
+		}
+		r.keys = append(r.keys, k)
+	}
+	return r, sc.Err()
+}
+
+func parseKeyLine(line string) (Key, error) {
+	var k Key
+	seen := map[string]bool{}
+	for _, field := range strings.Fields(line) {
+		name, value, ok := strings.Cut(field, "=")
+		if !ok || seen[name] {
+			return k, fmt.Errorf("want principal=… scopes=… patterns=… sha256=…, got %q", field)
+		}
+		seen[name] = true
+		switch name {
+		case "principal":
+			if fe := lock.CheckOwner("principal", value); fe != nil || strings.ContainsAny(value, " \t") {
+				return k, fmt.Errorf("principal %q: 1-128 printable characters without spaces", value)
+			}
+			k.Principal = value
+		case "scopes":
+			for _, s := range strings.Split(value, ",") {
+				if !slices.Contains(knownScopes, Scope(s)) {
+					return k, fmt.Errorf("unknown scope %q (want locks:read, locks:write, admin)", s)
+				}
+				k.Scopes = append(k.Scopes, Scope(s))
+			}
+		case "patterns":
+			for _, p := range strings.Split(value, ",") {
+				if err := CheckPattern(p); err != nil {
+					return k, err
+				}
+				k.Patterns = append(k.Patterns, p)
+			}
+		case "sha256":
+			b, err := hex.DecodeString(value)
+			if err != nil || len(b) != sha256.Size {
+				return k, fmt.Errorf("sha256 must be 64 hex digits")
+			}
+			copy(k.hash[:], b)
+		default:
+			return k, fmt.Errorf("unknown field %q", name)
+		}
+	}
+	for _, f := range []string{"principal", "scopes", "patterns", "sha256"} {
+		if !seen[f] {
+			return k, fmt.Errorf("missing %s=", f)
+		}
+	}
+	return k, nil
+}
+
+// CheckPattern reports whether p is a valid lock-name pattern: lock-name
+// characters and '*'.
+func CheckPattern(p string) error {
+	if p == "" || len(p) > lock.MaxNameLen || !lock.ValidName(strings.ReplaceAll(p, "*", "a")) {
+		return fmt.Errorf("pattern %q: lock-name characters and * only", p)
+	}
+	return nil
+}
+
+// Match reports whether name matches pattern, where '*' matches any run of
+// characters (including none) and every other byte matches itself. It runs
+// in O(len(pattern)*len(name)) at worst, with no recursion.
+func Match(pattern, name string) bool {
+	p, n := 0, 0
+	star, mark := -1, 0
+	for n < len(name) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, n
+			p++
+		case p < len(pattern) && pattern[p] == name[n]:
+			p++
+			n++
+		case star >= 0:
+			// Let the last star swallow one more byte and retry.
+			mark++
+			p, n = star+1, mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// NewKey returns a fresh random API key and its configuration line.
+func NewKey(principal string, scopes []Scope, patterns []string) (key, line string, err error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", err
+	}
+	key = "lka_" + base64.RawURLEncoding.EncodeToString(b)
+	sum := sha256.Sum256([]byte(key))
+	ss := make([]string, len(scopes))
+	for i, s := range scopes {
+		ss[i] = string(s)
+	}
+	line = fmt.Sprintf("principal=%s scopes=%s patterns=%s sha256=%s",
+		principal, strings.Join(ss, ","), strings.Join(patterns, ","), hex.EncodeToString(sum[:]))
+	if _, err := parseKeyLine(line); err != nil {
+		return "", "", err
+	}
+	return key, line, nil
+}

@@ -1,0 +1,131 @@
+package http
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// caller is who sent a request, as the authenticate middleware found out.
+type caller struct {
+	// key is the API key used; nil when the server runs open.
+	key *auth.Key
+	// principal names the caller for leases and limits: the key's
+	// principal, or "" on an open server.
+	principal string
+	// limitKey keys rate and waiter limits: the principal, or on an open
+	// server the client's address.
+	limitKey string
+}
+
+type callerKey struct{}
+
+func callerOf(r *http.Request) caller {
+	c, _ := r.Context().Value(callerKey{}).(caller)
+	return c
+}
+
+// authenticate identifies the caller of a /v1 route. With no keys configured
+// everyone is let in as the anonymous principal; otherwise a valid
+// "Authorization: Bearer <key>" is required.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c caller
+		if s.cfg.Keys.Len() == 0 {
+			c.limitKey = "addr:" + clientHost(r)
+		} else {
+			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || token == "" {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lockapi"`)
+				Error(w, r, &httpError{kindUnauthorized, "this server needs an API key: send Authorization: Bearer <key>"})
+				return
+			}
+			key, ok := s.cfg.Keys.Authenticate(strings.TrimSpace(token))
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lockapi", error="invalid_token"`)
+				Error(w, r, &httpError{kindUnauthorized, "the API key is not valid"})
+				return
+			}
+			c = caller{key: key, principal: key.Principal, limitKey: "principal:" + key.Principal}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	})
+}
+
+func clientHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// authorize checks that the caller has scope and, when name is not "", may
+// use that lock name. On an open server everything is allowed.
+func authorize(c caller, scope auth.Scope, name string) error {
+	if c.key == nil {
+		return nil
+	}
+	if !c.key.Has(scope) {
+		return &lock.Error{Code: lock.CodeForbidden, Detail: fmt.Sprintf("this API key lacks the %s scope", scope)}
+	}
+	if name != "" && !c.key.MayUse(name) {
+		return &lock.Error{Code: lock.CodeForbidden, Detail: fmt.Sprintf("this API key may not use lock %q", name)}
+	}
+	return nil
+}
+
+// leaseRef names a lease on behalf of the caller: renew and release are
+// checked against the acquiring principal unless the caller is an admin.
+func leaseRef(c caller, name, leaseID string) lock.LeaseRef {
+	ref := lock.LeaseRef{Lock: name, ID: leaseID}
+	if c.key != nil && !c.key.Has(auth.ScopeAdmin) {
+		ref.Principal = c.principal
+	}
+	return ref
+}
+
+// releaseURL returns the signed release URL of a lease. It is valid for the
+// server's maximum TTL from now: a lease that lives longer has been renewed,
+// and every renewal answers with a fresh URL.
+func (s *Server) releaseURL(l lock.Lease) string {
+	return s.cfg.Release.ReleasePath(l.Lock, l.ID, time.Now().Add(s.cfg.MaxTTL))
+}
+
+// handleSignedRelease handles the "POST /v1/locks/{name}/leases/{lease_id}/release"
+// route: a signed URL from a Lease's release_url releases every hold of that
+// lease with no Authorization header, for CI systems and webhooks. The body,
+// if any, is ignored (webhooks send their own payloads).
+func (s *Server) handleSignedRelease(w http.ResponseWriter, r *http.Request) {
+	name, leaseID, fields := leasePath(r)
+	if len(fields) > 0 {
+		Error(w, r, lock.Invalid(fields...))
+		return
+	}
+	q := r.URL.Query()
+	if err := s.cfg.Release.Verify(name, leaseID, q.Get("exp"), q.Get("sig"), time.Now()); err != nil {
+		Error(w, r, &lock.Error{Code: lock.CodeForbidden, Detail: err.Error()})
+		return
+	}
+	res, err := s.store.Release(r.Context(), lock.LeaseRef{Lock: name, ID: leaseID}, true)
+	if err == nil && res.Retried {
+		// A signed URL is a one-shot capability: its replay must not look
+		// like a release that happened now.
+		err = &lock.Error{Code: lock.CodeLeaseLost, Detail: fmt.Sprintf("lease %q of lock %q was already released", leaseID, name)}
+	}
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusOK, ReleaseResult{Lock: res.Lock, LeaseID: res.LeaseID, HoldCount: res.HoldCount, Released: res.Released})
+}
+
+// signedReleaseRoute is the route of handleSignedRelease, which authenticates
+// by its signature rather than by API key.
+const signedReleaseRoute = "/v1/locks/{name}/leases/{lease_id}/release"
