@@ -195,6 +195,8 @@ type Lease struct {
 	AcquiredAt   time.Time         `json:"acquired_at"`
 	ExpiresAt    time.Time         `json:"expires_at"`
 	Metadata     map[string]string `json:"metadata"`
+
+	releaseURL string // filled in by tests that read release_url
 }
 
 type LockState struct {
