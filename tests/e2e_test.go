@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockapi/lockapi/internal/apitest"
 	"github.com/lockapi/lockapi/internal/fencing"
 	"github.com/lockapi/lockapi/internal/redistest"
 )
@@ -402,4 +403,26 @@ func TestE2E_openapi_served(t *testing.T) {
 		t.Fatalf("%d %q", r.Status, r.Header.Get("Content-Type"))
 	}
 	_ = http.StatusOK
+}
+
+// TestE2E_percent_encoded_names: generated clients percent-encode path
+// parameters, so deploy%3Aprod must mean deploy:prod.
+func TestE2E_percent_encoded_names(t *testing.T) {
+	s := startServer(t, []string{"LOCKAPI_REDIS_URL="})
+	// Responses are still validated; kin-openapi's request validation would
+	// check the path parameter without decoding it.
+	a := &api{t: t, base: s.URL, c: apitest.NewClient(t, s.URL)}
+	l := a.mustAcquire("deploy%3Aprod%40eu", nil, 201)
+	if l.Lock != "deploy:prod@eu" {
+		t.Fatalf("lock = %q", l.Lock)
+	}
+	if st := a.state("deploy:prod@eu"); !st.Held || st.Holder.FencingToken != l.FencingToken {
+		t.Fatalf("state = %+v", st)
+	}
+	if r := a.must("DELETE", "/v1/locks/deploy%3Aprod%40eu/leases/"+l.LeaseID, nil); r.Status != 200 {
+		t.Fatalf("release: %d %s", r.Status, r.Body)
+	}
+	if r := a.must("GET", "/v1/locks/deploy%2Fprod", nil); r.Status != 400 {
+		t.Fatalf("an encoded slash: %d %s", r.Status, r.Body)
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -249,4 +251,17 @@ func (q *query) err() error {
 		return nil
 	}
 	return lock.Invalid(q.fields...)
+}
+
+// pathParam returns a route parameter, percent-decoded. chi matches the raw
+// path when a request has one, so "deploy%3Aprod" (what most generated
+// clients send for "deploy:prod") would otherwise reach validation encoded.
+// A parameter that does not decode is returned as it is and fails
+// validation.
+func pathParam(r *http.Request, key string) string {
+	raw := chi.URLParam(r, key)
+	if v, err := url.PathUnescape(raw); err == nil {
+		return v
+	}
+	return raw
 }

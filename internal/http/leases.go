@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/lockapi/lockapi/internal/auth"
@@ -35,7 +34,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
-	req, wait, err := s.acquireRequest(chi.URLParam(r, "name"), body)
+	req, wait, err := s.acquireRequest(pathParam(r, "name"), body)
 	if err != nil {
 		Error(w, r, err)
 		return
@@ -149,7 +148,7 @@ func checkLeaseID(id string) *lock.FieldError {
 
 // leasePath validates the name and lease_id of a lease route.
 func leasePath(r *http.Request) (name, leaseID string, fields []lock.FieldError) {
-	name, leaseID = chi.URLParam(r, "name"), chi.URLParam(r, "lease_id")
+	name, leaseID = pathParam(r, "name"), pathParam(r, "lease_id")
 	for _, fe := range []*lock.FieldError{lock.CheckName("name", name), checkLeaseID(leaseID)} {
 		if fe != nil {
 			fields = append(fields, *fe)

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -20,7 +19,7 @@ const (
 // at once or, with index, as a blocking query that answers when the state
 // differs from index or wait_ms has passed.
 func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "name")
+	name := pathParam(r, "name")
 	q := parseQuery(r)
 	index, _ := q.str("index")
 	// With an index and no wait_ms, wait as long as allowed (Consul's
@@ -67,7 +66,7 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 // handleForceRelease handles the "DELETE /v1/locks/{name}" route: it frees
 // the lock whoever holds it.
 func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "name")
+	name := pathParam(r, "name")
 	if fe := lock.CheckName("name", name); fe != nil {
 		Error(w, r, lock.Invalid(*fe))
 		return
