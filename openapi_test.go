@@ -30,6 +30,7 @@ var contract = []struct {
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
 	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},
+	{http.MethodGet, "/metrics", "getMetrics", []string{"200", "404"}},
 }
 
 // mustLoadOpenAPI parses the embedded spec and fails on any validation error,

@@ -16,6 +16,7 @@ import (
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store"
 )
 
@@ -41,6 +42,9 @@ type serveConfig struct {
 	MaxWaitersPerCaller int
 	RateLimit           float64
 	RateBurst           int
+
+	Metrics   bool
+	AdminAddr string
 
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
@@ -95,6 +99,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	rate := fmt.Sprint(0)
 	str(&rate, "rate-limit", "LOCKAPI_RATE_LIMIT", "0", "requests per second per principal (or client address); 0: no limit")
 	num(&c.RateBurst, "rate-burst", "LOCKAPI_RATE_BURST", 0, "burst of the rate limit; 0: one second's worth")
+	metricsOn := envOr("LOCKAPI_METRICS", "true")
+	str(&metricsOn, "metrics", "LOCKAPI_METRICS", metricsOn, "serve Prometheus metrics at /metrics (true or false)")
+	str(&c.AdminAddr, "admin-addr", "LOCKAPI_ADMIN_ADDR", "", "address of a separate admin listener with pprof and /metrics; empty: off")
 	str(&c.TLSCert, "tls-cert", "LOCKAPI_TLS_CERT", "", "PEM certificate file: serve HTTPS (with -tls-key)")
 	str(&c.TLSKey, "tls-key", "LOCKAPI_TLS_KEY", "", "PEM private key file for -tls-cert")
 	str(&c.RedisTLSCA, "redis-tls-ca", "LOCKAPI_REDIS_TLS_CA", "", "PEM CA bundle that signs the Redis server's certificate (rediss://)")
@@ -107,6 +114,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	var err error
+	if c.Metrics, err = strconv.ParseBool(metricsOn); err != nil {
+		return c, fmt.Errorf("-metrics %q: want true or false", metricsOn)
+	}
 	if c.RateLimit, err = strconv.ParseFloat(rate, 64); err != nil || c.RateLimit < 0 {
 		return c, fmt.Errorf("-rate-limit %q: want a number of requests per second, 0 for none", rate)
 	}
@@ -238,6 +248,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	var m *metrics.Metrics
+	if c.Metrics {
+		m = metrics.New()
+	}
+
 	var st lock.Store
 	if c.RedisURL == "" {
 		st = store.NewMemory()
@@ -249,11 +264,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer rdb.Close()
-		rs, err := store.NewRedis(rdb, store.RedisOptions{Prefix: c.KeyPrefix})
+		opts := store.RedisOptions{Prefix: c.KeyPrefix}
+		if m != nil {
+			opts.ObserveScript = m.Script
+		}
+		rs, err := store.NewRedis(rdb, opts)
 		if err != nil {
 			log.Error().Err(err).Msg("bad Redis configuration")
 			return 2
 		}
+		m.Counter("lockapi_pubsub_reconnects_total", "Times the pub/sub connection that wakes waiters was lost and redialled.",
+			func() float64 { return float64(rs.Reconnects()) })
 		st = rs
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := st.Ping(pctx); err != nil {
@@ -278,12 +299,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RateLimit:           c.RateLimit,
 		RateBurst:           c.RateBurst,
 		TLS:                 tlsConfig,
+		Metrics:             m,
 	})
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Msg("cannot listen")
 		return 1
 	}
 	log.Info().Str("addr", c.Addr).Str("url", srv.URL()).Msg("lockapi listening")
+	if c.AdminAddr != "" {
+		admin, err := openAdmin(c.AdminAddr, m)
+		if err != nil {
+			log.Error().Err(err).Str("admin_addr", c.AdminAddr).Msg("cannot listen")
+			return 1
+		}
+		defer admin.Close()
+		log.Info().Str("admin_addr", admin.Addr).Msg("admin listener (pprof) open")
+	}
 
 	<-ctx.Done()
 	log.Info().Dur("timeout", c.ShutdownTimeout).Msg("shutting down")

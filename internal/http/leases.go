@@ -1,6 +1,8 @@
 package http
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -58,9 +60,14 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = s.waitContext(ctx)
 		defer cancel()
 	}
+	start := time.Now()
 	g, err := lock.AcquireWait(ctx, s.store, req, wait)
+	err = waitError(ctx, err)
+	if wait > 0 {
+		s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	}
 	if err != nil {
-		Error(w, r, waitError(ctx, err))
+		Error(w, r, err)
 		return
 	}
 
@@ -70,6 +77,21 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", leaseLocation(g.Lease))
 	writeJSON(w, r, status, s.newLease(g.Lease))
+}
+
+// waitOutcome names how a waiting acquire ended, for the wait histogram.
+func waitOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "granted"
+	case lock.ErrorCode(err) == lock.CodeHeld:
+		return "timeout"
+	case errors.Is(err, errShuttingDown):
+		return "shutdown"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	return "error"
 }
 
 // acquireRequest validates an acquire and fills in its defaults. An absent

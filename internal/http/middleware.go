@@ -95,12 +95,18 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			if rctx := chi.RouteContext(r.Context()); rctx != nil {
 				route = rctx.RoutePattern()
 			}
+			took := time.Since(start)
+			metricRoute := route
+			if metricRoute == "" {
+				metricRoute = "unmatched" // one series for every unknown path
+			}
+			s.cfg.Metrics.Request(metricRoute, r.Method, status, took)
 			zerolog.Ctx(r.Context()).Info().
 				Str("method", r.Method).
 				Str("route", route).
 				Int("status", status).
 				Int64("bytes", sw.bytes).
-				Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).
+				Float64("duration_ms", float64(took.Microseconds())/1000).
 				Str("remote", r.RemoteAddr).
 				Msg("request")
 		}()

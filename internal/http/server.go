@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 )
 
 // Defaults for the zero fields of Config.
@@ -64,6 +65,10 @@ type Config struct {
 
 	// TLS, when set, makes Open serve HTTPS.
 	TLS *tls.Config
+
+	// Metrics, when set, records requests and waits and is served at
+	// GET /metrics.
+	Metrics *metrics.Metrics
 }
 
 // Defaults of the limits.
@@ -138,6 +143,10 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	// The signed release URL carries its own authorization.
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
 
+	if cfg.Metrics != nil {
+		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires and blocking queries.", func() float64 { return float64(s.waiters.Len()) })
+		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
+	}
 	r.Get("/healthz", s.handleHealth)
 	r.Get("/readyz", s.handleReady)
 	r.Get("/openapi.yaml", s.handleOpenAPI)

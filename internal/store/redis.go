@@ -47,12 +47,13 @@ const DefaultPrefix = "lockapi:"
 // (or a Sentinel-managed primary, or a Cluster: every key of one lock shares
 // a hash slot).
 type Redis struct {
-	rdb    redis.UniversalClient
-	prefix string
-	hub    *notify.Hub
-	ps     *redis.PubSub
-	cancel context.CancelFunc
-	done   chan struct{}
+	rdb     redis.UniversalClient
+	prefix  string
+	observe func(script string, d time.Duration)
+	hub     *notify.Hub
+	ps      *redis.PubSub
+	cancel  context.CancelFunc
+	done    chan struct{}
 
 	reconnects atomic.Int64
 }
@@ -64,6 +65,8 @@ type RedisOptions struct {
 	// Prefix starts every key and channel name; it must not contain { or }
 	// so that the {name} hash tag stays the only one.
 	Prefix string
+	// ObserveScript, when set, is told how long each script call took.
+	ObserveScript func(script string, d time.Duration)
 }
 
 // NewRedis returns a store on rdb. It opens one pub/sub connection, shared by
@@ -79,11 +82,12 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Redis{
-		rdb:    rdb,
-		prefix: prefix,
-		ps:     rdb.Subscribe(ctx),
-		cancel: cancel,
-		done:   make(chan struct{}),
+		rdb:     rdb,
+		prefix:  prefix,
+		observe: opts.ObserveScript,
+		ps:      rdb.Subscribe(ctx),
+		cancel:  cancel,
+		done:    make(chan struct{}),
 	}
 	s.hub = notify.New(pubsubSubscriber{s})
 	go s.receive(ctx)
@@ -105,6 +109,18 @@ func (s *Redis) nameOfChannel(ch string) (string, bool) {
 
 func (s *Redis) keys(name string) []string { return []string{s.lockKey(name), s.fenceKey(name)} }
 
+// run runs one script (EVALSHA, falling back to EVAL) and reports its
+// duration to the observer.
+func (s *Redis) run(ctx context.Context, name string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.observe == nil {
+		return script.Run(ctx, s.rdb, keys, args...)
+	}
+	start := time.Now()
+	cmd := script.Run(ctx, s.rdb, keys, args...)
+	s.observe(name, time.Since(start))
+	return cmd
+}
+
 // TryAcquire implements lock.Store with one script call.
 func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	if err := req.Validate(); err != nil {
@@ -118,7 +134,7 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		}
 		meta = string(b)
 	}
-	res, err := acquireScript.Run(ctx, s.rdb, s.keys(req.Lock),
+	res, err := s.run(ctx, "acquire", acquireScript, s.keys(req.Lock),
 		ulid.Make().String(), req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock)).Slice()
 	if err != nil {
 		return lock.Grant{}, storeError(err)
@@ -138,7 +154,7 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 // Renew implements lock.Store.
 func (s *Redis) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	res, err := renewScript.Run(ctx, s.rdb, s.keys(name), ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal).Slice()
+	res, err := s.run(ctx, "renew", renewScript, s.keys(name), ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal).Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
 	}
@@ -161,7 +177,7 @@ func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	res, err := releaseScript.Run(ctx, s.rdb, s.keys(name), ref.ID, allArg, s.channel(name), ref.Principal).Slice()
+	res, err := s.run(ctx, "release", releaseScript, s.keys(name), ref.ID, allArg, s.channel(name), ref.Principal).Slice()
 	if err != nil {
 		return out, storeError(err)
 	}
@@ -180,7 +196,7 @@ func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 
 // Inspect implements lock.Store.
 func (s *Redis) Inspect(ctx context.Context, name string) (lock.State, error) {
-	res, err := inspectScript.Run(ctx, s.rdb, s.keys(name)).Slice()
+	res, err := s.run(ctx, "inspect", inspectScript, s.keys(name)).Slice()
 	if err != nil {
 		return lock.State{}, storeError(err)
 	}
@@ -207,7 +223,7 @@ func stateOf(name string, r *replyReader) (lock.State, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Redis) ForceRelease(ctx context.Context, name string) (bool, error) {
-	n, err := forceReleaseScript.Run(ctx, s.rdb, s.keys(name), s.channel(name)).Int()
+	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name)).Int()
 	if err != nil {
 		return false, storeError(err)
 	}

@@ -1,0 +1,157 @@
+// Package metrics defines lockapi's Prometheus metrics, with the official
+// client library. Labels are bounded: route patterns, methods, statuses,
+// outcomes and script names, never lock names (one series per lock would
+// grow without bound).
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds every series lockapi exports. A nil *Metrics is valid and
+// records nothing, so callers need no checks when metrics are off.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	grants       *prometheus.CounterVec
+	releases     *prometheus.CounterVec
+	conflicts    prometheus.Counter
+	leaseLost    prometheus.Counter
+	waitDuration *prometheus.HistogramVec
+	scripts      *prometheus.HistogramVec
+
+	// observers caches the request series of each (route, method, status):
+	// WithLabelValues hashes its labels on every call.
+	observers sync.Map // requestLabels -> *requestSeries
+}
+
+type requestLabels struct {
+	route, method string
+	status        int
+}
+
+type requestSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+// New registers lockapi's series and the Go and process collectors (RSS,
+// goroutines) in a fresh registry.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{m.reg}
+	m.requests = f.counterVec("lockapi_http_requests_total", "HTTP requests by route pattern, method and status.", "route", "method", "status")
+	m.duration = f.histogramVec("lockapi_http_request_duration_seconds", "HTTP request duration by route pattern, method and status, waits included.",
+		[]float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}, "route", "method", "status")
+	m.grants = f.counterVec("lockapi_grants_total", "Leases granted: kind fresh (a new token) or reentrant.", "kind")
+	m.releases = f.counterVec("lockapi_releases_total", "Successful releases: kind lease, signed_url or force.", "kind")
+	m.conflicts = f.counter("lockapi_conflicts_total", "Acquires answered 409 because another owner held the lock.")
+	m.leaseLost = f.counter("lockapi_lease_lost_total", "Renews and releases answered 410 because the lease no longer held the lock.")
+	m.waitDuration = f.histogramVec("lockapi_wait_duration_seconds", "How long waiting acquires waited, by outcome: granted, timeout, cancelled, shutdown or error.",
+		[]float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60}, "outcome")
+	m.scripts = f.histogramVec("lockapi_store_script_duration_seconds", "Redis script round trips by script.",
+		[]float64{.0001, .0002, .0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}, "script")
+	return m
+}
+
+type factory struct{ reg *prometheus.Registry }
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Gauge registers a gauge whose value is read from fn at scrape time.
+func (m *Metrics) Gauge(name, help string, fn func() float64) {
+	if m != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
+	}
+}
+
+// Counter registers a counter whose value is read from fn at scrape time.
+func (m *Metrics) Counter(name, help string, fn func() float64) {
+	if m != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, fn))
+	}
+}
+
+// Request records one HTTP request, and the lock events its route and
+// status imply: a 201 acquire is a fresh grant, a 409 a conflict, a 410 a
+// lost lease, and so on. Deriving them here keeps handlers free of metric
+// calls.
+func (m *Metrics) Request(route, method string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	key := requestLabels{route, method, status}
+	s, ok := m.observers.Load(key)
+	if !ok {
+		code := strconv.Itoa(status)
+		s, _ = m.observers.LoadOrStore(key, &requestSeries{
+			count:    m.requests.WithLabelValues(route, method, code),
+			duration: m.duration.WithLabelValues(route, method, code),
+		})
+	}
+	rs := s.(*requestSeries)
+	rs.count.Inc()
+	rs.duration.Observe(d.Seconds())
+
+	switch {
+	case route == "/v1/locks/{name}/leases" && status == http.StatusCreated:
+		m.grants.WithLabelValues("fresh").Inc()
+	case route == "/v1/locks/{name}/leases" && status == http.StatusOK:
+		m.grants.WithLabelValues("reentrant").Inc()
+	case route == "/v1/locks/{name}/leases" && status == http.StatusConflict:
+		m.conflicts.Inc()
+	case status == http.StatusGone:
+		m.leaseLost.Inc()
+	case route == "/v1/locks/{name}/leases/{lease_id}" && status == http.StatusOK:
+		m.releases.WithLabelValues("lease").Inc()
+	case route == "/v1/locks/{name}/leases/{lease_id}/release" && status == http.StatusOK:
+		m.releases.WithLabelValues("signed_url").Inc()
+	case route == "/v1/locks/{name}" && method == http.MethodDelete && status == http.StatusOK:
+		m.releases.WithLabelValues("force").Inc()
+	}
+}
+
+// Wait records how long a waiting acquire waited and how it ended.
+func (m *Metrics) Wait(d time.Duration, outcome string) {
+	if m != nil {
+		m.waitDuration.WithLabelValues(outcome).Observe(d.Seconds())
+	}
+}
+
+// Script records one Redis script round trip.
+func (m *Metrics) Script(name string, d time.Duration) {
+	if m != nil {
+		m.scripts.WithLabelValues(name).Observe(d.Seconds())
+	}
+}
