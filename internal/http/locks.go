@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
 )
