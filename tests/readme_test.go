@@ -1,0 +1,77 @@
+package tests
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/pgtest"
+	"github.com/lockapi/lockapi/migrations"
+)
+
+// walkthrough returns the shell blocks of the README's curl walkthrough, in
+// order, as one script.
+func walkthrough(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "<!-- walkthrough:start -->")
+	section, _, ok2 := strings.Cut(rest, "<!-- walkthrough:end -->")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no walkthrough markers")
+	}
+	var script strings.Builder
+	for {
+		_, after, found := strings.Cut(section, "```sh\n")
+		if !found {
+			break
+		}
+		block, tail, _ := strings.Cut(after, "```")
+		script.WriteString(block)
+		section = tail
+	}
+	if script.Len() == 0 {
+		t.Fatal("the walkthrough has no shell blocks")
+	}
+	return script.String()
+}
+
+// TestREADME_walkthrough runs the README's curl walkthrough as written
+// against the real binary and a real PostgreSQL with the fencing migration.
+func TestREADME_walkthrough(t *testing.T) {
+	for _, tool := range []string{"bash", "curl", "psql", "sed"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("the README walkthrough needs %s (apt-get install %s)", tool, tool)
+			}
+			t.Skipf("the README walkthrough needs %s", tool)
+		}
+	}
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	db := pgtest.Open(t, dsn)
+	if err := migrations.Up(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, []string{"LOCKAPI_REDIS_URL="})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", walkthrough(t))
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "LOCKAPI="+s.URL, "DATABASE_URL="+dsn)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the walkthrough failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{`"hold_count":1`, `"held":true`, `"released":true`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the walkthrough's output lacks %s:\n%s", want, out)
+		}
+	}
+}
