@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -76,16 +77,13 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		return lock.Invalid(lock.FieldError{Field: "body", Detail: "must be a JSON object"})
 	}
 
-	// encoding/json matches field names case-insensitively; the contract
-	// does not, so look at the exact member names first.
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(data, &members); err == nil {
-		known := jsonFields(v)
-		for name := range members {
-			if !known[name] {
-				return lock.Invalid(lock.FieldError{Field: name, Detail: "unknown field"})
-			}
-		}
+	// encoding/json would turn invalid UTF-8 into U+FFFD, so that different
+	// byte strings became the same owner; refuse them instead.
+	if !utf8.Valid(data) {
+		return lock.Invalid(lock.FieldError{Field: "body", Detail: "must be valid UTF-8"})
+	}
+	if err := checkMembers(data, jsonFields(v)); err != nil {
+		return err
 	}
 
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -97,6 +95,58 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		return lock.Invalid(lock.FieldError{Field: "body", Detail: "unexpected data after the JSON object"})
 	}
 	return nil
+}
+
+// checkMembers walks the JSON text and refuses what encoding/json lets
+// through: member names of the top-level object that are not v's fields
+// spelled exactly (encoding/json matches them case-insensitively), and
+// duplicate member names in any object (encoding/json keeps the last, while
+// a proxy in front of lockapi may read the first). Syntax errors are left to
+// the decoder, which reports them better.
+func checkMembers(data []byte, known map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type object struct {
+		seen      map[string]bool
+		expectKey bool
+	}
+	var stack []*object
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var top *object
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.expectKey {
+			if key, ok := tok.(string); ok {
+				if top.seen[key] {
+					return lock.Invalid(lock.FieldError{Field: key, Detail: "appears more than once"})
+				}
+				top.seen[key] = true
+				if len(stack) == 1 && !known[key] {
+					return lock.Invalid(lock.FieldError{Field: key, Detail: "unknown field"})
+				}
+				top.expectKey = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &object{seen: map[string]bool{}, expectKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, nil) // arrays hold no member names
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the enclosing object, if any, expects a key next.
+		if n := len(stack); n > 0 && stack[n-1] != nil {
+			stack[n-1].expectKey = true
+		}
+	}
 }
 
 var (
