@@ -33,6 +33,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, stdout, stderr)
+	case "run":
+		return runCmd(ctx, args, stdout, stderr)
+	case "status":
+		return statusCmd(ctx, args, stdout, stderr)
+	case "keys":
+		return keys(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -46,5 +52,10 @@ const usage = `usage: lockapi <command> [flags]
 
 commands:
   serve    run the lock server (the default); lockapi serve -h lists its flags
+  run      run a command while holding a lock: lockapi run [flags] NAME -- COMMAND...
+           (exit 75: lock still held after --wait, 70: lease lost, 69: server
+           unavailable, 2: usage; lockapi run -h says more)
+  status   print a lock's state: lockapi status [--json] NAME
+  keys     create an API key: lockapi keys new --principal NAME [--scopes …] [--patterns …]
   help     print this text
 `

@@ -1,0 +1,285 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lockapi/lockapi/client/api"
+)
+
+// DefaultRequestTimeout bounds each request that does not wait for a lock;
+// see WithRequestTimeout.
+const DefaultRequestTimeout = 30 * time.Second
+
+// Client talks to one lockapi server. It is safe for concurrent use.
+type Client struct {
+	api     *api.ClientWithResponses
+	timeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	httpClient *http.Client
+	timeout    time.Duration
+	apiKey     string
+}
+
+// WithHTTPClient makes the client send its requests with hc, for example to
+// set TLS or a proxy. hc should have no Timeout: waiting acquires hold
+// their request open for as long as they wait. The default is a fresh
+// http.Client on http.DefaultTransport.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) { c.httpClient = hc }
+}
+
+// WithAPIKey sends key as a bearer token (Authorization: Bearer key) with
+// every request, for a server configured with API keys.
+func WithAPIKey(key string) Option {
+	return func(c *config) { c.apiKey = key }
+}
+
+// WithRequestTimeout bounds each request the client sends (DefaultRequestTimeout
+// unless set). A waiting acquire may take its wait on top of this.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = d }
+}
+
+// New returns a client of the lockapi server at baseURL, e.g.
+// "http://localhost:8080".
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("lockapi: server URL %q: want http://host[:port] or https://host[:port]", baseURL)
+	}
+	cfg := config{httpClient: &http.Client{}, timeout: DefaultRequestTimeout}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.timeout <= 0 {
+		cfg.timeout = DefaultRequestTimeout
+	}
+	apiOpts := []api.ClientOption{api.WithHTTPClient(cfg.httpClient)}
+	if cfg.apiKey != "" {
+		auth := "Bearer " + cfg.apiKey
+		apiOpts = append(apiOpts, api.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+			r.Header.Set("Authorization", auth)
+			return nil
+		}))
+	}
+	a, err := api.NewClientWithResponses(strings.TrimSuffix(baseURL, "/"), apiOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("lockapi: %w", err)
+	}
+	return &Client{api: a, timeout: cfg.timeout}, nil
+}
+
+// API returns the low-level client, generated from openapi.yaml, that c
+// sends its requests with: for the operations Client has no method for,
+// such as GetLock, ListLocks and ForceRelease.
+func (c *Client) API() *api.ClientWithResponses { return c.api }
+
+// AcquireOptions tunes an acquire. Every field is optional.
+type AcquireOptions struct {
+	// Owner names the holder. The same owner acquiring a lock it holds is
+	// reentrant: it gets the same lease (ID and token) with one more hold,
+	// and each Release drops one. Empty means a fresh owner unique to this
+	// acquire (host, process id and random bits), whose Release drops every
+	// hold.
+	Owner string
+	// TTL is how long the lease lasts unless renewed; 0 is the server's
+	// default (30s). The lease renews itself every TTL/3 while held.
+	TTL time.Duration
+	// Wait is how long to wait for the lock while another owner holds it; 0
+	// tries once. A wait longer than the server's maximum (60s by default)
+	// takes several requests, and while waiting, failures worth retrying
+	// (ErrUnavailable) are retried with backoff. A retry may find a grant
+	// whose answer was lost: with an empty Owner, Release drops it too;
+	// with a named one it is an extra hold, which ends with the TTL.
+	Wait time.Duration
+	// Metadata is kept with the lease and shown to anyone who looks at the
+	// lock: at most 16 labels.
+	Metadata map[string]string
+}
+
+// Acquire acquires the lock name and starts renewing it in the background
+// (see Lease). When another owner still holds the lock after opts.Wait,
+// the error is a *HeldError (IsHeld). Other errors are a *ProblemError, a
+// failure wrapping ErrUnavailable, or ctx's error.
+func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+	owner, unique := opts.Owner, false
+	if owner == "" {
+		owner, unique = uniqueOwner(), true
+	}
+	body := api.AcquireRequest{Owner: &owner}
+	if opts.TTL > 0 {
+		ms := ceilMs(opts.TTL)
+		body.TTLMs = &ms
+	}
+	if len(opts.Metadata) > 0 {
+		md := api.Metadata(opts.Metadata)
+		body.Metadata = &md
+	}
+
+	var deadline time.Time
+	if opts.Wait > 0 {
+		deadline = time.Now().Add(opts.Wait)
+	}
+	bo := newBackoff(100*time.Millisecond, 5*time.Second)
+	for {
+		var wait time.Duration
+		if opts.Wait > 0 {
+			wait = time.Until(deadline)
+		}
+		body.WaitMs = nil
+		if ms := wait.Milliseconds(); ms > 0 {
+			body.WaitMs = &ms
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait+c.timeout)
+		sent := time.Now()
+		resp, err := c.api.AcquireLeaseWithResponse(rctx, name, body)
+		received := time.Now()
+		cancel()
+
+		var pause time.Duration
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, fmt.Errorf("lockapi: acquire %q: %w", name, context.Cause(ctx))
+		case err != nil:
+			err = unavailable(err)
+		case resp.JSON201 != nil:
+			return c.grant(ctx, resp.JSON201, unique, wait > 0, sent, received)
+		case resp.JSON200 != nil:
+			return c.grant(ctx, resp.JSON200, unique, wait > 0, sent, received)
+		default:
+			err = responseError(name, resp.HTTPResponse, resp.Body)
+		}
+
+		// Asked again only while the wait lasts: a lock still held after
+		// the server's longest wait, or a failure that may pass.
+		if opts.Wait <= 0 || time.Until(deadline) < time.Millisecond {
+			return nil, err
+		}
+		var pe *ProblemError
+		switch {
+		case IsHeld(err):
+			if received.Sub(sent) < 100*time.Millisecond {
+				pause = bo.next() // the server hardly waited: do not spin
+			}
+		case errors.Is(err, ErrUnavailable):
+			pause = bo.next()
+			if errors.As(err, &pe) {
+				pause = max(pause, pe.RetryAfter)
+			}
+		default:
+			return nil, err
+		}
+		if pause > 0 && !sleepUntil(ctx, earliest(deadline, time.Now().Add(pause))) {
+			return nil, fmt.Errorf("lockapi: acquire %q: %w", name, context.Cause(ctx))
+		}
+	}
+}
+
+// grant makes the lease of a granted acquire and starts its watchdog.
+func (c *Client) grant(ctx context.Context, g *api.Lease, unique, waited bool, sent, received time.Time) (*Lease, error) {
+	l := newLease(c, g, unique, sent)
+	// The lease can only be vouched for from when the request was sent. An
+	// acquire that waited may have been granted long after that, so confirm
+	// the grant with a renewal, which measures afresh. Until then the time
+	// of the answer stands in, only to bound the confirmation's retries.
+	if waited && received.Sub(sent) > l.TTL()/10 {
+		l.renewedAt = received
+		if err := l.keepAlive(ctx); err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout(l.TTL(), c.timeout))
+			_ = l.delete(rctx)
+			cancel()
+			return nil, fmt.Errorf("lockapi: acquire %q: granted after waiting, but the grant could not be confirmed: %w", l.name, err)
+		}
+	}
+	go l.watch()
+	return l, nil
+}
+
+// WithLock acquires the lock name, runs fn while holding it, and releases
+// it, also when fn panics. fn's context is cancelled the moment the lease
+// is lost, with the loss as its cause (context.Cause). The error joins fn's
+// error and Release's, so errors.Is(err, ErrLeaseLost) reports a loss while
+// fn ran.
+func (c *Client) WithLock(ctx context.Context, name string, opts AcquireOptions, fn func(ctx context.Context, l *Lease) error) (err error) {
+	l, err := c.Acquire(ctx, name, opts)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel(l.Err())
+		case <-finished:
+		}
+	}()
+	defer func() {
+		close(finished)
+		cancel(nil)
+		// Release even when ctx is done: that is when it matters most.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+		defer rcancel()
+		if rerr := l.Release(rctx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return fn(fctx, l)
+}
+
+// uniqueOwner returns an owner nobody else uses: host, process id and 48
+// random bits.
+func uniqueOwner() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "unknown"
+	}
+	if len(host) > 64 {
+		host = host[:64]
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%x", host, os.Getpid(), b)
+}
+
+// ceilMs converts d to whole milliseconds, rounding up.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// sleepUntil waits until t and reports true, or false once ctx is done.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,35 @@
+// Package client is the Go client of lockapi: it acquires locks, keeps
+// their leases alive while they are held, and says when one is lost.
+//
+//	c, err := client.New("http://localhost:8080")
+//	...
+//	err = c.WithLock(ctx, "deploy:prod", client.AcquireOptions{TTL: 30 * time.Second, Wait: time.Minute},
+//		func(ctx context.Context, l *client.Lease) error {
+//			// ctx is cancelled the moment the lease is lost.
+//			return deploy(ctx, l.Token())
+//		})
+//	if client.IsHeld(err) { ... }
+//
+// Or, step by step:
+//
+//	l, err := c.Acquire(ctx, "deploy:prod", client.AcquireOptions{Owner: "ci-runner-1"})
+//	...
+//	defer l.Release(context.WithoutCancel(ctx))
+//	select {
+//	case <-l.Lost(): // stop the work: l.Err() says why
+//	case <-work:
+//	}
+//
+// A Lease renews itself every TTL/3 until Release. Renewals that fail in a
+// way that may pass are retried, but only while the lease is surely still
+// held; a 410 from the server, or no successful renewal before a safety
+// margin ahead of the lease's expiry, closes Lost. Holding a lock is never
+// certain (a process can pause past its lease), so pass Lease.Token to the
+// resources you guard and have them refuse tokens smaller than one they
+// have seen.
+//
+// The operations without a method here (inspecting, listing and
+// force-releasing locks) are on the low-level client that Client.API
+// returns, generated from openapi.yaml into package
+// github.com/lockapi/lockapi/client/api.
+package client

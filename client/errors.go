@@ -1,0 +1,163 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockapi/lockapi/client/api"
+)
+
+// Sentinel errors; test for them with errors.Is.
+var (
+	// ErrLeaseLost means the lease no longer holds its lock: the server
+	// answered 410 lease-lost (it expired or was force-released), or no
+	// renewal succeeded in time, so another holder may exist. Stop the
+	// guarded work.
+	ErrLeaseLost = errors.New("lockapi: lease lost")
+
+	// ErrUnavailable marks a failure that may pass: the server could not be
+	// reached, or it answered 503 (store unreachable, shutting down), 429,
+	// 502 or 504.
+	ErrUnavailable = errors.New("lockapi: server unavailable")
+
+	// ErrReleased is what Lease.Err returns after a Release.
+	ErrReleased = errors.New("lockapi: lease released")
+)
+
+// HeldError is the answer to an acquire when another owner holds the lock
+// (409 lock-held), still after the acquire's Wait.
+type HeldError struct {
+	Lock      string
+	Owner     string        // the holder's owner
+	Token     uint64        // the holder's fencing token
+	ExpiresIn time.Duration // until the holder's lease ends unless renewed
+	RequestID string
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lockapi: lock %q is held by %q (fencing token %d, expires in %v unless renewed)",
+		e.Lock, e.Owner, e.Token, e.ExpiresIn.Round(time.Millisecond))
+}
+
+// IsHeld reports whether err says that another owner holds the lock; use
+// errors.As with a *HeldError for the holder.
+func IsHeld(err error) bool {
+	var he *HeldError
+	return errors.As(err, &he)
+}
+
+// ProblemError is any other error answer of the server, an RFC 9457 problem
+// detail (or, from something in between that does not speak it, the bare
+// status). errors.Is matches ErrLeaseLost for a 410 and ErrUnavailable for
+// statuses worth retrying.
+type ProblemError struct {
+	Status    int
+	Type      string // a https://lockapi.dev/problems/ URI; "" if the body was no problem
+	Title     string
+	Detail    string
+	Fields    []FieldError // the offending inputs of a 400
+	RequestID string
+	// RetryAfter is the Retry-After header, when the server sent one.
+	RetryAfter time.Duration
+}
+
+// FieldError is one offending input of a 400 invalid-request problem.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *ProblemError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lockapi: server answered %d", e.Status)
+	if slug, ok := strings.CutPrefix(e.Type, problemTypeBase); ok {
+		b.WriteString(" " + slug)
+	} else if e.Title != "" {
+		b.WriteString(" " + e.Title)
+	}
+	if e.Detail != "" {
+		b.WriteString(": " + e.Detail)
+	}
+	if e.RequestID != "" {
+		b.WriteString(" (request id " + e.RequestID + ")")
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) and errors.Is(err, ErrUnavailable)
+// work on problems.
+func (e *ProblemError) Is(target error) bool {
+	switch target {
+	case ErrLeaseLost:
+		return e.Status == http.StatusGone
+	case ErrUnavailable:
+		return transientStatus(e.Status)
+	}
+	return false
+}
+
+const problemTypeBase = "https://lockapi.dev/problems/"
+
+// transientStatus reports whether an answer with status may succeed when
+// asked again.
+func transientStatus(status int) bool {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// unavailable wraps a failure to exchange a request with the server.
+func unavailable(err error) error {
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// responseError turns a non-2xx answer into a *HeldError or *ProblemError.
+func responseError(lockName string, resp *http.Response, body []byte) error {
+	p := &ProblemError{
+		Status:     resp.StatusCode,
+		Title:      http.StatusText(resp.StatusCode),
+		RequestID:  resp.Header.Get("X-Request-ID"),
+		RetryAfter: retryAfter(resp.Header),
+	}
+	var doc api.Problem
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); strings.HasSuffix(mt, "json") && json.Unmarshal(body, &doc) == nil && doc.Type != "" {
+		p.Type, p.Title, p.Detail = string(doc.Type), doc.Title, doc.Detail
+		if doc.Errors != nil {
+			for _, f := range *doc.Errors {
+				p.Fields = append(p.Fields, FieldError{Field: f.Field, Detail: f.Detail})
+			}
+		}
+		if resp.StatusCode == http.StatusConflict && doc.Holder != nil {
+			return &HeldError{
+				Lock:      lockName,
+				Owner:     doc.Holder.Owner,
+				Token:     uint64(doc.Holder.FencingToken),
+				ExpiresIn: time.Duration(doc.Holder.ExpiresInMs) * time.Millisecond,
+				RequestID: p.RequestID,
+			}
+		}
+	} else if text := strings.TrimSpace(string(body)); text != "" {
+		const maxDetail = 200
+		if len(text) > maxDetail {
+			text = text[:maxDetail] + "…"
+		}
+		p.Detail = text
+	}
+	return p
+}
+
+func retryAfter(h http.Header) time.Duration {
+	secs, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || secs < 0 {
+		return 0
+	}
+	return time.Duration(secs) * time.Second
+}

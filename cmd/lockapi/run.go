@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockapi/lockapi/client"
+)
+
+// Exit statuses of `lockapi run` and `lockapi status` besides the command's
+// own, after sysexits.h where one fits.
+const (
+	exitUsage       = 2   // bad flags or arguments, or input the server refused (400)
+	exitUnavailable = 69  // EX_UNAVAILABLE: the server could not be reached or failed
+	exitLeaseLost   = 70  // EX_SOFTWARE: the lease was lost while the command ran
+	exitTempFail    = 75  // EX_TEMPFAIL: the lock stayed held for all of --wait
+	exitNoPerm      = 77  // EX_NOPERM: the server refused the API key (401, 403)
+	exitCannotExec  = 126 // the command was found but could not be started
+	exitNotFound    = 127 // the command was not found
+)
+
+// signalFromTerminal reports whether a SIGINT came from the terminal, and
+// so reached the command too; a variable so that tests can pretend either.
+var signalFromTerminal = inTerminalForeground
+
+// releaseTimeout bounds the release after the command has exited.
+const releaseTimeout = 10 * time.Second
+
+const runUsage = `usage: lockapi run [flags] NAME [--] COMMAND [ARG...]
+
+Runs COMMAND while holding the lock NAME, like flock(1) for many machines.
+It acquires the lock (waiting up to --wait), runs the command with
+LOCKAPI_LOCK, LOCKAPI_LEASE_ID and LOCKAPI_FENCING_TOKEN added to its
+environment, renews the lease in the background, and releases it when the
+command exits. SIGINT and SIGTERM are passed on to the command (except a
+Ctrl-C in a terminal, which reaches the command by itself).
+
+If the lease is lost while the command runs (force-released, or the server
+could not be reached to renew it), the command gets SIGTERM, then SIGKILL
+after --grace, and lockapi run exits 70. Give the fencing token to whatever
+the command writes to, so that a late write is refused.
+
+Flags:
+  --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
+  --ttl D        lease TTL; renewed every TTL/3 (default 30s)
+  --wait D       how long to wait for a held lock; 0 tries once (default 5m)
+  --owner NAME   owner of the lease (default: unique, host:pid:random); runs
+                 with the same owner are reentrant: they do not exclude each other
+  --grace D      time between SIGTERM and SIGKILL when the lease is lost (default 10s)
+
+$LOCKAPI_API_KEY, when set, is sent as the bearer token.
+
+Exit status: the command's own (128+N if it was killed by signal N), or
+    2  usage error, or the server refused the input (400)
+   69  the server was unavailable or failed
+   70  the lease was lost while the command ran
+   75  the lock was still held by someone else after --wait
+   77  the server refused the API key (401, 403)
+  126  the command could not be started
+  127  the command was not found
+`
+
+type runConfig struct {
+	server  string
+	ttl     time.Duration
+	wait    time.Duration
+	owner   string
+	grace   time.Duration
+	name    string
+	command []string
+}
+
+func parseRunFlags(args []string) (runConfig, error) {
+	var c runConfig
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // runCmd reports errors, with the usage
+	fs.Usage = func() {}
+	fs.StringVar(&c.server, "server", defaultServer(), "")
+	fs.DurationVar(&c.ttl, "ttl", 30*time.Second, "")
+	fs.DurationVar(&c.wait, "wait", 5*time.Minute, "")
+	fs.StringVar(&c.owner, "owner", "", "")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() == 0 {
+		return c, errors.New("missing the lock NAME")
+	}
+	c.name, c.command = fs.Arg(0), fs.Args()[1:]
+	switch {
+	case len(c.command) > 0 && c.command[0] == "--":
+		c.command = c.command[1:]
+	case len(c.command) > 0 && strings.HasPrefix(c.command[0], "-"):
+		// Flags after NAME, before the command.
+		if err := fs.Parse(c.command); err != nil {
+			return c, err
+		}
+		c.command = fs.Args()
+	}
+	switch {
+	case len(c.command) == 0:
+		return c, errors.New("missing the COMMAND to run")
+	case c.ttl <= 0:
+		return c, errors.New("--ttl must be positive")
+	case c.wait < 0:
+		return c, errors.New("--wait must not be negative")
+	case c.grace < 0:
+		return c, errors.New("--grace must not be negative")
+	}
+	return c, nil
+}
+
+func defaultServer() string {
+	if s := os.Getenv("LOCKAPI_SERVER"); s != "" {
+		return s
+	}
+	return "http://localhost:8080"
+}
+
+// newClient returns a client of server, with $LOCKAPI_API_KEY if set.
+func newClient(server string) (*client.Client, error) {
+	var opts []client.Option
+	if key := os.Getenv("LOCKAPI_API_KEY"); key != "" {
+		opts = append(opts, client.WithAPIKey(key))
+	}
+	return client.New(server, opts...)
+}
+
+// runCmd implements `lockapi run`.
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parseRunFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, runUsage)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lockapi run: %v\n\n%s", err, runUsage)
+		return exitUsage
+	}
+	cl, err := newClient(c.server)
+	if err != nil {
+		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
+		return exitUsage
+	}
+
+	// The signals to pass on. main's context is cancelled by the same
+	// signals; this channel says which one it was.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	lease, code := acquireForRun(ctx, cl, c, sigs, stderr)
+	if lease == nil {
+		return code
+	}
+	return runLocked(ctx, c, lease, sigs, stdout, stderr)
+}
+
+// acquireForRun acquires the lock, or explains why not and returns the exit
+// status.
+func acquireForRun(ctx context.Context, cl *client.Client, c runConfig, sigs <-chan os.Signal, stderr io.Writer) (*client.Lease, int) {
+	opts := client.AcquireOptions{Owner: c.owner, TTL: c.ttl}
+	start := time.Now()
+	l, err := cl.Acquire(ctx, c.name, opts)
+	if he, ok := errors.AsType[*client.HeldError](err); ok && c.wait > 0 {
+		fmt.Fprintf(stderr, "lockapi run: lock %q is held by %q; waiting up to %v\n", c.name, he.Owner, c.wait)
+		opts.Wait = c.wait - time.Since(start)
+		l, err = cl.Acquire(ctx, c.name, opts)
+	}
+	if err == nil {
+		return l, 0
+	}
+
+	var pe *client.ProblemError
+	switch he, held := errors.AsType[*client.HeldError](err); {
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "lockapi run: interrupted while acquiring lock %q\n", c.name)
+		return nil, interruptedStatus(sigs)
+	case held:
+		fmt.Fprintf(stderr, "lockapi run: could not get lock %q within --wait %v: held by %q (fencing token %d, expires in %v unless renewed)\n",
+			c.name, c.wait, he.Owner, he.Token, he.ExpiresIn.Round(time.Millisecond))
+		return nil, exitTempFail
+	case errors.Is(err, client.ErrUnavailable):
+		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
+		return nil, exitUnavailable
+	case errors.As(err, &pe) && pe.Status == http.StatusBadRequest:
+		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
+		return nil, exitUsage
+	case errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
+		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
+		return nil, exitNoPerm
+	default:
+		fmt.Fprintf(stderr, "lockapi run: acquire lock %q: %s\n", c.name, errText(err))
+		return nil, exitUnavailable
+	}
+}
+
+// interruptedStatus is the exit status after an interruption: 128 plus the
+// signal, as a shell reports it.
+func interruptedStatus(sigs <-chan os.Signal) int {
+	select {
+	case s := <-sigs:
+		if n, ok := s.(syscall.Signal); ok {
+			return 128 + int(n)
+		}
+	default:
+	}
+	return 128 + int(syscall.SIGINT)
+}
+
+// runLocked runs the command under the lease, releases the lease, and
+// returns the exit status.
+func runLocked(ctx context.Context, c runConfig, l *client.Lease, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	release := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		return l.Release(rctx)
+	}
+
+	// A writer that is not a file is shared by the command's output copier
+	// and this function's messages.
+	if _, ok := stderr.(*os.File); !ok {
+		stderr = &lockedWriter{w: stderr}
+	}
+	if _, ok := stdout.(*os.File); !ok {
+		stdout = &lockedWriter{w: stdout}
+	}
+
+	cmd := exec.Command(c.command[0], c.command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(),
+		"LOCKAPI_LOCK="+l.Name(),
+		"LOCKAPI_LEASE_ID="+l.ID(),
+		"LOCKAPI_FENCING_TOKEN="+strconv.FormatUint(l.Token(), 10),
+	)
+	// Output copied through pipes may be held open by the command's own
+	// children; do not wait for them long after the command has exited.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		code := exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = exitNotFound
+		}
+		fmt.Fprintf(stderr, "lockapi run: %v\n", err)
+		if err := release(); err != nil {
+			fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
+		}
+		return code
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var (
+		lost      = l.Lost()
+		ctxDone   = ctx.Done()
+		kill      <-chan time.Time
+		forwarded bool
+		leaseLost bool
+		waitErr   error
+	)
+	signalCmd := func(s os.Signal) {
+		if err := cmd.Process.Signal(s); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			fmt.Fprintf(stderr, "lockapi run: signal the command: %v\n", err)
+		}
+	}
+	passOn := func(s os.Signal) {
+		// Ctrl-C reached the command already: the terminal signals its
+		// whole foreground process group. A second SIGINT would make many
+		// programs give up their graceful stop.
+		if s == os.Interrupt && signalFromTerminal() {
+			return
+		}
+		signalCmd(s)
+	}
+	terminate := func() {
+		signalCmd(syscall.SIGTERM)
+		if kill == nil {
+			kill = time.After(c.grace)
+		}
+	}
+wait:
+	for {
+		select {
+		case waitErr = <-exited:
+			break wait
+		case s := <-sigs:
+			passOn(s)
+			forwarded = true
+		case <-ctxDone:
+			// A signal cancels ctx too, and is then already in sigs: pass
+			// that on rather than a second one. Otherwise ctx was
+			// cancelled by whoever called run.
+			ctxDone = nil
+			select {
+			case s := <-sigs:
+				passOn(s)
+				forwarded = true
+			default:
+			}
+			if !forwarded {
+				terminate()
+			}
+		case <-lost:
+			lost, leaseLost = nil, true
+			fmt.Fprintf(stderr, "lockapi run: %s\n", errText(l.Err()))
+			fmt.Fprintf(stderr, "lockapi run: sending SIGTERM to the command (pid %d), SIGKILL in %v unless it exits\n", cmd.Process.Pid, c.grace)
+			terminate()
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(stderr, "lockapi run: the command (pid %d) did not exit within %v; sending SIGKILL\n", cmd.Process.Pid, c.grace)
+			signalCmd(syscall.SIGKILL)
+		}
+	}
+
+	code := exitStatus(waitErr)
+	err := release()
+	switch {
+	case leaseLost:
+		return exitLeaseLost
+	case errors.Is(err, client.ErrLeaseLost):
+		fmt.Fprintf(stderr, "lockapi run: %s\nlockapi run: the lease ended before the release, so the command may not have run alone\n", errText(err))
+		return exitLeaseLost
+	case err != nil:
+		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
+	}
+	return code
+}
+
+// exitStatus is the exit status of a command that Wait returned err for:
+// its exit code, or 128 plus the signal that killed it.
+func exitStatus(err error) int {
+	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
+		return 0
+	}
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return exitCannotExec
+}
+
+// errText is err's message without the client's "lockapi: " prefix, for
+// lines that have their own.
+func errText(err error) string { return strings.TrimPrefix(err.Error(), "lockapi: ") }
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}

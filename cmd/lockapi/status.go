@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lockapi/lockapi/client"
+	"github.com/lockapi/lockapi/client/api"
+)
+
+const statusUsage = `usage: lockapi status [flags] NAME
+
+Prints the state of the lock NAME: who holds it, with which fencing token,
+and until when.
+
+Flags:
+  --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
+  --json         print the server's JSON answer as it is
+
+$LOCKAPI_API_KEY, when set, is sent as the bearer token.
+
+Exit status: 0 whether the lock is held or free; 2 usage error or a bad
+NAME; 69 the server was unavailable or failed; 77 the server refused the API
+key.
+`
+
+// statusCmd implements `lockapi status`.
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported below, with the usage
+	fs.Usage = func() {}
+	server := fs.String("server", defaultServer(), "")
+	asJSON := fs.Bool("json", false, "")
+	// Flags may come before or after NAME.
+	var names []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, statusUsage)
+			return 0
+		} else if err != nil {
+			fmt.Fprintf(stderr, "lockapi status: %v\n\n%s", err, statusUsage)
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names = append(names, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(names) != 1 {
+		fmt.Fprintf(stderr, "lockapi status: want one lock NAME, got %d\n\n%s", len(names), statusUsage)
+		return exitUsage
+	}
+	name := names[0]
+
+	cl, err := newClient(*server)
+	if err != nil {
+		fmt.Fprintf(stderr, "lockapi status: %s\n", errText(err))
+		return exitUsage
+	}
+	rctx, cancel := context.WithTimeout(ctx, client.DefaultRequestTimeout)
+	defer cancel()
+	resp, err := cl.API().GetLockWithResponse(rctx, name, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "lockapi status: server %s unavailable: %v\n", *server, err)
+		return exitUnavailable
+	}
+	if resp.JSON200 == nil {
+		fmt.Fprintf(stderr, "lockapi status: %s: %d %s\n", name, resp.StatusCode(), problemDetail(resp.Body))
+		switch resp.StatusCode() {
+		case http.StatusBadRequest:
+			return exitUsage
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return exitNoPerm
+		}
+		return exitUnavailable
+	}
+	if *asJSON {
+		_, _ = stdout.Write(resp.Body)
+		return 0
+	}
+	printState(stdout, resp.JSON200, time.Now())
+	return 0
+}
+
+// printState writes a lock's state as aligned "field: value" lines.
+func printState(w io.Writer, st *api.LockState, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	line := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...)
+	}
+	line("lock", "%s", st.Lock)
+	h := st.Holder
+	if !st.Held || h == nil {
+		line("state", "free")
+		if st.FencingToken == 0 {
+			line("last token", "none: never acquired")
+		} else {
+			line("last token", "%d", st.FencingToken)
+		}
+		_ = tw.Flush()
+		return
+	}
+	line("state", "held")
+	line("owner", "%s", h.Owner)
+	line("fencing token", "%d", h.FencingToken)
+	line("holds", "%d", h.HoldCount)
+	line("acquired", "%s (%s ago)", formatTime(h.AcquiredAt), roundAgo(now.Sub(h.AcquiredAt)))
+	if left := h.ExpiresAt.Sub(now); left > 0 {
+		line("expires", "%s (in %s unless renewed)", formatTime(h.ExpiresAt), roundAgo(left))
+	} else {
+		line("expires", "%s (now)", formatTime(h.ExpiresAt))
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.Metadata)) {
+		line("metadata", "%s=%s", k, h.Metadata[k])
+	}
+	_ = tw.Flush()
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// roundAgo rounds a span for people: tenths of seconds below a minute,
+// whole seconds above.
+func roundAgo(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return max(d.Round(100*time.Millisecond), 0)
+	}
+	return d.Round(time.Second)
+}
+
+// problemDetail returns a problem body's detail, or the body itself.
+func problemDetail(body []byte) string {
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	if err := json.Unmarshal(body, &p); err == nil && p.Detail != "" {
+		return p.Detail
+	}
+	return strings.TrimSpace(string(body))
+}
