@@ -159,7 +159,9 @@ func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 
 // openRedis connects to Redis as configured. Commands are never retried by
 // the client: a script whose reply was lost may have run, and running an
-// acquire or a release twice is not the same as running it once.
+// acquire or a release twice is not the same as running it once. Dials are
+// not retried either, so that a request answers 503 at once while Redis is
+// down instead of after five dial attempts.
 func openRedis(c serveConfig) (redis.UniversalClient, error) {
 	switch c.RedisMode {
 	case "single":
@@ -170,7 +172,7 @@ func openRedis(c serveConfig) (redis.UniversalClient, error) {
 		if err := redisTLS(c, o.TLSConfig); err != nil {
 			return nil, err
 		}
-		o.MaxRetries = -1
+		o.MaxRetries, o.DialerRetries = -1, 1
 		return redis.NewClient(o), nil
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(c.RedisURL)
@@ -180,7 +182,7 @@ func openRedis(c serveConfig) (redis.UniversalClient, error) {
 		if err := redisTLS(c, o.TLSConfig); err != nil {
 			return nil, err
 		}
-		o.MaxRetries = -1
+		o.MaxRetries, o.DialerRetries = -1, 1
 		return redis.NewFailoverClient(o), nil
 	case "cluster":
 		o, err := redis.ParseClusterURL(c.RedisURL)
@@ -190,7 +192,7 @@ func openRedis(c serveConfig) (redis.UniversalClient, error) {
 		if err := redisTLS(c, o.TLSConfig); err != nil {
 			return nil, err
 		}
-		o.MaxRetries = -1
+		o.MaxRetries, o.DialerRetries = -1, 1
 		return redis.NewClusterClient(o), nil
 	}
 	return nil, fmt.Errorf("-redis-mode %q: want single, sentinel or cluster", c.RedisMode)
@@ -247,6 +249,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error().Err(err).Msg("bad TLS configuration")
 		return 2
 	}
+
+	// go-redis logs dial failures and the like on its own; send them
+	// through our logger (debug: the failures that matter are logged with
+	// the request that met them).
+	redis.SetLogger(redisLogger{log})
 
 	var m *metrics.Metrics
 	if c.Metrics {
@@ -325,4 +332,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// redisLogger adapts zerolog to go-redis's logger.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Str("component", "go-redis").Msgf(format, v...)
 }
