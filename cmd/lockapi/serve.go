@@ -43,8 +43,9 @@ type serveConfig struct {
 	RateLimit           float64
 	RateBurst           int
 
-	Metrics   bool
-	AdminAddr string
+	Metrics    bool
+	AdminAddr  string
+	RedisBatch bool
 
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
@@ -99,6 +100,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	rate := fmt.Sprint(0)
 	str(&rate, "rate-limit", "LOCKAPI_RATE_LIMIT", "0", "requests per second per principal (or client address); 0: no limit")
 	num(&c.RateBurst, "rate-burst", "LOCKAPI_RATE_BURST", 0, "burst of the rate limit; 0: one second's worth")
+	batchOn := envOr("LOCKAPI_REDIS_BATCH", "true")
+	str(&batchOn, "redis-batch", "LOCKAPI_REDIS_BATCH", batchOn, "send concurrent script calls to Redis together in pipelines (true or false)")
 	metricsOn := envOr("LOCKAPI_METRICS", "true")
 	str(&metricsOn, "metrics", "LOCKAPI_METRICS", metricsOn, "serve Prometheus metrics at /metrics (true or false)")
 	str(&c.AdminAddr, "admin-addr", "LOCKAPI_ADMIN_ADDR", "", "address of a separate admin listener with pprof and /metrics; empty: off")
@@ -114,6 +117,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	var err error
+	if c.RedisBatch, err = strconv.ParseBool(batchOn); err != nil {
+		return c, fmt.Errorf("-redis-batch %q: want true or false", batchOn)
+	}
 	if c.Metrics, err = strconv.ParseBool(metricsOn); err != nil {
 		return c, fmt.Errorf("-metrics %q: want true or false", metricsOn)
 	}
@@ -271,7 +277,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer rdb.Close()
-		opts := store.RedisOptions{Prefix: c.KeyPrefix}
+		opts := store.RedisOptions{Prefix: c.KeyPrefix, Batch: c.RedisBatch}
 		if m != nil {
 			opts.ObserveScript = m.Script
 		}

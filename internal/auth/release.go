@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"hash"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -17,6 +19,9 @@ import (
 // the first signs.
 type ReleaseSigner struct {
 	secrets [][]byte
+	// signers pools HMACs keyed with secrets[0]: every Lease response is
+	// signed, and a fresh HMAC costs two SHA-256 states.
+	signers sync.Pool
 }
 
 // MinSecretLen is the shortest release secret accepted.
@@ -32,11 +37,17 @@ func NewReleaseSigner(secrets ...[]byte) (*ReleaseSigner, error) {
 			return nil, errors.New("auth: a release secret must be at least 16 bytes")
 		}
 	}
-	return &ReleaseSigner{secrets: secrets}, nil
+	s := &ReleaseSigner{secrets: secrets}
+	s.signers.New = func() any { return hmac.New(sha256.New, secrets[0]) }
+	return s, nil
 }
 
 func mac(secret []byte, name, leaseID string, exp int64) []byte {
-	h := hmac.New(sha256.New, secret)
+	return macWith(hmac.New(sha256.New, secret), name, leaseID, exp)
+}
+
+func macWith(h hash.Hash, name, leaseID string, exp int64) []byte {
+	h.Reset()
 	// Newlines cannot occur in names, lease ids or numbers, so the message
 	// is unambiguous.
 	h.Write([]byte("lockapi-release\n" + name + "\n" + leaseID + "\n" + strconv.FormatInt(exp, 10)))
@@ -48,7 +59,10 @@ func (s *ReleaseSigner) ReleasePath(name, leaseID string, exp time.Time) string 
 	e := exp.Unix()
 	q := url.Values{}
 	q.Set("exp", strconv.FormatInt(e, 10))
-	q.Set("sig", base64.RawURLEncoding.EncodeToString(mac(s.secrets[0], name, leaseID, e)))
+	h := s.signers.Get().(hash.Hash)
+	sig := macWith(h, name, leaseID, e)
+	s.signers.Put(h)
+	q.Set("sig", base64.RawURLEncoding.EncodeToString(sig))
 	return "/v1/locks/" + name + "/leases/" + leaseID + "/release?" + q.Encode()
 }
 

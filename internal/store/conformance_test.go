@@ -49,6 +49,10 @@ func backends(t *testing.T) []backend {
 			},
 		},
 		{
+			name: "redis-batched",
+			open: func(t *testing.T) lock.Store { return openRedisWith(t, redistest.Start(t), true) },
+		},
+		{
 			name: "redis",
 			open: func(t *testing.T) lock.Store { return openRedis(t, redistest.Start(t)) },
 			loseData: map[string]func(*testing.T, lock.Store) lock.Store{
@@ -68,8 +72,15 @@ var redisClients sync.Map // lock.Store -> *redis.Client
 
 func openRedis(t *testing.T, srv *redistest.Server) *store.Redis {
 	t.Helper()
+	return openRedisWith(t, srv, false)
+}
+
+// openRedisWith opens a Redis store, with script calls batched into
+// pipelines or not.
+func openRedisWith(t *testing.T, srv *redistest.Server, batch bool) *store.Redis {
+	t.Helper()
 	rdb := srv.Client(t)
-	s, err := store.NewRedis(rdb, store.RedisOptions{Prefix: "test:" + ulid.Make().String() + ":"})
+	s, err := store.NewRedis(rdb, store.RedisOptions{Prefix: "test:" + ulid.Make().String() + ":", Batch: batch})
 	if err != nil {
 		t.Fatal(err)
 	}

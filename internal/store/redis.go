@@ -50,6 +50,7 @@ type Redis struct {
 	rdb     redis.UniversalClient
 	prefix  string
 	observe func(script string, d time.Duration)
+	batch   *batcher // nil: plain calls
 	hub     *notify.Hub
 	ps      *redis.PubSub
 	cancel  context.CancelFunc
@@ -67,6 +68,10 @@ type RedisOptions struct {
 	Prefix string
 	// ObserveScript, when set, is told how long each script call took.
 	ObserveScript func(script string, d time.Duration)
+	// Batch sends concurrent script calls together in pipelines (see
+	// batcher). Off, every call is its own EVALSHA round trip, as a plain
+	// Redis client does.
+	Batch bool
 }
 
 // NewRedis returns a store on rdb. It opens one pub/sub connection, shared by
@@ -88,6 +93,9 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 		ps:      rdb.Subscribe(ctx),
 		cancel:  cancel,
 		done:    make(chan struct{}),
+	}
+	if opts.Batch {
+		s.batch = newBatcher(rdb)
 	}
 	s.hub = notify.New(pubsubSubscriber{s})
 	go s.receive(ctx)
@@ -112,12 +120,16 @@ func (s *Redis) keys(name string) []string { return []string{s.lockKey(name), s.
 // run runs one script (EVALSHA, falling back to EVAL) and reports its
 // duration to the observer.
 func (s *Redis) run(ctx context.Context, name string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if s.observe == nil {
-		return script.Run(ctx, s.rdb, keys, args...)
-	}
 	start := time.Now()
-	cmd := script.Run(ctx, s.rdb, keys, args...)
-	s.observe(name, time.Since(start))
+	var cmd *redis.Cmd
+	if s.batch != nil {
+		cmd = s.batch.run(script, keys, args)
+	} else {
+		cmd = script.Run(ctx, s.rdb, keys, args...)
+	}
+	if s.observe != nil {
+		s.observe(name, time.Since(start))
+	}
 	return cmd
 }
 
@@ -327,6 +339,9 @@ func (s *Redis) Ping(ctx context.Context) error {
 
 // Close stops the pub/sub connection. It does not close the Redis client.
 func (s *Redis) Close() error {
+	if s.batch != nil {
+		s.batch.close()
+	}
 	s.cancel()
 	err := s.ps.Close()
 	<-s.done

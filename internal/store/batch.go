@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends concurrent script calls to Redis together, in pipelines: a
+// call that arrives while the connection is busy waits for the next batch
+// instead of a round trip of its own. Under load that cuts the write and
+// read system calls per script, on both sides, by the batch size; with no
+// load a call goes out at once and costs what a plain EVALSHA costs.
+//
+// Each call is still one script, atomic on its own; a pipeline only shares
+// the round trip. Nothing is retried, as with plain calls.
+type batcher struct {
+	rdb   redis.UniversalClient
+	calls chan *scriptCall
+	done  chan struct{}
+
+	// mu orders run against close: no call is queued once close began, so
+	// the workers can answer every queued call before they stop.
+	mu     sync.RWMutex
+	closed bool
+}
+
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+	ready  chan struct{}
+}
+
+const (
+	// batchWorkers is how many pipelines may be in flight at once.
+	batchWorkers = 2
+	// maxBatch caps one pipeline, so that one batch's latency stays small.
+	maxBatch = 64
+	// batchTimeout bounds one pipeline's round trip. Callers wait for their
+	// answer rather than their own context: a script that ran must be
+	// answered, or a grant would be lost.
+	batchTimeout = 5 * time.Second
+)
+
+func newBatcher(rdb redis.UniversalClient) *batcher {
+	b := &batcher{rdb: rdb, calls: make(chan *scriptCall, 1024), done: make(chan struct{})}
+	for range batchWorkers {
+		go b.work()
+	}
+	return b
+}
+
+// run queues one script call and waits for its answer.
+func (b *batcher) run(script *redis.Script, keys []string, args []any) *redis.Cmd {
+	c := &scriptCall{script: script, keys: keys, args: args, ready: make(chan struct{})}
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		c.fail()
+		return c.cmd
+	}
+	b.calls <- c
+	b.mu.RUnlock()
+	<-c.ready
+	return c.cmd
+}
+
+func (c *scriptCall) fail() {
+	c.cmd = redis.NewCmd(context.Background())
+	c.cmd.SetErr(redis.ErrClosed)
+	close(c.ready)
+}
+
+func (b *batcher) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		close(b.done)
+	}
+}
+
+func (b *batcher) work() {
+	batch := make([]*scriptCall, 0, maxBatch)
+	for {
+		select {
+		case <-b.done:
+			for {
+				select {
+				case c := <-b.calls:
+					c.fail()
+				default:
+					return
+				}
+			}
+		case c := <-b.calls:
+			batch = append(batch[:0], c)
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-b.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		b.send(batch)
+	}
+}
+
+// send runs one batch as a pipeline of EVALSHAs. A script Redis does not
+// have (it restarted, or failed over) answers NOSCRIPT; that call is run
+// again on its own with Script.Run, which falls back to EVAL.
+func (b *batcher) send(batch []*scriptCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	if len(batch) == 1 {
+		c := batch[0]
+		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+		close(c.ready)
+		return
+	}
+	pipe := b.rdb.Pipeline()
+	for _, c := range batch {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for _, c := range batch {
+		if isNoScript(c.cmd.Err()) {
+			c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+		}
+		close(c.ready)
+	}
+}
