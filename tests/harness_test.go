@@ -56,6 +56,8 @@ type server struct {
 	URL  string
 	args []string
 	env  []string
+	// ready is the client that start polls /healthz with.
+	ready *http.Client
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -67,8 +69,15 @@ type server struct {
 // flags on a free loopback port, and waits until /healthz answers.
 func startServer(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, addr: freeAddr(t), env: env, args: args}
-	s.URL = "http://" + s.addr
+	return launch(t, "http", http.DefaultClient, env, args...)
+}
+
+// launch starts lockapi serving scheme and waits until /healthz answers
+// through ready.
+func launch(t *testing.T, scheme string, ready *http.Client, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, addr: freeAddr(t), env: env, args: args, ready: ready}
+	s.URL = scheme + "://" + s.addr
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -116,7 +125,7 @@ func (s *server) start() {
 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(s.URL + "/healthz")
+		resp, err := s.ready.Get(s.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -281,57 +280,7 @@ func httpsDo(t *testing.T, c *http.Client, method, url, body string) response {
 
 // startHTTPSServer is startServer for a lockapi that serves HTTPS: it waits
 // until /healthz answers through client, which must trust the server's CA.
-// It reuses the harness's server type, so stop and Logs work as usual.
 func startHTTPSServer(t *testing.T, client *http.Client, env []string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, addr: freeAddr(t), env: env, args: args}
-	s.URL = "https://" + s.addr
-	cmd := exec.Command(binary, append([]string{"serve", "--addr", s.addr, "--log-level", "debug"}, s.args...)...)
-	cmd.Env = append(os.Environ(), s.env...)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			s.mu.Lock()
-			s.logs.Write(sc.Bytes())
-			s.logs.WriteByte('\n')
-			s.mu.Unlock()
-		}
-	}()
-	exit := make(chan error, 1)
-	go func() { err := cmd.Wait(); pw.Close(); exit <- err }()
-	s.mu.Lock()
-	s.cmd, s.exit = cmd, exit
-	s.mu.Unlock()
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("lockapi logs:\n%s", s.Logs())
-		}
-	})
-
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := client.Get(s.URL + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return s
-			}
-		}
-		select {
-		case err := <-exit:
-			t.Fatalf("lockapi exited at start: %v\n%s", err, s.Logs())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lockapi did not answer https /healthz: %v\n%s", err, s.Logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return launch(t, "https", client, env, args...)
 }

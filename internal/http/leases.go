@@ -50,15 +50,13 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 
 	ctx := r.Context()
 	if wait > 0 {
-		leave, err := s.waiters.enter(c.limitKey)
-		if err != nil {
+		var end func()
+		var err error
+		if ctx, end, err = s.beginWait(r, c); err != nil {
 			Error(w, r, err)
 			return
 		}
-		defer leave()
-		var cancel func()
-		ctx, cancel = s.waitContext(ctx)
-		defer cancel()
+		defer end()
 	}
 	start := time.Now()
 	g, err := lock.AcquireWait(ctx, s.store, req, wait)

@@ -43,15 +43,13 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 
 	ctx, wait := r.Context(), time.Duration(waitMs)*time.Millisecond
 	if index != "" && wait > 0 {
-		leave, err := s.waiters.enter(c.limitKey)
-		if err != nil {
+		var end func()
+		var err error
+		if ctx, end, err = s.beginWait(r, c); err != nil {
 			Error(w, r, err)
 			return
 		}
-		defer leave()
-		var cancel func()
-		ctx, cancel = s.waitContext(ctx)
-		defer cancel()
+		defer end()
 	}
 	st, err := lock.WaitChange(ctx, s.store, name, index, wait)
 	if err != nil {

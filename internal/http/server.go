@@ -214,15 +214,22 @@ func (s *Server) Close(ctx context.Context) error {
 	return nil
 }
 
-// waitContext returns the context a waiting request waits on: it ends when
-// the client goes away or the server begins to close, whichever is first.
-func (s *Server) waitContext(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
+// beginWait admits a waiting request (a long-poll acquire or a blocking
+// query) under the waiter limits, and returns the context it waits on: it
+// ends when the client goes away or the server begins to close, whichever is
+// first. end gives the waiter's place back.
+func (s *Server) beginWait(r *http.Request, c caller) (ctx context.Context, end func(), err error) {
+	leave, err := s.waiters.enter(c.limitKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
 	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
 	return ctx, func() {
 		stop()
 		cancel(nil)
-	}
+		leave()
+	}, nil
 }
 
 // waitError explains why a wait on ctx failed: the server closing or the

@@ -15,14 +15,12 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -37,6 +35,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+
+	"github.com/lockapi/lockapi/internal/proctest"
 )
 
 // EnvURL names the environment variable holding an explicit server URL.
@@ -246,7 +246,7 @@ func startProcess(tb testing.TB, bin string) *Server {
 
 	for range portAttempts {
 		var port int
-		if port, err = freePort(); err != nil {
+		if port, err = proctest.FreePort(); err != nil {
 			break
 		}
 		var p *process
@@ -335,7 +335,7 @@ func launch(cred *syscall.Credential, dir, bin string, port int) (*process, erro
 	}()
 	if err := waitReady(dir, port, p.exited); err != nil {
 		_ = p.stop()
-		return nil, fmt.Errorf("%w\n--- tail of %s ---\n%s", err, logPath, tail(logPath, 20))
+		return nil, fmt.Errorf("%w\n--- tail of %s ---\n%s", err, logPath, proctest.Tail(logPath, 20))
 	}
 	return p, nil
 }
@@ -382,28 +382,4 @@ func (p *process) stop() error {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	<-p.exited
 	return fmt.Errorf("postgres (pid %d) ignored a fast shutdown for %v and was killed", pgid, readyTimeout)
-}
-
-// freePort asks the kernel for a free loopback port. The port is released
-// before postgres binds it, hence the retries in startProcess.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tail returns the last n lines of the file at path, for failure messages.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }

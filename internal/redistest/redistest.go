@@ -30,6 +30,8 @@ import (
 	"github.com/ory/dockertest/v3"
 	"github.com/ory/dockertest/v3/docker"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/proctest"
 )
 
 // EnvURL names the environment variable holding an explicit Redis URL.
@@ -208,7 +210,7 @@ func startProcess(tb testing.TB, bin string, extra []string) *Server {
 	var err error
 	for range portAttempts {
 		var port int
-		if port, err = freePort(); err != nil {
+		if port, err = proctest.FreePort(); err != nil {
 			break
 		}
 		s.port = port
@@ -257,7 +259,7 @@ func (s *Server) launch() error {
 
 	if err := waitReady(s.Addr, cmd.Process.Pid, p.exited); err != nil {
 		s.kill()
-		return fmt.Errorf("%w\n--- tail of %s ---\n%s", err, logPath, tail(logPath, 20))
+		return fmt.Errorf("%w\n--- tail of %s ---\n%s", err, logPath, proctest.Tail(logPath, 20))
 	}
 	return nil
 }
@@ -337,30 +339,6 @@ func infoPID(info string) int {
 		}
 	}
 	return 0
-}
-
-// freePort asks the kernel for a free loopback port. The port is released
-// before redis-server binds it, hence the retries in startProcess.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tail returns the last n lines of the file at path, for failure messages.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // startDocker runs redis:7 in a container, or returns nil when no Docker

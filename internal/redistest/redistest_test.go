@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/proctest"
 )
 
 func TestStart(t *testing.T) {
@@ -150,7 +152,7 @@ func TestLaunch_failure_shows_log(t *testing.T) {
 	if err != nil {
 		t.Skip("redis-server not in PATH")
 	}
-	port, err := freePort()
+	port, err := proctest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
