@@ -417,3 +417,46 @@ func TestE2E_percent_encoded_names(t *testing.T) {
 		t.Fatalf("an encoded slash: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestE2E_http2_waiters: a client can park many waiting requests on one
+// HTTP/2 connection (h2c here), and they are woken like any other.
+func TestE2E_http2_waiters(t *testing.T) {
+	s, _ := startOnRedis(t)
+	a := newAPI(t, s)
+	holder := a.mustAcquire("h2", map[string]any{"ttl_ms": 300000}, 201)
+
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	h2 := &api{t: t, base: s.URL, c: &http.Client{Transport: &http.Transport{Protocols: protocols}}}
+	const n = 50
+	got := make(chan response, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			r, err := h2.do(context.Background(), "POST", "/v1/locks/h2/leases", map[string]any{"wait_ms": 30000, "ttl_ms": 300000})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- r
+		}()
+	}
+	waitForWaiters(t, a, n)
+	for i := 0; i < n; i++ {
+		if r := a.release(holder); r.Status != 200 {
+			t.Fatalf("release: %d %s", r.Status, r.Body)
+		}
+		r := <-got
+		if r.Status != 201 {
+			t.Fatalf("waiter %d: %d %s", i, r.Status, r.Body)
+		}
+		r.decode(t, &holder)
+	}
+	// The h2 client spoke HTTP/2 over one connection.
+	resp, err := h2.c.Get(s.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("protocol %s, want HTTP/2", resp.Proto)
+	}
+}

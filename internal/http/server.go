@@ -36,6 +36,9 @@ const (
 	readHeaderTimeout = 10 * time.Second
 	idleTimeout       = 120 * time.Second
 	maxHeaderBytes    = 64 << 10
+	// maxStreams is how many requests one HTTP/2 connection may have in
+	// flight: enough for a client to park its waiters on a few connections.
+	maxStreams = 1000
 	// readyTimeout bounds the store ping of GET /readyz.
 	readyTimeout = 2 * time.Second
 )
@@ -163,18 +166,32 @@ func (s *Server) Open(addr string) (err error) {
 	if s.ln, err = net.Listen("tcp", addr); err != nil {
 		return err
 	}
-	if s.cfg.TLS != nil {
-		s.ln = tls.NewListener(s.ln, s.cfg.TLS)
-	}
+	// HTTP/2 lets one client multiplex many waiting requests on one
+	// connection: a parked HTTP/1.1 request costs a connection with its own
+	// read and write buffers, an HTTP/2 stream does not. Plain-text HTTP/2
+	// (h2c) is spoken to clients that know to ask for it.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	protocols.SetUnencryptedHTTP2(true)
 	s.server = &http.Server{
 		Handler:           s.router,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          log.New(s.log.With().Str("component", "http").Logger(), "", 0),
+		Protocols:         protocols,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
+		TLSConfig:         s.cfg.TLS,
 	}
 	go func(srv *http.Server, ln net.Listener) {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if srv.TLSConfig != nil {
+			err = srv.ServeTLS(ln, "", "") // the certificate is in TLSConfig
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error().Err(err).Msg("serve")
 		}
 	}(s.server, s.ln)
