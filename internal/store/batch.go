@@ -37,7 +37,7 @@ type scriptCall struct {
 
 const (
 	// batchWorkers is how many pipelines may be in flight at once.
-	batchWorkers = 2
+	batchWorkers = 4
 	// maxBatch caps one pipeline, so that one batch's latency stays small.
 	maxBatch = 64
 	// batchTimeout bounds one pipeline's round trip. Callers wait for their

@@ -1,0 +1,279 @@
+// Command lockbench is lockapi's load tool. It drives a running lockapi
+// server over HTTP (or, for the baseline, the same Lua scripts straight
+// through go-redis) and prints one result line per run, key=value pairs that
+// are easy to grep:
+//
+//	lockbench throughput [-c 32] [-k 100000] [-duration 10s]   acquire+release pairs/s, closed loop
+//	lockbench throughput -against URL                           the same, alternating with a second server: its cost
+//	lockbench rate -rate 8000|80%                               acquire latency at a fixed rate, open loop
+//	lockbench baseline -redis URL                               the same cycle without HTTP
+//	lockbench all -redis URL                                    baseline, then throughput, and their ratio
+//	lockbench handoff [-waiters 10] [-n 2000]                   release-to-next-grant latency
+//	lockbench idle -redis URL [-waiters 10000]                  the cost of parked long-poll waiters
+//
+// -record docs/BENCHMARKS.md adds the run to that file, with the machine it
+// ran on and the project's targets beside the measured values. Progress goes
+// to stderr, the result line to stdout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// config is everything a run can be told.
+type config struct {
+	mode       string
+	server     string
+	redisURL   string
+	redisGiven bool // -redis was set explicitly: modes that only report Redis CPU use it then
+	key        string
+	h2c        bool   // plain-text HTTP/2 instead of HTTP/1.1
+	prefix     string // lock names are prefix + a number
+	keyPrefix  string // the server's Redis key prefix, for the baseline's store
+
+	c, k              int
+	inflight          int
+	duration, warmup  time.Duration
+	rate              string
+	waiters, n        int
+	ttl               time.Duration
+	waitMs            int64
+	window, settle    time.Duration
+	serverPID         int
+	record, label, vs string
+	args              []string // as given, for the record
+	load1             string   // the 1-minute load average before the run
+	cpuProfile        string
+	against           string
+	rounds            int
+}
+
+// modes lists the modes and what they measure, for -h and errors.
+var modes = []struct{ name, help string }{
+	{"throughput", "C clients doing acquire+release on K random names, closed loop: pairs/s and acquire latency"},
+	{"rate", "the same cycle open-loop at -rate pairs/s (or -rate 80% of a peak measured first): acquire latency from the scheduled start"},
+	{"baseline", "the same cycle through the store's Lua scripts on go-redis, no HTTP (needs -redis)"},
+	{"all", "baseline, then throughput, in one invocation: the ratio http/baseline (alias: both)"},
+	{"handoff", "W waiters long-polling one lock: release-to-next-grant latency over N hand-offs"},
+	{"idle", "N long-poll waiters parked on a held lock: the server's extra RSS, goroutines, Redis connections and commands/s (needs -redis)"},
+}
+
+// Defaults that depend on the mode; a zero flag value means "the mode's".
+const (
+	defaultHandoffWaiters = 10
+	defaultIdleWaiters    = 10000
+)
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	cfg := &config{args: args}
+	// The mode may come first as a subcommand, or as -mode.
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cfg.mode, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: lockbench MODE [flags]   (or lockbench -mode MODE [flags])\n\nmodes:\n")
+		for _, m := range modes {
+			fmt.Fprintf(stderr, "  %-10s %s\n", m.name, m.help)
+		}
+		fmt.Fprintf(stderr, "\nflags:\n")
+		fs.PrintDefaults()
+	}
+	mode := fs.String("mode", "", "the mode, if not given as the first argument")
+	fs.StringVar(&cfg.server, "server", "http://127.0.0.1:8080", "lockapi server URL")
+	fs.StringVar(&cfg.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL the server uses: the store for baseline, INFO and CLIENT LIST for idle, and CPU figures for the others when given")
+	fs.BoolVar(&cfg.h2c, "h2c", false, "speak plain-text HTTP/2, multiplexing requests on a few connections (HTTP/1.1 otherwise: one connection per request in flight)")
+	fs.StringVar(&cfg.key, "key", "", "API key, sent as Authorization: Bearer, when the server requires one")
+	fs.StringVar(&cfg.prefix, "prefix", "bench:", "lock name prefix")
+	fs.StringVar(&cfg.keyPrefix, "key-prefix", "lockapi:", "the server's Redis key prefix (LOCKAPI_KEY_PREFIX), for baseline")
+	fs.IntVar(&cfg.c, "c", 32, "concurrent clients (throughput, baseline, all, and rate's peak measurement)")
+	fs.IntVar(&cfg.k, "k", 100000, "number of lock names, one picked at random per cycle")
+	fs.IntVar(&cfg.inflight, "inflight", 0, "rate: most cycles in flight at once (default 4×c)")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time of a load run")
+	fs.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured time before it")
+	fs.StringVar(&cfg.rate, "rate", "80%", "rate: target pairs/s, or a percentage of the peak that a closed-loop run measures first")
+	fs.IntVar(&cfg.waiters, "waiters", 0, fmt.Sprintf("waiting clients: handoff (default %d), idle (default %d)", defaultHandoffWaiters, defaultIdleWaiters))
+	fs.IntVar(&cfg.n, "n", 2000, "handoff: number of measured hand-offs")
+	fs.DurationVar(&cfg.ttl, "ttl", 30*time.Second, "lease TTL of the acquires")
+	fs.Int64Var(&cfg.waitMs, "wait-ms", 3_600_000, "wait_ms of long-poll acquires; the server clamps it to its maximum (LOCKAPI_MAX_WAIT)")
+	fs.DurationVar(&cfg.window, "window", 10*time.Second, "idle: measurement window once the waiters are parked")
+	fs.DurationVar(&cfg.settle, "settle", 3*time.Second, "handoff, idle: time to let waiters park when the server has no lockapi_waiters metric")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "the server's process id, for CPU and RSS from /proc (default: found from the -server port when it is on loopback)")
+	fs.StringVar(&cfg.record, "record", "", "add this run to a benchmarks file, e.g. docs/BENCHMARKS.md")
+	fs.StringVar(&cfg.label, "label", "", "a label for the run (e.g. metrics-on), so that runs can be told apart and compared")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write lockbench's own CPU profile to this file, to check that the tool is not what is measured")
+	fs.StringVar(&cfg.against, "against", "", "throughput: a second server URL to compare -server with, in alternating rounds (e.g. metrics off): the cost of -server")
+	fs.IntVar(&cfg.rounds, "rounds", 4, "throughput -against: rounds on each server")
+	fs.StringVar(&cfg.vs, "vs", "", "with -record: compare this throughput run with the recorded run of that label (e.g. -label metrics-on -vs metrics-off: the metrics overhead)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *mode != "" {
+		cfg.mode = *mode
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "redis" {
+			cfg.redisGiven = true
+		}
+	})
+	if cfg.mode == "both" {
+		cfg.mode = "all"
+	}
+	known := false
+	for _, m := range modes {
+		known = known || m.name == cfg.mode
+	}
+	switch {
+	case cfg.mode == "":
+		return nil, errors.New("which mode? lockbench -h lists them")
+	case !known:
+		return nil, fmt.Errorf("unknown mode %q; lockbench -h lists them", cfg.mode)
+	case cfg.c < 1 || cfg.k < 1 || cfg.n < 1 || cfg.waiters < 0 || cfg.inflight < 0:
+		return nil, errors.New("-c, -k and -n must be at least 1; -waiters and -inflight not negative")
+	case cfg.duration <= 0 || cfg.warmup < 0 || cfg.window <= 0 || cfg.settle < 0:
+		return nil, errors.New("-duration and -window must be positive; -warmup and -settle not negative")
+	case cfg.against != "" && (cfg.mode != "throughput" || cfg.rounds < 1):
+		return nil, errors.New("-against compares throughput: it goes with the throughput mode and -rounds of at least 1")
+	case cfg.vs != "" && cfg.record == "":
+		return nil, errors.New("-vs compares with a recorded run: it needs -record")
+	}
+	if strings.ContainsAny(cfg.label, " |") {
+		return nil, fmt.Errorf("-label %q: no spaces or |", cfg.label)
+	}
+	if cfg.inflight == 0 {
+		cfg.inflight = 4 * cfg.c
+	}
+	if cfg.waiters == 0 {
+		cfg.waiters = defaultHandoffWaiters
+		if cfg.mode == "idle" {
+			cfg.waiters = defaultIdleWaiters
+		}
+	}
+	return cfg, nil
+}
+
+// run runs lockbench and returns its exit status. It takes its context,
+// arguments and output so that tests can run it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lockbench: %v\n", err)
+		return 2
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "lockbench: -cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	// The load average before the run says how busy the machine was with
+	// other work; other_cpu_cores (see addCPU) says it for the window.
+	cfg.load1 = loadAverage()
+	var res *result
+	switch cfg.mode {
+	case "throughput":
+		res, err = runThroughput(ctx, cfg, stderr)
+	case "rate":
+		res, err = runRate(ctx, cfg, stderr)
+	case "baseline":
+		res, err = runBaseline(ctx, cfg, stderr)
+	case "all":
+		res, err = runAll(ctx, cfg, stderr)
+	case "handoff":
+		res, err = runHandoff(ctx, cfg, stderr)
+	case "idle":
+		res, err = runIdle(ctx, cfg, stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lockbench %s: %v\n", cfg.mode, err)
+		return 1
+	}
+	if cfg.record != "" {
+		if err := record(ctx, cfg, res, stderr); err != nil {
+			fmt.Fprintf(stdout, "%s\n", res.line())
+			fmt.Fprintf(stderr, "lockbench: -record %s: %v\n", cfg.record, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stdout, "%s\n", res.line())
+	return 0
+}
+
+// newResult starts a result line with the run's mode and label.
+func (cfg *config) newResult() *result {
+	r := &result{}
+	r.set("mode", cfg.mode)
+	if cfg.label != "" {
+		r.set("label", cfg.label)
+	}
+	if cfg.load1 != "" {
+		r.set("load1", cfg.load1)
+	}
+	return r
+}
+
+// meter returns the CPU meter of a run against the HTTP server, and a func
+// that releases it. Redis is sampled only when -redis was given: the default
+// URL might name another Redis than the server's.
+func (cfg *config) meter(ctx context.Context, log io.Writer) (*cpuMeter, func()) {
+	m := &cpuMeter{pid: cfg.serverPID}
+	if m.pid == 0 {
+		m.pid = serverPID(cfg.server)
+	}
+	if !cfg.redisGiven {
+		return m, func() {}
+	}
+	rdb, err := openRedis(ctx, cfg.redisURL, 1)
+	if err != nil {
+		fmt.Fprintf(log, "lockbench: no Redis CPU figures: %v\n", err)
+		return m, func() {}
+	}
+	m.rdb = rdb
+	return m, func() { rdb.Close() }
+}
+
+// commandLine is the run's command line as a shell would take it.
+func (cfg *config) commandLine() string {
+	var b strings.Builder
+	b.WriteString("lockbench")
+	for _, a := range cfg.args {
+		b.WriteByte(' ')
+		if a == "" || strings.ContainsAny(a, " \t'\"$&;|<>()*?!`\\#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		b.WriteString(a)
+	}
+	return b.String()
+}
