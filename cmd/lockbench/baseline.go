@@ -67,12 +67,7 @@ func runBaseline(ctx context.Context, cfg *config, log io.Writer) (*result, erro
 	if err != nil {
 		return nil, err
 	}
-	r := cfg.newResult()
-	r.setInt("c", int64(cfg.c))
-	r.setInt("k", int64(cfg.k))
-	r.set("duration", cfg.duration.String())
-	run.report(r)
-	return r, nil
+	return cfg.loadResult(run), nil
 }
 
 // runAll runs baseline, then throughput, in one invocation: both see the

@@ -65,6 +65,20 @@ func newClient(server, key string, conns int, h2c bool) (*client, error) {
 	return c, nil
 }
 
+// connect returns a client of the configured server that keeps up to conns
+// connections, once the server has answered the preflight checks.
+func (cfg *config) connect(ctx context.Context, conns int) (*client, error) {
+	cl, err := newClient(cfg.server, cfg.key, conns, cfg.h2c)
+	if err != nil {
+		return nil, err
+	}
+	if err := preflight(ctx, cl, cfg); err != nil {
+		cl.close()
+		return nil, err
+	}
+	return cl, nil
+}
+
 // close drops the idle connections.
 func (c *client) close() { c.tr.CloseIdleConnections() }
 

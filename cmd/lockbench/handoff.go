@@ -70,14 +70,11 @@ func runHandoff(ctx context.Context, cfg *config, log io.Writer) (*result, error
 	if w < 2 {
 		return nil, errors.New("handoff needs at least 2 waiters")
 	}
-	cl, err := newClient(cfg.server, cfg.key, w+2, cfg.h2c)
+	cl, err := cfg.connect(ctx, w+2)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.close()
-	if err := preflight(ctx, cl, cfg); err != nil {
-		return nil, err
-	}
 	meter, done := cfg.meter(ctx, log)
 	defer done()
 

@@ -48,14 +48,11 @@ func runIdle(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 		return nil, fmt.Errorf("idle needs the server's Redis (-redis): %w", err)
 	}
 	defer rdb.Close()
-	cl, err := newClient(cfg.server, cfg.key, n+8, cfg.h2c)
+	cl, err := cfg.connect(ctx, n+8)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.close()
-	if err := preflight(ctx, cl, cfg); err != nil {
-		return nil, err
-	}
 	mon := cl.newSession(nil)
 	pid := cfg.serverPID
 	if pid == 0 {

@@ -100,14 +100,11 @@ func httpCyclers(cl *client, cfg *config) func(i int) cycler {
 
 // throughput measures closed-loop pairs/s over HTTP; runAll reuses it.
 func throughput(ctx context.Context, cfg *config, log io.Writer) (*loadRun, error) {
-	cl, err := newClient(cfg.server, cfg.key, cfg.c, cfg.h2c)
+	cl, err := cfg.connect(ctx, cfg.c)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.close()
-	if err := preflight(ctx, cl, cfg); err != nil {
-		return nil, err
-	}
 	meter, done := cfg.meter(ctx, log)
 	defer done()
 	return closedLoop(ctx, cfg, meter, httpCyclers(cl, cfg), log)
@@ -122,12 +119,17 @@ func runThroughput(ctx context.Context, cfg *config, log io.Writer) (*result, er
 	if err != nil {
 		return nil, err
 	}
+	return cfg.loadResult(run), nil
+}
+
+// loadResult is the result line of one closed-loop run.
+func (cfg *config) loadResult(run *loadRun) *result {
 	r := cfg.newResult()
 	r.setInt("c", int64(cfg.c))
 	r.setInt("k", int64(cfg.k))
 	r.set("duration", cfg.duration.String())
 	run.report(r)
-	return r, nil
+	return r
 }
 
 // parseRate reads -rate: "8000" is pairs/s, "80%" a fraction of the peak.
@@ -161,14 +163,11 @@ func runRate(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := newClient(cfg.server, cfg.key, cfg.inflight, cfg.h2c)
+	cl, err := cfg.connect(ctx, cfg.inflight)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.close()
-	if err := preflight(ctx, cl, cfg); err != nil {
-		return nil, err
-	}
 	meter, done := cfg.meter(ctx, log)
 	defer done()
 
