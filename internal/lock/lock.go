@@ -146,7 +146,10 @@ type Watcher interface {
 	// ExpectExpiry tells the watcher when the current holder's lease ends:
 	// expiry publishes nothing, so someone must look again then.
 	ExpectExpiry(at time.Time)
-	// Close unregisters. A wake-up the watcher received but did not act on
-	// is passed to the next waiter.
+	// PassOn gives a wake-up the watcher consumed but could not act on (its
+	// try failed, or its caller left) to the next waiter.
+	PassOn()
+	// Close unregisters. A wake-up the watcher received but did not read is
+	// passed to the next waiter.
 	Close()
 }

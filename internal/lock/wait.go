@@ -36,15 +36,23 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 		return Grant{}, err
 	}
 	defer w.Close()
+	woken := false // the last try was made because of a wake-up
 	for {
 		g, err = tryAcquire(ctx, s, req)
 		var e *Error
 		if !errors.As(err, &e) || e.Code != CodeHeld {
+			if err != nil && woken {
+				// The lock may be free and this waiter is leaving:
+				// someone else must look.
+				w.PassOn()
+			}
 			return g, err
 		}
 		w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
+		woken = false
 		select {
 		case <-w.C():
+			woken = true
 		case <-deadline.C:
 			return Grant{}, err
 		case <-ctx.Done():

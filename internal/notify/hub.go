@@ -118,6 +118,13 @@ func (h *Hub) Watch(ctx context.Context, name string, kind lock.WatchKind) (*Wat
 		return nil, ctx.Err()
 	case <-timer.C:
 		w.Close()
+		// A confirmation this late is not coming (the connection is in
+		// trouble); do not let its count block the next subscription.
+		h.mu.Lock()
+		if h.entries[name] == nil {
+			delete(h.pending, name)
+		}
+		h.mu.Unlock()
 		return nil, ErrNotConfirmed
 	}
 }
@@ -146,8 +153,11 @@ func (h *Hub) Confirmed(name string) {
 }
 
 // Notify delivers a change of name. released says the lock became free: it
-// wakes one release-waiter. Every change watcher wakes either way.
-func (h *Hub) Notify(name string, released bool) {
+// wakes one release-waiter. Every change watcher wakes either way. ttl, when
+// positive, is the holder's new TTL (a grant or a renewal): the lock's expiry
+// timer moves to it, so that a lease renewed shorter than before is not waited
+// out at its old expiry.
+func (h *Hub) Notify(name string, released bool, ttl time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.entries[name]
@@ -156,17 +166,29 @@ func (h *Hub) Notify(name string, released bool) {
 	}
 	if released {
 		e.wakeOne(nil)
+	} else if ttl > 0 && len(e.waiters) > 0 {
+		h.expireAt(e, time.Now().Add(ttl))
 	}
 	for w := range e.watchers {
 		w.signal()
 	}
 }
 
-// WakeAll wakes every watcher of every lock, for when the source lost its
-// connection and notifications may have been missed.
-func (h *Hub) WakeAll() {
+// Reset is called when the source lost its connection. Confirmations of
+// subscribes sent on it are lost with it; the source resubscribes what it
+// still wants, so a name whose entry still waits for its confirmation gets
+// exactly one, and a name nobody watches gets none. Everyone is woken to look
+// again, since notifications may have been missed.
+func (h *Hub) Reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for name := range h.pending {
+		if e := h.entries[name]; e != nil && !e.isReady {
+			h.pending[name] = 1
+		} else {
+			delete(h.pending, name)
+		}
+	}
 	for _, e := range h.entries {
 		e.wakeAll()
 	}
@@ -197,12 +219,28 @@ func (w *Watcher) ExpectExpiry(at time.Time) {
 	if h.entries[e.name] != e {
 		return // closed
 	}
+	h.expireAt(e, at)
+}
+
+// expireAt sets the lock's expiry timer. Callers hold h.mu.
+func (h *Hub) expireAt(e *entry, at time.Time) {
 	// A millisecond of slack: Redis expires a key once its time has passed.
 	d := time.Until(at) + time.Millisecond
 	if e.expiry == nil {
 		e.expiry = time.AfterFunc(d, func() { h.expired(e) })
 	} else {
 		e.expiry.Reset(d)
+	}
+}
+
+// PassOn implements lock.Watcher: a waiter that was woken but leaves without
+// trying the lock gives the wake-up to the next waiter.
+func (w *Watcher) PassOn() {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.kind == lock.WaitForRelease {
+		w.entry.wakeOne(w)
 	}
 }
 

@@ -35,11 +35,11 @@ func TestHub_release_wakes_one_waiter_and_every_watcher(t *testing.T) {
 	x, y := mustWatch(t, h, "l", lock.WatchChanges), mustWatch(t, h, "l", lock.WatchChanges)
 	other := mustWatch(t, h, "other", lock.WaitForRelease)
 
-	h.Notify("l", true)
+	h.Notify("l", true, 0)
 	if !woken(a) || woken(b) || !woken(x) || !woken(y) || woken(other) {
 		t.Fatal("a release must wake the first waiter and every watcher of that lock only")
 	}
-	h.Notify("l", false)
+	h.Notify("l", false, 0)
 	if woken(a) || woken(b) || !woken(x) || !woken(y) {
 		t.Fatal("a change that is not a release must wake watchers, not waiters")
 	}
@@ -48,7 +48,7 @@ func TestHub_release_wakes_one_waiter_and_every_watcher(t *testing.T) {
 func TestHub_unconsumed_wakeup_passes_on(t *testing.T) {
 	h := New(nil)
 	a, b := mustWatch(t, h, "l", lock.WaitForRelease), mustWatch(t, h, "l", lock.WaitForRelease)
-	h.Notify("l", true)
+	h.Notify("l", true, 0)
 	a.Close() // a leaves without acting on its wake-up
 	if !woken(b) {
 		t.Fatal("the wake-up a did not consume was lost")
@@ -142,5 +142,72 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestHub_consumed_wakeup_is_passed_on(t *testing.T) {
+	h := New(nil)
+	a, b := mustWatch(t, h, "l", lock.WaitForRelease), mustWatch(t, h, "l", lock.WaitForRelease)
+	h.Notify("l", true, 0)
+	if !woken(a) { // a reads its wake-up...
+		t.Fatal("a was not woken")
+	}
+	a.PassOn() // ...but leaves without trying the lock
+	if !woken(b) {
+		t.Fatal("the wake-up a consumed and did not act on was lost")
+	}
+}
+
+func TestHub_new_ttl_moves_the_expiry(t *testing.T) {
+	h := New(nil)
+	a := mustWatch(t, h, "l", lock.WaitForRelease)
+	a.ExpectExpiry(time.Now().Add(time.Hour))
+	h.Notify("l", false, 20*time.Millisecond) // renewed shorter
+	select {
+	case <-a.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lease renewed to 20ms was waited out at its old expiry")
+	}
+}
+
+// TestHub_lost_confirmation_does_not_block_the_name: a subscribe whose
+// confirmation died with the connection must not leave a count behind that
+// blocks every later subscription of that name.
+func TestHub_lost_confirmation_does_not_block_the_name(t *testing.T) {
+	for _, order := range []string{"reset-then-leave", "leave-then-reset"} {
+		t.Run(order, func(t *testing.T) {
+			src := &fakeSource{}
+			h := New(src)
+			h.confirmTimeout = 50 * time.Millisecond
+			left := make(chan error, 1)
+			go func() {
+				_, err := h.Watch(ctx, "x", lock.WaitForRelease)
+				left <- err
+			}()
+			waitFor(t, func() bool { src.mu.Lock(); defer src.mu.Unlock(); return len(src.subs) == 1 })
+			if order == "reset-then-leave" {
+				h.Reset() // the connection died before the confirmation came
+			}
+			if err := <-left; err != ErrNotConfirmed {
+				t.Fatalf("unconfirmed watch: %v", err)
+			}
+			if order == "leave-then-reset" {
+				h.Reset()
+			}
+			// A later watch is confirmed by its own confirmation.
+			done := make(chan error, 1)
+			go func() {
+				w, err := h.Watch(ctx, "x", lock.WaitForRelease)
+				if err == nil {
+					w.Close()
+				}
+				done <- err
+			}()
+			waitFor(t, func() bool { src.mu.Lock(); defer src.mu.Unlock(); return len(src.subs) >= 3 })
+			h.Confirmed("x")
+			if err := <-done; err != nil {
+				t.Fatalf("the name stays blocked: %v", err)
+			}
+		})
 	}
 }

@@ -327,6 +327,33 @@ func TestStore_Expiry_frees_and_late_holder_is_lost(t *testing.T) {
 	})
 }
 
+// TestStore_Waiter_sees_a_shortened_lease: a holder that renews with a
+// shorter TTL and then dies is waited out at the new expiry, not the old one.
+func TestStore_Waiter_sees_a_shortened_lease(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s lock.Store) {
+		a := acquire(t, s, "short", "a", 30*time.Second)
+		done := make(chan time.Time, 1)
+		go func() {
+			if _, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "short", Owner: "b", TTL: time.Minute}, 20*time.Second); err != nil {
+				t.Error(err)
+			}
+			done <- time.Now()
+		}()
+		waitForWaiters(t, s, 1)
+		time.Sleep(50 * time.Millisecond) // let b make its try and time the 30s expiry
+		renewed := time.Now()
+		if _, err := s.Renew(ctx, lock.LeaseRef{Lock: "short", ID: a.ID}, 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-done:
+			t.Logf("granted %v after the renewal to 100ms", at.Sub(renewed))
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter slept on the lease's old expiry")
+		}
+	})
+}
+
 func TestStore_Release_retry_is_idempotent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s lock.Store) {
 		a := acquire(t, s, "idem", "a", time.Minute)

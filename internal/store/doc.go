@@ -9,5 +9,6 @@
 //
 //	<prefix>{<name>}:lock    hash: the current lease; expires with it
 //	<prefix>{<name>}:fence   hash: last token, last released lease, version; never expires
-//	<prefix>{<name>}:unlock  pub/sub channel: "r" when the lock became free, "c" on other changes
+//	<prefix>{<name>}:unlock  pub/sub channel: "r" when the lock became free, "c:<ttl ms>" on a
+//	                         grant or renewal, "c" on other changes
 package store

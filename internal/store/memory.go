@@ -115,7 +115,7 @@ func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.
 		f.version++
 		g := lock.Grant{Lease: copyLease(l)}
 		m.mu.Unlock()
-		m.hub.Notify(req.Lock, false)
+		m.hub.Notify(req.Lock, false, req.TTL)
 		return g, nil
 	}
 	token, err := fencing.Next(f.token, now)
@@ -140,7 +140,7 @@ func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.
 	m.locks[req.Lock] = l
 	g := lock.Grant{Lease: copyLease(l), Fresh: true}
 	m.mu.Unlock()
-	m.hub.Notify(req.Lock, false)
+	m.hub.Notify(req.Lock, false, req.TTL)
 	return g, nil
 }
 
@@ -165,7 +165,7 @@ func (m *Memory) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration
 	m.fence(name).version++
 	out := copyLease(l)
 	m.mu.Unlock()
-	m.hub.Notify(name, false)
+	m.hub.Notify(name, false, out.TTL)
 	return out, nil
 }
 
@@ -194,13 +194,13 @@ func (m *Memory) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock
 		l.HoldCount--
 		res.HoldCount = l.HoldCount
 		m.mu.Unlock()
-		m.hub.Notify(name, false)
+		m.hub.Notify(name, false, 0)
 		return res, nil
 	}
 	delete(m.locks, name)
 	f.released = leaseID
 	m.mu.Unlock()
-	m.hub.Notify(name, true)
+	m.hub.Notify(name, true, 0)
 	res.Released = true
 	return res, nil
 }
@@ -245,7 +245,7 @@ func (m *Memory) ForceRelease(ctx context.Context, name string) (bool, error) {
 	delete(m.locks, name)
 	m.fence(name).version++
 	m.mu.Unlock()
-	m.hub.Notify(name, true)
+	m.hub.Notify(name, true, 0)
 	return true, nil
 }
 

@@ -377,7 +377,7 @@ func (s *Redis) receive(ctx context.Context) {
 			// redialled, so everyone looks again now, and again when the
 			// resubscription is confirmed.
 			s.reconnects.Add(1)
-			s.hub.WakeAll()
+			s.hub.Reset()
 			select {
 			case <-ctx.Done():
 				return
@@ -396,10 +396,26 @@ func (s *Redis) receive(ctx context.Context) {
 			}
 		case *redis.Message:
 			if name, ok := s.nameOfChannel(m.Channel); ok {
-				s.hub.Notify(name, m.Payload == "r")
+				released, ttl := parseNotice(m.Payload)
+				s.hub.Notify(name, released, ttl)
 			}
 		}
 	}
+}
+
+// parseNotice reads an unlock-channel message: "r" when the lock became
+// free, "c:<ttl ms>" when it was granted or renewed with that TTL, "c" for
+// other changes.
+func parseNotice(payload string) (released bool, ttl time.Duration) {
+	if payload == "r" {
+		return true, 0
+	}
+	if ms, ok := strings.CutPrefix(payload, "c:"); ok {
+		if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
+			return false, time.Duration(n) * time.Millisecond
+		}
+	}
+	return false, 0
 }
 
 // pubsubSubscriber adapts the pub/sub connection to notify.Subscriber.

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		script *redis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "62b66335ee3035141d6e9aa1b1c3af807923a686"},
-		{"renew.lua", renewScript, "404311f78808370a8a538baa3d579b849e4789af"},
+		{"acquire.lua", acquireScript, "c1accca7622650b70d379bd179c6411b9dd066bd"},
+		{"renew.lua", renewScript, "1331c34f8c2b6ac78ff7bf799cb1c570ae55edf8"},
 		{"release.lua", releaseScript, "2f862f5b848068289fd1b335c31b79bb00808005"},
 		{"force_release.lua", forceReleaseScript, "66e083834093199f38494ebea56278e1983b932f"},
 		{"inspect.lua", inspectScript, "bca00d641d4de011be7c585c9bd1f6757b745f2b"},

@@ -15,6 +15,9 @@
 -- and when another owner holds the lock:
 --   {0, holder owner, holder token, remaining ttl ms}
 --
+-- A grant publishes "c:<ttl ms>" on the unlock channel, so that waiters time
+-- the new holder's expiry.
+--
 -- Numbers go into Redis with string.format('%.0f'): Lua's own conversion
 -- keeps 14 significant digits and would round microsecond tokens.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -35,7 +38,7 @@ if held[1] then
 	redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', string.format('%.0f', exp))
 	redis.call('PEXPIRE', KEYS[1], ttl)
 	redis.call('HINCRBY', KEYS[2], 'ver', 1)
-	redis.call('PUBLISH', ARGV[6], 'c')
+	redis.call('PUBLISH', ARGV[6], 'c:' .. ARGV[4])
 	return {1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], string.format('%.0f', exp), held[6]}
 end
 
@@ -56,5 +59,5 @@ redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'owner', ARGV[2], 'principal', ARG
 	'token', tok, 'count', 1, 'ttl', ARGV[4], 'acq', string.format('%.0f', now),
 	'exp', string.format('%.0f', exp), 'meta', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PUBLISH', ARGV[6], 'c')
+redis.call('PUBLISH', ARGV[6], 'c:' .. ARGV[4])
 return {1, 1, ARGV[1], ARGV[2], ARGV[3], tok, 1, ttl, string.format('%.0f', now), string.format('%.0f', exp), ARGV[5]}

@@ -7,6 +7,9 @@
 -- ARGV[3]  unlock channel
 -- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
 --
+-- Publishes "c:<ttl ms>", so that waiters time the lease's new expiry (a
+-- renewal may shorten it).
+--
 -- Returns {0} when the lease is not the holder (expired, released,
 -- superseded or unknown), {-1} when it belongs to another principal, else
 --   {1, lease id, owner, principal, token, hold count, ttl ms, acquired ms,
@@ -29,5 +32,5 @@ local exp = string.format('%.0f', math.floor((tonumber(t[1]) * 1000000 + tonumbe
 redis.call('HSET', KEYS[1], 'ttl', string.format('%.0f', ttl), 'exp', exp)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('HINCRBY', KEYS[2], 'ver', 1)
-redis.call('PUBLISH', ARGV[3], 'c')
+redis.call('PUBLISH', ARGV[3], 'c:' .. string.format('%.0f', ttl))
 return {1, h[1], h[2], h[3], h[4], tonumber(h[5]), ttl, h[7], exp, h[8]}
