@@ -237,6 +237,7 @@ func TestSecurity_hostile_requests(t *testing.T) {
 		{"duplicate member", call{method: "POST", path: "/v1/locks/team-a:x/leases", key: s.teamA, body: `{"owner":"a","owner":"b"}`}, 400, "invalid-request"},
 		{"duplicate metadata key", call{method: "POST", path: "/v1/locks/team-a:x/leases", key: s.teamA, body: `{"metadata":{"k":"1","\u006b":"2"}}`}, 400, "invalid-request"},
 		{"invalid UTF-8 in a string", call{method: "POST", path: "/v1/locks/team-a:x/leases", key: s.teamA, body: "{\"owner\":\"\xff\xfe\"}"}, 400, "invalid-request"},
+		{"lone surrogate in owner", call{method: "POST", path: "/v1/locks/team-a:x/leases", key: s.teamA, body: `{"owner":"\ud800"}`}, 400, "invalid-request"},
 		{"body is null", call{method: "POST", path: "/v1/locks/team-a:x/leases", key: s.teamA, body: `null`}, 400, "invalid-request"},
 		{"body is an array", call{method: "POST", path: "/v1/locks/team-a:x/leases", key: s.teamA, body: `[{}]`}, 400, "invalid-request"},
 		{"unicode name", call{method: "POST", path: "/v1/locks/team-a:d%C3%A9ploy/leases", key: s.teamA}, 400, "invalid-request"},

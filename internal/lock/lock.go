@@ -36,7 +36,11 @@ type Holder struct {
 	HoldCount  int
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
-	Metadata   map[string]string
+	// ExpiresIn is the lease's remaining TTL when the state was read: a
+	// watcher times the expiry with it on its own clock, which may not agree
+	// with the store's.
+	ExpiresIn time.Duration
+	Metadata  map[string]string
 }
 
 // State is a lock's current state. A free lock has Held false and Holder nil.

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -74,7 +75,9 @@ func CheckOwner(field, owner string) *FieldError {
 		return bad
 	}
 	for _, r := range owner {
-		if !unicode.IsPrint(r) {
+		// U+FFFD is what a JSON decoder makes of invalid text (a lone
+		// surrogate, say): two different owners would become one.
+		if !unicode.IsPrint(r) || r == utf8.RuneError {
 			return bad
 		}
 	}
@@ -89,7 +92,7 @@ func CheckMetadata(field string, md map[string]string) *FieldError {
 	}
 	size := 0
 	for k, v := range md {
-		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) || strings.ContainsRune(k+v, utf8.RuneError) {
 			return &FieldError{Field: field, Detail: "metadata keys must be non-empty and keys and values valid UTF-8"}
 		}
 		size += len(k) + len(v)

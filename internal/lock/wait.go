@@ -101,7 +101,7 @@ func WaitChange(ctx context.Context, s Store, name, index string, wait time.Dura
 			return st, err
 		}
 		if st.Held {
-			w.ExpectExpiry(st.Holder.ExpiresAt)
+			w.ExpectExpiry(time.Now().Add(st.Holder.ExpiresIn))
 		}
 		select {
 		case <-w.C():

@@ -232,6 +232,12 @@ func TestStore_Only_the_acquiring_principal_renews_and_releases(t *testing.T) {
 		if err != nil || !res.Released || res.Retried {
 			t.Fatalf("admin release = %+v, %v", res, err)
 		}
+		// A retry of that release is the acquiring principal's too.
+		_, err = s.Release(ctx, theirs, false)
+		wantCode(t, err, lock.CodeForbidden)
+		if res, err := s.Release(ctx, lock.LeaseRef{Lock: "mine", ID: g.Lease.ID, Principal: "team-a"}, false); err != nil || !res.Retried {
+			t.Fatalf("the owner's retry = %+v, %v", res, err)
+		}
 	})
 }
 

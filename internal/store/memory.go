@@ -34,9 +34,10 @@ type Memory struct {
 // memFence is what outlives a lease: the last token, the last lease that
 // fully released (for idempotent release), and a change counter.
 type memFence struct {
-	token    uint64
-	released string
-	version  uint64
+	token      uint64
+	released   string
+	releasedBy string // the principal of the released lease
+	version    uint64
 }
 
 var _ lock.Store = (*Memory)(nil)
@@ -177,9 +178,12 @@ func (m *Memory) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock
 	l := m.current(name, time.Now())
 	f := m.fence(name)
 	if l == nil || l.ID != leaseID {
-		retry := f.released == leaseID
+		retry, by := f.released == leaseID, f.releasedBy
 		m.mu.Unlock()
 		if retry {
+			if ref.Principal != "" && ref.Principal != by {
+				return res, lock.NotYourLease(name, leaseID)
+			}
 			res.Released, res.Retried = true, true
 			return res, nil
 		}
@@ -198,7 +202,7 @@ func (m *Memory) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock
 		return res, nil
 	}
 	delete(m.locks, name)
-	f.released = leaseID
+	f.released, f.releasedBy = leaseID, l.Principal
 	m.mu.Unlock()
 	m.hub.Notify(name, true, 0)
 	res.Released = true
@@ -227,6 +231,7 @@ func (m *Memory) state(name string, now time.Time) lock.State {
 			HoldCount:  l.HoldCount,
 			AcquiredAt: l.AcquiredAt,
 			ExpiresAt:  l.ExpiresAt,
+			ExpiresIn:  l.ExpiresAt.Sub(now),
 			Metadata:   maps.Clone(l.Metadata),
 		}
 	}

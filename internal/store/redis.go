@@ -226,6 +226,7 @@ func stateOf(name string, r *replyReader) (lock.State, error) {
 			HoldCount:  int(r.int(4)),
 			AcquiredAt: r.millis(5),
 			ExpiresAt:  r.millis(6),
+			ExpiresIn:  time.Duration(max(r.int(10), 0)) * time.Millisecond,
 			Metadata:   r.metadata(7),
 		}
 	}

@@ -21,9 +21,9 @@ func TestScripts_pinned(t *testing.T) {
 	}{
 		{"acquire.lua", acquireScript, "c1accca7622650b70d379bd179c6411b9dd066bd"},
 		{"renew.lua", renewScript, "1331c34f8c2b6ac78ff7bf799cb1c570ae55edf8"},
-		{"release.lua", releaseScript, "2f862f5b848068289fd1b335c31b79bb00808005"},
+		{"release.lua", releaseScript, "55183cf542459c504eac2046789a76c8c5a43e81"},
 		{"force_release.lua", forceReleaseScript, "66e083834093199f38494ebea56278e1983b932f"},
-		{"inspect.lua", inspectScript, "bca00d641d4de011be7c585c9bd1f6757b745f2b"},
+		{"inspect.lua", inspectScript, "4f8085857da8144d8979a3a95df9d7c3b80df7c8"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -14,7 +14,11 @@
 -- lock now.
 local h = redis.call('HMGET', KEYS[1], 'lease', 'principal')
 if h[1] ~= ARGV[1] then
-	if redis.call('HGET', KEYS[2], 'released') == ARGV[1] then
+	local last = redis.call('HMGET', KEYS[2], 'released', 'released_by')
+	if last[1] == ARGV[1] then
+		if ARGV[4] ~= '' and last[2] ~= ARGV[4] then
+			return {-1}
+		end
 		return {1, 0, 1, 1}
 	end
 	return {0}
@@ -31,6 +35,6 @@ if ARGV[2] ~= '1' then
 	end
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[2], 'released', ARGV[1])
+redis.call('HSET', KEYS[2], 'released', ARGV[1], 'released_by', h[2])
 redis.call('PUBLISH', ARGV[3], 'r')
 return {1, 0, 1, 0}
