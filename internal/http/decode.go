@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -161,9 +162,16 @@ func isJSON(ct string) bool {
 	return err == nil && mt == "application/json"
 }
 
+// fieldsByType caches jsonFields per body type: the set never changes, and
+// decodeBody is on every request's path.
+var fieldsByType sync.Map // reflect.Type -> map[string]bool
+
 // jsonFields returns the JSON member names of the struct v points to.
 func jsonFields(v any) map[string]bool {
 	t := reflect.TypeOf(v).Elem()
+	if f, ok := fieldsByType.Load(t); ok {
+		return f.(map[string]bool)
+	}
 	fields := make(map[string]bool, t.NumField())
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
@@ -171,6 +179,7 @@ func jsonFields(v any) map[string]bool {
 			fields[name] = true
 		}
 	}
+	fieldsByType.Store(t, fields)
 	return fields
 }
 
