@@ -113,9 +113,7 @@ func (b *batcher) work() {
 	}
 }
 
-// send runs one batch as a pipeline of EVALSHAs. A script Redis does not
-// have (it restarted, or failed over) answers NOSCRIPT; that call is run
-// again on its own with Script.Run, which falls back to EVAL.
+// send runs one batch, as one pipeline when it holds more than one call.
 func (b *batcher) send(batch []*scriptCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
@@ -125,15 +123,25 @@ func (b *batcher) send(batch []*scriptCall) {
 		close(c.ready)
 		return
 	}
-	pipe := b.rdb.Pipeline()
+	runPipelined(ctx, b.rdb, batch)
 	for _, c := range batch {
+		close(c.ready)
+	}
+}
+
+// runPipelined runs calls as one pipeline of EVALSHAs and sets each call's
+// cmd. A script Redis does not have (it restarted, or failed over) answers
+// NOSCRIPT; that call is run again on its own with Script.Run, which falls
+// back to EVAL. Every cmd carries its own error.
+func runPipelined(ctx context.Context, rdb redis.UniversalClient, calls []*scriptCall) {
+	pipe := rdb.Pipeline()
+	for _, c := range calls {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for _, c := range batch {
+	_, _ = pipe.Exec(ctx)
+	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
-			c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+			c.cmd = c.script.Run(ctx, rdb, c.keys, c.args...)
 		}
-		close(c.ready)
 	}
 }

@@ -284,21 +284,15 @@ func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	if cursor != 0 {
 		page.NextCursor = strconv.FormatUint(cursor, 10)
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(names))
+	calls := make([]*scriptCall, len(names))
 	for i, name := range names {
-		cmds[i] = inspectScript.EvalSha(ctx, pipe, s.keys(name))
+		calls[i] = &scriptCall{script: inspectScript, keys: s.keys(name)}
 	}
-	if len(names) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !isNoScript(err) {
-			return lock.ListPage{}, storeError(err)
-		}
+	if len(calls) > 0 {
+		runPipelined(ctx, s.rdb, calls)
 	}
 	for i, name := range names {
-		res, err := cmds[i].Slice()
-		if isNoScript(err) {
-			res, err = inspectScript.Run(ctx, s.rdb, s.keys(name)).Slice()
-		}
+		res, err := calls[i].cmd.Slice()
 		if err != nil {
 			return lock.ListPage{}, storeError(err)
 		}
