@@ -63,6 +63,10 @@ type AcquireRequest struct {
 	Principal string
 	TTL       time.Duration
 	Metadata  map[string]string
+	// IdempotencyKey, when set, makes a retry of this acquire safe: a later
+	// acquire with the same key, owner and principal, while the lease lives,
+	// returns the lease as it is instead of adding a hold.
+	IdempotencyKey string
 }
 
 // Grant is the answer to a successful acquire.
@@ -71,6 +75,12 @@ type Grant struct {
 	// Fresh is true when the lock went from free to held (a new token), and
 	// false for a reentrant acquire.
 	Fresh bool
+	// RequestID names this acquire in the store, so that Abandon can undo
+	// exactly the hold it added. For a fresh grant it is the lease id.
+	RequestID string
+	// Replayed is true when the acquire repeated an earlier one with the same
+	// IdempotencyKey and was answered with its lease, adding nothing.
+	Replayed bool
 }
 
 // LeaseRef names a lease for renew and release.
@@ -119,6 +129,11 @@ type Store interface {
 	Release(ctx context.Context, lease LeaseRef, all bool) (ReleaseResult, error)
 	// Inspect reads a lock's state; a free lock is not an error.
 	Inspect(ctx context.Context, name string) (State, error)
+	// Abandon undoes the hold that the acquire named requestID added, if it
+	// ran and nobody claimed its answer since (an idempotent replay). It is
+	// for grants whose answer never reached the caller; it is safe to call
+	// for an acquire that never ran, and to call again.
+	Abandon(ctx context.Context, name, requestID string) error
 	// ForceRelease frees a lock whoever holds it. It reports whether the lock
 	// was held.
 	ForceRelease(ctx context.Context, name string) (bool, error)

@@ -16,6 +16,9 @@ const (
 	MaxMetadataKeys  = 16
 	MaxMetadataBytes = 4096
 	MinTTL           = 10 * time.Millisecond
+	// MaxIdempotencyKeyLen bounds an Idempotency-Key; a UUID or ULID fits
+	// many times over.
+	MaxIdempotencyKeyLen = 255
 )
 
 // nameChars marks the bytes allowed in a lock name. None of them is special
@@ -103,6 +106,19 @@ func CheckMetadata(field string, md map[string]string) *FieldError {
 	return nil
 }
 
+// CheckIdempotencyKey returns a field error for a key that is not 0–255
+// printable ASCII characters ("" means no key).
+func CheckIdempotencyKey(field, key string) *FieldError {
+	ok := len(key) <= MaxIdempotencyKeyLen
+	for i := 0; ok && i < len(key); i++ {
+		ok = key[i] >= 0x21 && key[i] <= 0x7e
+	}
+	if ok {
+		return nil
+	}
+	return &FieldError{Field: field, Detail: fmt.Sprintf("an idempotency key is 1-%d printable ASCII characters", MaxIdempotencyKeyLen)}
+}
+
 // Validate checks an acquire request against the domain's rules; the TTL's
 // upper bound is configuration and is checked by the caller.
 func (r AcquireRequest) Validate() error {
@@ -111,6 +127,7 @@ func (r AcquireRequest) Validate() error {
 		CheckName("name", r.Lock),
 		CheckOwner("owner", r.Owner),
 		CheckMetadata("metadata", r.Metadata),
+		CheckIdempotencyKey("Idempotency-Key", r.IdempotencyKey),
 	} {
 		if fe != nil {
 			fields = append(fields, *fe)

@@ -71,9 +71,9 @@ func tryAcquire(ctx context.Context, s Store, req AcquireRequest) (Grant, error)
 	defer cancel()
 	g, err := s.TryAcquire(callCtx, req)
 	if err == nil && ctx.Err() != nil {
-		// Undo just this acquire: all holds for a fresh grant, one for a
-		// reentrant one, so the caller's earlier holds stay intact.
-		_, _ = s.Release(callCtx, LeaseRef{Lock: req.Lock, ID: g.Lease.ID}, g.Fresh)
+		// Undo just the hold this acquire added, so the caller's earlier
+		// holds stay intact.
+		_ = s.Abandon(callCtx, req.Lock, g.RequestID)
 		return Grant{}, ctx.Err()
 	}
 	return g, err

@@ -17,9 +17,10 @@ import (
 // Each call is still one script, atomic on its own; a pipeline only shares
 // the round trip. Nothing is retried, as with plain calls.
 type batcher struct {
-	rdb   redis.UniversalClient
-	calls chan *scriptCall
-	done  chan struct{}
+	rdb     redis.UniversalClient
+	timeout time.Duration // bounds one pipeline's round trip
+	calls   chan *scriptCall
+	done    chan struct{}
 
 	// mu orders run against close: no call is queued once close began, so
 	// the workers can answer every queued call before they stop.
@@ -40,14 +41,13 @@ const (
 	batchWorkers = 4
 	// maxBatch caps one pipeline, so that one batch's latency stays small.
 	maxBatch = 64
-	// batchTimeout bounds one pipeline's round trip. Callers wait for their
-	// answer rather than their own context: a script that ran must be
-	// answered, or a grant would be lost.
-	batchTimeout = 5 * time.Second
 )
 
-func newBatcher(rdb redis.UniversalClient) *batcher {
-	b := &batcher{rdb: rdb, calls: make(chan *scriptCall, 1024), done: make(chan struct{})}
+// newBatcher returns a batcher whose pipelines time out after timeout, the
+// store's call deadline. Callers wait for their answer rather than their own
+// context: a script that ran must be answered, or a grant would be lost.
+func newBatcher(rdb redis.UniversalClient, timeout time.Duration) *batcher {
+	b := &batcher{rdb: rdb, timeout: timeout, calls: make(chan *scriptCall, 1024), done: make(chan struct{})}
 	for range batchWorkers {
 		go b.work()
 	}
@@ -115,7 +115,7 @@ func (b *batcher) work() {
 
 // send runs one batch, as one pipeline when it holds more than one call.
 func (b *batcher) send(batch []*scriptCall) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	ctx, cancel := context.WithTimeout(failFast(context.Background()), b.timeout)
 	defer cancel()
 	if len(batch) == 1 {
 		c := batch[0]

@@ -79,13 +79,25 @@ func openRedis(t *testing.T, srv *redistest.Server) *store.Redis {
 // pipelines or not.
 func openRedisWith(t *testing.T, srv *redistest.Server, batch bool) *store.Redis {
 	t.Helper()
-	rdb := srv.Client(t)
-	s, err := store.NewRedis(rdb, store.RedisOptions{Prefix: "test:" + ulid.Make().String() + ":", Batch: batch})
+	s := openStore(t, store.ClientConfig{URL: srv.URL}, batch)
+	redisClients.Store(lock.Store(s), srv.Client(t))
+	return s
+}
+
+// openStore opens a Redis store the way lockapi serve does, on a client from
+// store.NewClient, closed with the test.
+func openStore(t *testing.T, cfg store.ClientConfig, batch bool) *store.Redis {
+	t.Helper()
+	c, err := store.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := store.NewRedis(c, store.RedisOptions{Prefix: "test:" + ulid.Make().String() + ":", Batch: batch})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	redisClients.Store(lock.Store(s), rdb)
 	return s
 }
 

@@ -25,10 +25,20 @@ type Memory struct {
 	hub *notify.Hub
 
 	mu     sync.Mutex
-	locks  map[string]*lock.Lease // current leases; may be expired until swept
-	fences map[string]*memFence   // never deleted, like the Redis fence hash
+	locks  map[string]*memLock  // current leases; may be expired until swept
+	fences map[string]*memFence // never deleted, like the Redis fence hash
 	done   chan struct{}
 	closed bool
+}
+
+// memLock is a current lease with what acquire.lua keeps beside it in the
+// lock hash: the lease's latest acquire (op), the last idempotency key and
+// the acquire that used it, and which acquires' answers were claimed by a
+// replay ('c') or abandoned ('x').
+type memLock struct {
+	lock.Lease
+	op, idem, idemOp string
+	settled          map[string]byte
 }
 
 // memFence is what outlives a lease: the last token, the last lease that
@@ -46,7 +56,7 @@ var _ lock.Store = (*Memory)(nil)
 func NewMemory() *Memory {
 	m := &Memory{
 		hub:    notify.New(nil),
-		locks:  make(map[string]*lock.Lease),
+		locks:  make(map[string]*memLock),
 		fences: make(map[string]*memFence),
 		done:   make(chan struct{}),
 	}
@@ -77,7 +87,7 @@ func (m *Memory) sweep() {
 
 // current returns the live lease of name, dropping an expired one. Callers
 // hold m.mu.
-func (m *Memory) current(name string, now time.Time) *lock.Lease {
+func (m *Memory) current(name string, now time.Time) *memLock {
 	l := m.locks[name]
 	if l != nil && !now.Before(l.ExpiresAt) {
 		delete(m.locks, name)
@@ -104,17 +114,28 @@ func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.
 	now := time.Now()
 	l := m.current(req.Lock, now)
 	f := m.fence(req.Lock)
+	requestID := ulid.Make().String()
 	if l != nil {
 		if l.Owner != req.Owner || l.Principal != req.Principal {
 			held := lock.Held(req.Lock, lock.HeldBy{Owner: l.Owner, Token: l.Token, ExpiresIn: l.ExpiresAt.Sub(now)})
 			m.mu.Unlock()
 			return lock.Grant{}, held
 		}
+		if req.IdempotencyKey != "" && req.IdempotencyKey == l.idem && l.settled[l.idemOp] != 'x' {
+			l.settle(l.idemOp, 'c')
+			g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: l.idemOp == l.ID, RequestID: l.idemOp, Replayed: true}
+			m.mu.Unlock()
+			return g, nil
+		}
 		l.HoldCount++
 		l.TTL = req.TTL
 		l.ExpiresAt = now.Add(req.TTL)
+		l.op = requestID
+		if req.IdempotencyKey != "" {
+			l.idem, l.idemOp = req.IdempotencyKey, requestID
+		}
 		f.version++
-		g := lock.Grant{Lease: copyLease(l)}
+		g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
 		m.mu.Unlock()
 		m.hub.Notify(req.Lock, false, req.TTL)
 		return g, nil
@@ -126,9 +147,9 @@ func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.
 	}
 	f.token = token
 	f.version++
-	l = &lock.Lease{
+	l = &memLock{Lease: lock.Lease{
 		Lock:       req.Lock,
-		ID:         ulid.Make().String(),
+		ID:         requestID,
 		Owner:      req.Owner,
 		Principal:  req.Principal,
 		Token:      token,
@@ -137,9 +158,12 @@ func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.
 		AcquiredAt: now,
 		ExpiresAt:  now.Add(req.TTL),
 		Metadata:   maps.Clone(req.Metadata),
+	}, op: requestID}
+	if req.IdempotencyKey != "" {
+		l.idem, l.idemOp = req.IdempotencyKey, requestID
 	}
 	m.locks[req.Lock] = l
-	g := lock.Grant{Lease: copyLease(l), Fresh: true}
+	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
 	m.mu.Unlock()
 	m.hub.Notify(req.Lock, false, req.TTL)
 	return g, nil
@@ -164,7 +188,7 @@ func (m *Memory) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration
 	}
 	l.ExpiresAt = now.Add(l.TTL)
 	m.fence(name).version++
-	out := copyLease(l)
+	out := copyLease(&l.Lease)
 	m.mu.Unlock()
 	m.hub.Notify(name, false, out.TTL)
 	return out, nil
@@ -237,6 +261,39 @@ func (m *Memory) state(name string, now time.Time) lock.State {
 	}
 	st.Index = lock.ComputeIndex(version, st)
 	return st
+}
+
+// settle marks requestID's answer claimed ('c') or abandoned ('x') and
+// reports whether it was unsettled.
+func (l *memLock) settle(requestID string, how byte) bool {
+	if _, done := l.settled[requestID]; done {
+		return false
+	}
+	if l.settled == nil {
+		l.settled = make(map[string]byte)
+	}
+	l.settled[requestID] = how
+	return true
+}
+
+// Abandon implements lock.Store as abandon.lua does. Memory calls never end
+// with an unknown outcome, so no acquire can arrive after its abandon.
+func (m *Memory) Abandon(ctx context.Context, name, requestID string) error {
+	m.mu.Lock()
+	l := m.current(name, time.Now())
+	if l == nil || (l.ID != requestID && l.op != requestID) || !l.settle(requestID, 'x') {
+		m.mu.Unlock()
+		return nil
+	}
+	m.fence(name).version++
+	l.HoldCount--
+	freed := l.HoldCount == 0
+	if freed {
+		delete(m.locks, name)
+	}
+	m.mu.Unlock()
+	m.hub.Notify(name, freed, 0)
+	return nil
 }
 
 // ForceRelease implements lock.Store.

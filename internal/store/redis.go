@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +32,8 @@ var (
 	forceReleaseLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/abandon.lua
+	abandonLua string
 
 	// Each script is loaded once and run with EVALSHA, falling back to EVAL
 	// when Redis lost its script cache (restart, failover, SCRIPT FLUSH).
@@ -38,6 +42,7 @@ var (
 	releaseScript      = redis.NewScript(releaseLua)
 	forceReleaseScript = redis.NewScript(forceReleaseLua)
 	inspectScript      = redis.NewScript(inspectLua)
+	abandonScript      = redis.NewScript(abandonLua)
 )
 
 // DefaultPrefix is the key prefix when none is configured.
@@ -47,16 +52,25 @@ const DefaultPrefix = "lockapi:"
 // (or a Sentinel-managed primary, or a Cluster: every key of one lock shares
 // a hash slot).
 type Redis struct {
-	rdb     redis.UniversalClient
-	prefix  string
-	observe func(script string, d time.Duration)
-	batch   *batcher // nil: plain calls
-	hub     *notify.Hub
-	ps      *redis.PubSub
-	cancel  context.CancelFunc
-	done    chan struct{}
+	rdb         redis.UniversalClient
+	cluster     *redis.ClusterClient // nil unless rdb is one
+	prefix      string
+	callTimeout time.Duration
+	observe     func(script string, d time.Duration)
+	batch       *batcher // nil: plain calls
+	hub         *notify.Hub
+	ghosts      *reaper
+	cancel      context.CancelFunc
+	done        chan struct{}
 
-	reconnects atomic.Int64
+	// psMu guards ps and subscribed. ps is replaced when the Sentinel master
+	// changes; subscribed is what a new ps must subscribe to.
+	psMu       sync.Mutex
+	ps         *redis.PubSub
+	subscribed map[string]struct{}
+
+	reconnects     atomic.Int64
+	masterSwitches atomic.Int64
 }
 
 var _ lock.Store = (*Redis)(nil)
@@ -72,11 +86,19 @@ type RedisOptions struct {
 	// batcher). Off, every call is its own EVALSHA round trip, as a plain
 	// Redis client does.
 	Batch bool
+	// CallTimeout bounds every store call (DefaultCallTimeout when 0). A
+	// call that times out is answered unavailable and never sent again.
+	CallTimeout time.Duration
 }
 
-// NewRedis returns a store on rdb. It opens one pub/sub connection, shared by
-// every waiter of this process, and closes it on Close; rdb itself is the
-// caller's to close.
+// DefaultCallTimeout bounds a store call when RedisOptions says nothing.
+const DefaultCallTimeout = 2 * time.Second
+
+// NewRedis returns a store on rdb, which should come from NewClient: only
+// then are retries off and deadlines honoured on the sockets, and only then
+// does the store follow a Sentinel master. It opens one pub/sub connection,
+// shared by every waiter of this process, and closes it on Close; rdb itself
+// is the caller's to close.
 func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -87,18 +109,35 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Redis{
-		rdb:     rdb,
-		prefix:  prefix,
-		observe: opts.ObserveScript,
-		ps:      rdb.Subscribe(ctx),
-		cancel:  cancel,
-		done:    make(chan struct{}),
+		rdb:         rdb,
+		prefix:      prefix,
+		callTimeout: opts.CallTimeout,
+		observe:     opts.ObserveScript,
+		ps:          rdb.Subscribe(ctx),
+		subscribed:  make(map[string]struct{}),
+		cancel:      cancel,
+		done:        make(chan struct{}),
+	}
+	if s.callTimeout <= 0 {
+		s.callTimeout = DefaultCallTimeout
+	}
+	var follow *sentinelConfig
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		s.cluster = c
+	case *Client:
+		follow = c.sentinel
+		s.cluster, _ = c.UniversalClient.(*redis.ClusterClient)
 	}
 	if opts.Batch {
-		s.batch = newBatcher(rdb)
+		s.batch = newBatcher(rdb, s.callTimeout)
 	}
 	s.hub = notify.New(pubsubSubscriber{s})
+	s.ghosts = newReaper(s)
 	go s.receive(ctx)
+	if follow != nil {
+		go follow.follow(ctx, s.masterChanged)
+	}
 	return s, nil
 }
 
@@ -115,22 +154,86 @@ func (s *Redis) nameOfChannel(ch string) (string, bool) {
 	return strings.CutSuffix(rest, "}:unlock")
 }
 
+func (s *Redis) abandonedKey(name string) string {
+	return s.prefix + "{" + name + "}:abandoned"
+}
+
 func (s *Redis) keys(name string) []string { return []string{s.lockKey(name), s.fenceKey(name)} }
 
-// run runs one script (EVALSHA, falling back to EVAL) and reports its
-// duration to the observer.
+// movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
+// Cluster slot that moved: the script did not run) is sent again while the
+// client reloads its slot map.
+const movedAttempts = 3
+
+// run runs one script (EVALSHA, falling back to EVAL) within the store's call
+// deadline and reports its duration to the observer. A script is sent again
+// only when Redis refused it without running it (MOVED, ASK); nothing else is
+// ever retried.
 func (s *Redis) run(ctx context.Context, name string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(failFast(ctx), s.callTimeout)
+	defer cancel()
 	var cmd *redis.Cmd
-	if s.batch != nil {
-		cmd = s.batch.run(script, keys, args)
-	} else {
-		cmd = script.Run(ctx, s.rdb, keys, args...)
+	for attempt := 1; ; attempt++ {
+		if s.batch != nil {
+			cmd = s.batch.run(script, keys, args)
+		} else {
+			cmd = script.Run(ctx, s.rdb, keys, args...)
+		}
+		if !s.refusedByCluster(cmd.Err()) || attempt == movedAttempts || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt) * 20 * time.Millisecond)
 	}
+	s.noteFailure(cmd.Err())
 	if s.observe != nil {
 		s.observe(name, time.Since(start))
 	}
 	return cmd
+}
+
+// refusedByCluster reports a Redis Cluster redirection: the node did not run
+// the command because it does not serve the slot (any more).
+func (s *Redis) refusedByCluster(err error) bool {
+	if s.cluster == nil || err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "TRYAGAIN")
+}
+
+// noteFailure makes a cluster client reload its slot map as soon as a node
+// refuses connections, times out or redirects, instead of once a minute: a
+// master that was killed must not keep its shard's traffic after its replica
+// took over.
+func (s *Redis) noteFailure(err error) {
+	if s.cluster == nil || err == nil {
+		return
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !s.refusedByCluster(err) && !strings.HasPrefix(err.Error(), "CLUSTERDOWN") {
+		return // a script's own error: the topology is fine
+	}
+	s.cluster.ReloadState(context.Background())
+}
+
+// outcomeUnknown reports whether a failed call may have run in Redis: the
+// request may have been written before the connection broke or the deadline
+// passed. A reply from Redis (even an error) or a failed dial means it did
+// not run, or ran and was answered.
+func outcomeUnknown(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, redis.ErrClosed)
 }
 
 // TryAcquire implements lock.Store with one script call.
@@ -146,21 +249,55 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		}
 		meta = string(b)
 	}
-	res, err := s.run(ctx, "acquire", acquireScript, s.keys(req.Lock),
-		ulid.Make().String(), req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock)).Slice()
+	requestID := ulid.Make().String()
+	res, err := s.run(ctx, "acquire", acquireScript, s.acquireKeys(req.Lock),
+		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey).Slice()
 	if err != nil {
+		if outcomeUnknown(err) {
+			// It may have granted a lease that nobody will ever know of.
+			s.ghosts.add(req.Lock, requestID)
+		}
 		return lock.Grant{}, storeError(err)
 	}
 	r := reply(res)
-	if r.int(0) == 0 {
+	switch r.int(0) {
+	case 0:
 		return lock.Grant{}, lock.Held(req.Lock, lock.HeldBy{
 			Owner:     r.str(1),
 			Token:     r.uint(2),
 			ExpiresIn: time.Duration(max(r.int(3), 0)) * time.Millisecond,
 		})
+	case -1: // abandoned before it ran: its caller was told 503 already
+		return lock.Grant{}, lock.Unavailable(errors.New("store: acquire ran after it was abandoned"))
 	}
 	lease := r.lease(req.Lock, 2)
-	return lock.Grant{Lease: lease, Fresh: r.int(1) == 1}, r.err
+	return lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}, r.err
+}
+
+func (s *Redis) acquireKeys(name string) []string {
+	return []string{s.lockKey(name), s.fenceKey(name), s.abandonedKey(name)}
+}
+
+// abandonMemory is how long Redis remembers an abandoned request id, so that
+// the acquire, if it is still on its way, grants nothing when it arrives.
+const abandonMemory = 10 * time.Minute
+
+// Abandon implements lock.Store. A call whose outcome is unknown is handed
+// to the reaper, which repeats it until Redis answers.
+func (s *Redis) Abandon(ctx context.Context, name, requestID string) error {
+	_, err := s.abandon(ctx, name, requestID)
+	if outcomeUnknown(err) {
+		s.ghosts.add(name, requestID)
+	}
+	if err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
+func (s *Redis) abandon(ctx context.Context, name, requestID string) (int64, error) {
+	return s.run(ctx, "abandon", abandonScript, s.acquireKeys(name),
+		requestID, s.channel(name), abandonMemory.Milliseconds()).Int64()
 }
 
 // Renew implements lock.Store.
@@ -243,29 +380,34 @@ func (s *Redis) ForceRelease(ctx context.Context, name string) (bool, error) {
 	return n == 1, nil
 }
 
-// List implements lock.Store with SCAN: the cursor is Redis's, and a page
-// holds the held locks of as many SCAN batches as it takes to reach Limit, so
-// it may hold a few more than Limit, and a lock that is acquired or released
-// during the listing may or may not appear. On Redis Cluster it lists the
-// node the client routes SCAN to (see docs).
+// List implements lock.Store with SCAN: a page holds the held locks of as
+// many SCAN batches as it takes to reach Limit, so it may hold a few more
+// than Limit, and a lock that is acquired or released during the listing may
+// or may not appear. On Redis Cluster it walks every master in turn, in the
+// order of the slots they serve; the cursor names the shard (by its first
+// slot) and the cursor within it.
 func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
-	var cursor uint64
-	if req.Cursor != "" {
-		c, err := strconv.ParseUint(req.Cursor, 10, 64)
-		if err != nil || c == 0 {
-			return lock.ListPage{}, lock.Invalid(lock.FieldError{Field: "cursor", Detail: "not a cursor returned by this server"})
-		}
-		cursor = c
-	}
+	ctx, cancel := context.WithTimeout(failFast(ctx), s.callTimeout)
+	defer cancel()
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 100
 	}
+	shards, err := s.shards(ctx)
+	if err != nil {
+		s.noteFailure(err)
+		return lock.ListPage{}, storeError(err)
+	}
+	shard, cursor, err := parseListCursor(req.Cursor, shards)
+	if err != nil {
+		return lock.ListPage{}, err
+	}
 	match := s.prefix + "{" + req.Prefix + "*}:lock"
 	var names []string
-	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, match, int64(max(limit, 100))).Result()
+	for shard < len(shards) {
+		keys, next, err := shards[shard].client.Scan(ctx, cursor, match, int64(max(limit, 100))).Result()
 		if err != nil {
+			s.noteFailure(err)
 			return lock.ListPage{}, storeError(err)
 		}
 		for _, k := range keys {
@@ -275,14 +417,17 @@ func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 			}
 		}
 		cursor = next
-		if cursor == 0 || len(names) >= limit {
+		if cursor == 0 {
+			shard++
+		}
+		if len(names) >= limit {
 			break
 		}
 	}
 
 	page := lock.ListPage{Locks: make([]lock.State, 0, len(names))}
-	if cursor != 0 {
-		page.NextCursor = strconv.FormatUint(cursor, 10)
+	if shard < len(shards) {
+		page.NextCursor = formatListCursor(shards, shard, cursor)
 	}
 	calls := make([]*scriptCall, len(names))
 	for i, name := range names {
@@ -294,6 +439,7 @@ func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	for i, name := range names {
 		res, err := calls[i].cmd.Slice()
 		if err != nil {
+			s.noteFailure(err)
 			return lock.ListPage{}, storeError(err)
 		}
 		st, err := stateOf(name, reply(res))
@@ -305,6 +451,90 @@ func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 		}
 	}
 	return page, nil
+}
+
+// shard is one master to SCAN, named by the first slot it serves (0 outside
+// a cluster).
+type shard struct {
+	firstSlot int
+	client    redis.Cmdable
+}
+
+// shards returns the masters to list, in slot order.
+func (s *Redis) shards(ctx context.Context) ([]shard, error) {
+	if s.cluster == nil {
+		return []shard{{client: s.rdb}}, nil
+	}
+	slots, err := s.cluster.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	first := map[string]int{} // master address -> its lowest slot
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		if f, ok := first[r.Nodes[0].Addr]; !ok || r.Start < f {
+			first[r.Nodes[0].Addr] = r.Start
+		}
+	}
+	var out []shard
+	for _, f := range first {
+		c, err := s.cluster.MasterForKey(ctx, slotKey(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, shard{firstSlot: f, client: c})
+	}
+	slices.SortFunc(out, func(a, b shard) int { return a.firstSlot - b.firstSlot })
+	return out, nil
+}
+
+// formatListCursor encodes where the next page starts: "<first slot of the
+// shard>-<SCAN cursor>" in a cluster, the plain SCAN cursor otherwise.
+func formatListCursor(shards []shard, i int, cursor uint64) string {
+	c := strconv.FormatUint(cursor, 10)
+	if len(shards) == 1 && shards[0].firstSlot == 0 {
+		return c
+	}
+	return strconv.Itoa(shards[i].firstSlot) + "-" + c
+}
+
+// parseListCursor inverts formatListCursor. A shard that no longer starts at
+// the cursor's slot (the cluster was resharded) resumes at the shard serving
+// that slot now.
+func parseListCursor(raw string, shards []shard) (int, uint64, error) {
+	bad := lock.Invalid(lock.FieldError{Field: "cursor", Detail: "not a cursor returned by this server"})
+	if raw == "" {
+		return 0, 0, nil
+	}
+	slotPart, cursorPart, cut := strings.Cut(raw, "-")
+	if !cut {
+		slotPart, cursorPart = "0", raw
+	}
+	slot, err1 := strconv.Atoi(slotPart)
+	cursor, err2 := strconv.ParseUint(cursorPart, 10, 64)
+	if err1 != nil || err2 != nil || slot < 0 || slot > 16383 {
+		return 0, 0, bad
+	}
+	i := 0
+	for i+1 < len(shards) && shards[i+1].firstSlot <= slot {
+		i++
+	}
+	if cursor == 0 && !cut {
+		return 0, 0, bad // a plain SCAN cursor is never 0 mid-listing
+	}
+	return i, cursor, nil
+}
+
+// slotKey returns a key that hashes to slot, for routing to its master.
+func slotKey(slot int) string {
+	for i := 0; ; i++ {
+		k := strconv.Itoa(i)
+		if clusterSlot(k) == slot {
+			return k
+		}
+	}
 }
 
 func isNoScript(err error) bool {
@@ -324,23 +554,92 @@ func (s *Redis) Watch(ctx context.Context, name string, kind lock.WatchKind) (lo
 	return w, nil
 }
 
-// Ping implements lock.Store.
+// Ping implements lock.Store: the master (the current one, behind Sentinel),
+// or every master of a cluster, answers PING within the call deadline.
 func (s *Redis) Ping(ctx context.Context) error {
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	ctx, cancel := context.WithTimeout(failFast(ctx), s.callTimeout)
+	defer cancel()
+	var err error
+	if s.cluster != nil {
+		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+		if err == nil {
+			err = s.clusterCovered(ctx)
+		}
+	} else {
+		err = s.rdb.Ping(ctx).Err()
+	}
+	if err != nil {
+		s.noteFailure(err)
 		return storeError(err)
 	}
 	return nil
 }
 
-// Close stops the pub/sub connection. It does not close the Redis client.
+// clusterCovered reports an error unless every slot has a master that
+// answers: a shard whose master died and has no replica to take over yet
+// leaves its slots uncovered.
+func (s *Redis) clusterCovered(ctx context.Context) error {
+	info, err := s.cluster.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("store: cluster_state is not ok")
+	}
+	return nil
+}
+
+// Close stops the pub/sub connection and the reaper. It does not close the
+// Redis client.
 func (s *Redis) Close() error {
 	if s.batch != nil {
 		s.batch.close()
 	}
 	s.cancel()
-	err := s.ps.Close()
+	err := s.pubsub().Close()
 	<-s.done
+	s.ghosts.close()
 	return err
+}
+
+// MasterSwitches counts how often the pub/sub connection moved to a new
+// Sentinel master.
+func (s *Redis) MasterSwitches() int64 { return s.masterSwitches.Load() }
+
+// Ghosts returns how many acquires with an unknown outcome were abandoned,
+// and how many wait to be.
+func (s *Redis) Ghosts() (abandoned, pending int64) { return s.ghosts.stats() }
+
+func (s *Redis) pubsub() *redis.PubSub {
+	s.psMu.Lock()
+	defer s.psMu.Unlock()
+	return s.ps
+}
+
+// masterChanged moves the pub/sub connection to the new Sentinel master: a
+// fresh PubSub dials the master go-redis resolves now and subscribes to every
+// channel the old one had. Releases published meanwhile may have been missed,
+// so the hub wakes everyone to look again (Reset).
+func (s *Redis) masterChanged(addr string) {
+	s.masterSwitches.Add(1)
+	s.psMu.Lock()
+	old := s.ps
+	s.ps = s.rdb.Subscribe(context.Background())
+	ps := s.ps
+	channels := make([]string, 0, len(s.subscribed))
+	for name := range s.subscribed {
+		channels = append(channels, s.channel(name))
+	}
+	s.psMu.Unlock()
+	_ = old.Close()
+	s.hub.Reset()
+	if len(channels) > 0 {
+		_ = ps.Subscribe(context.Background(), channels...)
+	} else {
+		_ = ps.Ping(context.Background()) // dial now, not at the first waiter
+	}
 }
 
 // Reconnects counts how often the pub/sub connection failed and was redialled.
@@ -358,14 +657,18 @@ func (s *Redis) receive(ctx context.Context) {
 	const pingEvery = 30 * time.Second
 	backoff := 50 * time.Millisecond
 	for {
-		msg, err := s.ps.ReceiveTimeout(ctx, pingEvery)
+		ps := s.pubsub()
+		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
 		if ctx.Err() != nil {
 			return
+		}
+		if ps != s.pubsub() {
+			continue // replaced by masterChanged, which woke everyone
 		}
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				_ = s.ps.Ping(ctx)
+				_ = ps.Ping(ctx)
 				continue
 			}
 			// Lost the connection: messages may be lost until go-redis has
@@ -417,11 +720,19 @@ func parseNotice(payload string) (released bool, ttl time.Duration) {
 type pubsubSubscriber struct{ s *Redis }
 
 func (p pubsubSubscriber) Subscribe(name string) error {
-	return p.s.ps.Subscribe(context.Background(), p.s.channel(name))
+	p.s.psMu.Lock()
+	p.s.subscribed[name] = struct{}{}
+	ps := p.s.ps
+	p.s.psMu.Unlock()
+	return ps.Subscribe(context.Background(), p.s.channel(name))
 }
 
 func (p pubsubSubscriber) Unsubscribe(name string) error {
-	return p.s.ps.Unsubscribe(context.Background(), p.s.channel(name))
+	p.s.psMu.Lock()
+	delete(p.s.subscribed, name)
+	ps := p.s.ps
+	p.s.psMu.Unlock()
+	return ps.Unsubscribe(context.Background(), p.s.channel(name))
 }
 
 // storeError classifies a go-redis error. Connection trouble and Redis states
@@ -432,14 +743,20 @@ func storeError(err error) error {
 		return err
 	}
 	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		msg := rerr.Error()
-		for _, transient := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
-			if strings.HasPrefix(msg, transient) {
-				return lock.Unavailable(err)
-			}
-		}
+	if errors.As(err, &rerr) && !transientReply(err) {
 		return &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
 	}
 	return lock.Unavailable(err)
+}
+
+// transientReply reports a Redis error reply for a state that passes
+// (loading, failover, a moved slot, cluster down): the command did not run.
+func transientReply(err error) bool {
+	msg := err.Error()
+	for _, transient := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "MOVED", "ASK "} {
+		if strings.HasPrefix(msg, transient) {
+			return true
+		}
+	}
+	return false
 }

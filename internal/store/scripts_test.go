@@ -19,11 +19,12 @@ func TestScripts_pinned(t *testing.T) {
 		script *redis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "c1accca7622650b70d379bd179c6411b9dd066bd"},
+		{"acquire.lua", acquireScript, "05c617d7226da5ea5ddae32c22dfc6ef325a32c6"},
 		{"renew.lua", renewScript, "1331c34f8c2b6ac78ff7bf799cb1c570ae55edf8"},
 		{"release.lua", releaseScript, "55183cf542459c504eac2046789a76c8c5a43e81"},
 		{"force_release.lua", forceReleaseScript, "66e083834093199f38494ebea56278e1983b932f"},
 		{"inspect.lua", inspectScript, "4f8085857da8144d8979a3a95df9d7c3b80df7c8"},
+		{"abandon.lua", abandonScript, "f1ea03f6a2b484689c066e727f778459d85bb036"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
@@ -58,35 +59,4 @@ func TestKeys_share_one_cluster_slot(t *testing.T) {
 	if _, err := NewRedis(nil, RedisOptions{Prefix: "bad{"}); err == nil {
 		t.Error("a prefix with a brace was accepted")
 	}
-}
-
-// clusterSlot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or
-// of the whole key without one, modulo 16384.
-func clusterSlot(key string) int {
-	if i := indexByte(key, '{'); i >= 0 {
-		if j := indexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }

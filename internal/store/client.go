@@ -1,0 +1,248 @@
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis deployment modes.
+const (
+	ModeSingle   = "single"
+	ModeSentinel = "sentinel"
+	ModeCluster  = "cluster"
+)
+
+// ClientConfig says where Redis is.
+type ClientConfig struct {
+	// URL is redis:// or rediss://. In sentinel mode it names the sentinels
+	// (more with &addr=) and must carry ?master_name=; in cluster mode it
+	// names seed nodes (more with &addr=).
+	URL  string
+	Mode string // ModeSingle (default), ModeSentinel or ModeCluster
+	// ConfigureTLS, when set, completes the TLS configuration of a rediss://
+	// URL (CA bundle, client certificate). It is given nil for redis://.
+	ConfigureTLS func(*tls.Config) error
+}
+
+// Client is a go-redis client set up the way the store needs it, with what
+// the store must know of the deployment behind it.
+type Client struct {
+	redis.UniversalClient
+	Mode string
+	// sentinel is set in sentinel mode: where to follow the master from.
+	sentinel *sentinelConfig
+	// seeds are the cluster's seed nodes, as configured.
+	seeds  []*redis.Options
+	closed chan struct{} // closed by Close; nil outside single mode
+	once   sync.Once
+}
+
+// Close closes the client and ends the dialer's recovery probes.
+func (c *Client) Close() error {
+	if c.closed != nil {
+		c.once.Do(func() { close(c.closed) })
+	}
+	return c.UniversalClient.Close()
+}
+
+// NewClient connects to Redis as cfg says, with the settings lockapi's
+// correctness depends on:
+//
+//   - no command is ever retried by the client (MaxRetries -1, and in a
+//     cluster MaxRedirects -1, since the cluster client otherwise re-sends a
+//     command that timed out or whose connection broke): a script whose reply
+//     was lost may have run, and running an acquire or a release twice is
+//     not the same as running it once;
+//   - socket deadlines follow the caller's context (ContextTimeoutEnabled),
+//     so a store call never outlives its deadline, whatever Redis does;
+//   - dials are not retried, so that a request answers 503 at once while
+//     Redis is down; on a single Redis, the pool's dial circuit breaker is
+//     probed every few milliseconds instead of every second, so that
+//     lockapi serves again as soon as Redis answers (see fastRecoveryDialer).
+//     Sentinel and Cluster clients resolve addresses per dial and move on to
+//     other nodes, so they keep go-redis's dialer.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	tlsOf := func(t *tls.Config) error {
+		if cfg.ConfigureTLS == nil {
+			return nil
+		}
+		return cfg.ConfigureTLS(t)
+	}
+	switch cfg.Mode {
+	case "", ModeSingle:
+		o, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		if err := tlsOf(o.TLSConfig); err != nil {
+			return nil, err
+		}
+		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
+		closed := make(chan struct{})
+		o.Dialer = fastRecoveryDialer(o.DialTimeout, o.TLSConfig, closed)
+		c := &Client{UniversalClient: redis.NewClient(o), Mode: ModeSingle, closed: closed}
+		return c, nil
+	case ModeSentinel:
+		o, err := redis.ParseFailoverURL(cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		if o.MasterName == "" {
+			return nil, errors.New("a sentinel URL needs ?master_name=NAME, the name the sentinels monitor the master by")
+		}
+		if err := tlsOf(o.TLSConfig); err != nil {
+			return nil, err
+		}
+		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
+		return &Client{
+			UniversalClient: redis.NewFailoverClient(o),
+			Mode:            ModeSentinel,
+			sentinel:        newSentinelConfig(o),
+		}, nil
+	case ModeCluster:
+		o, err := redis.ParseClusterURL(cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		if err := tlsOf(o.TLSConfig); err != nil {
+			return nil, err
+		}
+		o.MaxRetries, o.MaxRedirects, o.DialerRetries, o.ContextTimeoutEnabled = -1, -1, 1, true
+		c := &Client{UniversalClient: redis.NewClusterClient(o), Mode: ModeCluster}
+		for _, addr := range o.Addrs {
+			c.seeds = append(c.seeds, &redis.Options{
+				Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+				DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1,
+			})
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("redis mode %q: want single, sentinel or cluster", cfg.Mode)
+}
+
+// probeEvery is how often a dial to a Redis that refused connections is
+// tried again while the pool's circuit breaker is open.
+const probeEvery = 10 * time.Millisecond
+
+type failFastKey struct{}
+
+// failFast marks a store call's context: its dials try once and fail at once.
+func failFast(ctx context.Context) context.Context {
+	return context.WithValue(ctx, failFastKey{}, true)
+}
+
+// maxProbe bounds one probing dial, so that a probe never runs forever.
+const maxProbe = time.Minute
+
+// fastRecoveryDialer dials like go-redis's own dialer, with one difference.
+// After PoolSize failed dials, go-redis opens a circuit breaker: every call
+// fails at once until a background probe dials successfully, and that probe
+// sleeps a whole second after each failure, so lockapi would answer 503 for
+// up to a second after Redis is back. Store calls carry failFast and dial
+// once; every other dial (the breaker's probe, a pub/sub reconnect) retries
+// every probeEvery until it connects, the client closes or maxProbe passed
+// (not the probe's own DialTimeout: after that the pool sleeps a second), so
+// the breaker closes within milliseconds of Redis accepting connections.
+func fastRecoveryDialer(timeout time.Duration, tlsConfig *tls.Config, closed <-chan struct{}) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	d := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if tlsConfig == nil {
+			return d.DialContext(ctx, network, addr)
+		}
+		td := &tls.Dialer{NetDialer: d, Config: tlsConfig}
+		return td.DialContext(ctx, network, addr)
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ctx.Value(failFastKey{}) != nil {
+			return dial(ctx, network, addr)
+		}
+		giveUp := time.NewTimer(maxProbe)
+		defer giveUp.Stop()
+		for {
+			attempt, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			conn, err := dial(attempt, network, addr)
+			cancel()
+			if err == nil || errors.Is(ctx.Err(), context.Canceled) {
+				return conn, err
+			}
+			select {
+			case <-closed:
+				return nil, err
+			case <-giveUp.C:
+				return nil, err
+			case <-time.After(probeEvery):
+			}
+		}
+	}
+}
+
+// TopologyError says that Redis answered and is not what the configuration
+// says it is: a mistake to fix, not a reason to wait.
+type TopologyError struct{ Detail string }
+
+func (e *TopologyError) Error() string { return e.Detail }
+
+// CheckTopology asks Redis whether it is what c's mode says: a single master
+// (not a replica, not a cluster node), sentinels that monitor the named
+// master, or cluster nodes. It returns a *TopologyError for a mismatch, and
+// another error when Redis does not answer (which may pass).
+func CheckTopology(ctx context.Context, c *Client) error {
+	switch c.Mode {
+	case ModeSingle:
+		info, err := c.Info(failFast(ctx), "cluster", "replication").Result()
+		if err != nil {
+			return err
+		}
+		if strings.Contains(info, "cluster_enabled:1") {
+			return &TopologyError{"this Redis is a cluster node: use -redis-mode cluster"}
+		}
+		if strings.Contains(info, "role:slave") {
+			return &TopologyError{"this Redis is a replica, which refuses writes: point lockapi at the master, or use -redis-mode sentinel"}
+		}
+		return nil
+	case ModeSentinel:
+		var lastErr error
+		for _, addr := range c.sentinel.addrs {
+			sc := redis.NewSentinelClient(c.sentinel.options(addr))
+			_, err := c.sentinel.masterAddr(ctx, sc)
+			_ = sc.Close()
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, redis.Nil) || strings.Contains(err.Error(), "No such master"):
+				return &TopologyError{fmt.Sprintf("the sentinel at %s monitors no master named %q (master_name in the URL)", addr, c.sentinel.masterName)}
+			case strings.Contains(err.Error(), "unknown command"):
+				return &TopologyError{fmt.Sprintf("%s is not a sentinel: in sentinel mode the URL names sentinels", addr)}
+			}
+			lastErr = err
+		}
+		return lastErr
+	case ModeCluster:
+		var lastErr error
+		for _, o := range c.seeds {
+			node := redis.NewClient(o)
+			info, err := node.ClusterInfo(ctx).Result()
+			_ = node.Close()
+			if err != nil && strings.Contains(err.Error(), "cluster support disabled") {
+				return &TopologyError{fmt.Sprintf("the seed %s is not a cluster node (cluster support disabled): use -redis-mode single", o.Addr)}
+			}
+			if err == nil && strings.Contains(info, "cluster_state:") {
+				return nil
+			}
+			lastErr = err
+		}
+		return lastErr
+	}
+	return nil
+}
