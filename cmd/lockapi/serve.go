@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"crypto/tls"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -43,9 +45,10 @@ type serveConfig struct {
 	RateLimit           float64
 	RateBurst           int
 
-	Metrics    bool
-	AdminAddr  string
-	RedisBatch bool
+	Metrics      bool
+	AdminAddr    string
+	RedisBatch   bool
+	RedisTimeout time.Duration
 
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
@@ -79,6 +82,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	dur(&c.MaxWait, "max-wait", "LOCKAPI_MAX_WAIT", 60*time.Second, "longest wait of a long-poll; longer waits are clamped")
 	str(&c.LogLevel, "log-level", "LOCKAPI_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
+	dur(&c.RedisTimeout, "redis-timeout", "LOCKAPI_REDIS_TIMEOUT", store.DefaultCallTimeout, "deadline of every Redis call; a call that runs out is answered 503 and never sent again")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	num := func(p *int, name, env string, def int, help string) {
 		v := def
@@ -137,6 +141,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, fmt.Errorf("-default-ttl must lie between %v and -max-ttl (%v)", lock.MinTTL, c.MaxTTL)
 	case c.MaxWait < 0:
 		return c, errors.New("-max-wait must not be negative")
+	case c.RedisTimeout <= 0:
+		return c, errors.New("-redis-timeout must be positive")
 	}
 	return c, nil
 }
@@ -163,45 +169,14 @@ func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
-// openRedis connects to Redis as configured. Commands are never retried by
-// the client: a script whose reply was lost may have run, and running an
-// acquire or a release twice is not the same as running it once. Dials are
-// not retried either, so that a request answers 503 at once while Redis is
-// down instead of after five dial attempts.
-func openRedis(c serveConfig) (redis.UniversalClient, error) {
-	switch c.RedisMode {
-	case "single":
-		o, err := redis.ParseURL(c.RedisURL)
-		if err != nil {
-			return nil, err
-		}
-		if err := redisTLS(c, o.TLSConfig); err != nil {
-			return nil, err
-		}
-		o.MaxRetries, o.DialerRetries = -1, 1
-		return redis.NewClient(o), nil
-	case "sentinel":
-		o, err := redis.ParseFailoverURL(c.RedisURL)
-		if err != nil {
-			return nil, err
-		}
-		if err := redisTLS(c, o.TLSConfig); err != nil {
-			return nil, err
-		}
-		o.MaxRetries, o.DialerRetries = -1, 1
-		return redis.NewFailoverClient(o), nil
-	case "cluster":
-		o, err := redis.ParseClusterURL(c.RedisURL)
-		if err != nil {
-			return nil, err
-		}
-		if err := redisTLS(c, o.TLSConfig); err != nil {
-			return nil, err
-		}
-		o.MaxRetries, o.DialerRetries = -1, 1
-		return redis.NewClusterClient(o), nil
-	}
-	return nil, fmt.Errorf("-redis-mode %q: want single, sentinel or cluster", c.RedisMode)
+// openRedis connects to Redis as configured; store.NewClient says which
+// settings lockapi's correctness depends on (no retries, deadlines on sockets).
+func openRedis(c serveConfig) (*store.Client, error) {
+	return store.NewClient(store.ClientConfig{
+		URL:          c.RedisURL,
+		Mode:         c.RedisMode,
+		ConfigureTLS: func(t *tls.Config) error { return redisTLS(c, t) },
+	})
 }
 
 // redisTarget describes where a Redis URL points, without its password.
@@ -277,7 +252,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer rdb.Close()
-		opts := store.RedisOptions{Prefix: c.KeyPrefix, Batch: c.RedisBatch}
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err = store.CheckTopology(pctx, rdb)
+		cancel()
+		var bad *store.TopologyError
+		if errors.As(err, &bad) {
+			log.Error().Err(err).Str("mode", c.RedisMode).Msg("bad Redis configuration")
+			return 2
+		}
+		if err != nil {
+			// Not fatal: /readyz says 503 until Redis answers.
+			log.Warn().Err(err).Msg("Redis does not answer yet")
+		}
+		opts := store.RedisOptions{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout}
 		if m != nil {
 			opts.ObserveScript = m.Script
 		}
@@ -288,13 +275,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		m.Counter("lockapi_pubsub_reconnects_total", "Times the pub/sub connection that wakes waiters was lost and redialled.",
 			func() float64 { return float64(rs.Reconnects()) })
+		m.Counter("lockapi_ghost_grants_abandoned_total", "Holds undone because the acquire that added them could not be answered (timeout, broken connection, client gone).",
+			func() float64 { n, _ := rs.Ghosts(); return float64(n) })
+		m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
+			func() float64 { return float64(rs.MasterSwitches()) })
 		st = rs
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		if err := st.Ping(pctx); err != nil {
-			// Not fatal: /readyz says 503 until Redis answers.
-			log.Warn().Err(err).Msg("Redis does not answer yet")
-		}
-		cancel()
 		log.Info().Str("redis", redisTarget(c.RedisURL)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
 	}
 	defer st.Close()

@@ -122,12 +122,17 @@ func (e *Env) send(ctx context.Context, method, path, body string, header ...str
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	given := map[string]bool{} // a name given twice is sent twice
 	for i := 0; i+1 < len(header); i += 2 {
-		if header[i+1] == "" {
+		switch {
+		case header[i+1] == "":
 			req.Header.Del(header[i])
-		} else {
+		case given[header[i]]:
+			req.Header.Add(header[i], header[i+1])
+		default:
 			req.Header.Set(header[i], header[i+1])
 		}
+		given[header[i]] = true
 	}
 	resp, err := e.Client.Do(req)
 	if err != nil {

@@ -36,7 +36,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
-	req, wait, err := s.acquireRequest(pathParam(r, "name"), body)
+	req, wait, err := s.acquireRequest(pathParam(r, "name"), body, r.Header.Values("Idempotency-Key"))
 	if err != nil {
 		Error(w, r, err)
 		return
@@ -73,6 +73,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !g.Fresh {
 		status = http.StatusOK
 	}
+	if g.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	w.Header().Set("Location", leaseLocation(g.Lease))
 	writeJSON(w, r, status, s.newLease(g.Lease))
 }
@@ -94,7 +97,8 @@ func waitOutcome(err error) string {
 
 // acquireRequest validates an acquire and fills in its defaults. An absent
 // owner becomes a fresh ULID, so such acquires are never reentrant.
-func (s *Server) acquireRequest(name string, b acquireBody) (lock.AcquireRequest, time.Duration, error) {
+// idempotencyKeys are the request's Idempotency-Key headers: none, or one.
+func (s *Server) acquireRequest(name string, b acquireBody, idempotencyKeys []string) (lock.AcquireRequest, time.Duration, error) {
 	req := lock.AcquireRequest{Lock: name, TTL: s.cfg.DefaultTTL, Metadata: b.Metadata}
 	if b.Owner != nil {
 		req.Owner = *b.Owner
@@ -103,6 +107,16 @@ func (s *Server) acquireRequest(name string, b acquireBody) (lock.AcquireRequest
 	}
 
 	var fields []lock.FieldError
+	switch len(idempotencyKeys) {
+	case 0:
+	case 1:
+		req.IdempotencyKey = idempotencyKeys[0]
+		if req.IdempotencyKey == "" {
+			fields = append(fields, lock.FieldError{Field: "Idempotency-Key", Detail: "must not be empty"})
+		}
+	default:
+		fields = append(fields, lock.FieldError{Field: "Idempotency-Key", Detail: "give one Idempotency-Key header, not several"})
+	}
 	if b.TTLMs != nil {
 		ttl, fe := s.checkTTL(*b.TTLMs)
 		if fe != nil {

@@ -115,6 +115,44 @@ func TestAcquire(t *testing.T) {
 		}
 	})
 
+	t.Run("IdempotencyKeyReplays", func(t *testing.T) {
+		e := MustOpenEnv(t, lockhttp.Config{})
+		key := []string{"Idempotency-Key", "01JD3Z8Q6W9M4T5R2K7X1B0C8N"}
+		first := e.Do("POST", "/v1/locks/idem/leases", `{"owner":"me"}`, key...)
+		if first.StatusCode != http.StatusCreated || first.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("first: status %d, replayed %q", first.StatusCode, first.Header.Get("Idempotent-Replayed"))
+		}
+		retry := e.Do("POST", "/v1/locks/idem/leases", `{"owner":"me"}`, key...)
+		if retry.StatusCode != http.StatusCreated || retry.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry: status %d (want the first answer's 201), replayed %q", retry.StatusCode, retry.Header.Get("Idempotent-Replayed"))
+		}
+		a, b := Decode[lockhttp.Lease](t, first), Decode[lockhttp.Lease](t, retry)
+		if a.LeaseID != b.LeaseID || a.FencingToken != b.FencingToken || b.HoldCount != 1 {
+			t.Fatalf("first %+v, retry %+v", a, b)
+		}
+		// One release frees it: the retry added no hold.
+		if r := Decode[lockhttp.ReleaseResult](t, e.Do("DELETE", "/v1/locks/idem/leases/"+a.LeaseID, "")); !r.Released {
+			t.Fatalf("release = %+v", r)
+		}
+	})
+
+	t.Run("BadIdempotencyKey400", func(t *testing.T) {
+		e := MustOpenEnv(t, lockhttp.Config{})
+		for name, hdr := range map[string][]string{
+			"space":    {"Idempotency-Key", "a b"},
+			"long":     {"Idempotency-Key", strings.Repeat("k", 256)},
+			"repeated": {"Idempotency-Key", "a", "Idempotency-Key", "b"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				resp := e.For(t).Malformed(t).Do("POST", "/v1/locks/idem-bad/leases", `{"owner":"me"}`, hdr...)
+				WantProblem(t, resp, http.StatusBadRequest, "invalid-request")
+				if e.State("idem-bad").Held {
+					t.Fatal("a refused acquire changed the lock")
+				}
+			})
+		}
+	})
+
 	t.Run("HeldByOther409", func(t *testing.T) {
 		e := MustOpenEnv(t, lockhttp.Config{})
 		holder := e.Acquire("busy", `{"owner":"a","ttl_ms":2500}`)
