@@ -101,9 +101,10 @@ type AcquireOptions struct {
 	// Wait is how long to wait for the lock while another owner holds it; 0
 	// tries once. A wait longer than the server's maximum (60s by default)
 	// takes several requests, and while waiting, failures worth retrying
-	// (ErrUnavailable) are retried with backoff. A retry may find a grant
-	// whose answer was lost: with an empty Owner, Release drops it too;
-	// with a named one it is an extra hold, which ends with the TTL.
+	// (ErrUnavailable) are retried with backoff. Every request of one
+	// Acquire carries the same Idempotency-Key, so a retry that finds a
+	// grant whose answer was lost gets that grant back instead of a second
+	// hold.
 	Wait time.Duration
 	// Metadata is kept with the lease and shown to anyone who looks at the
 	// lock: at most 16 labels.
@@ -133,6 +134,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	if opts.Wait > 0 {
 		deadline = time.Now().Add(opts.Wait)
 	}
+	// One key for every request of this acquire: its retries are repeats.
+	key := rand.Text()
+	params := &api.AcquireLeaseParams{IdempotencyKey: &key}
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	for {
 		var wait time.Duration
@@ -145,7 +149,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		}
 		rctx, cancel := context.WithTimeout(ctx, wait+c.timeout)
 		sent := time.Now()
-		resp, err := c.api.AcquireLeaseWithResponse(rctx, name, body)
+		resp, err := c.api.AcquireLeaseWithResponse(rctx, name, params, body)
 		received := time.Now()
 		cancel()
 

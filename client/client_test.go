@@ -231,6 +231,17 @@ func TestAcquire_WaitBeyondServerMaxWait(t *testing.T) {
 	case <-time.After(promptly):
 		t.Fatal("the waiter was not granted the lock after its release")
 	}
+	// The holder's acquire, then the waiter's requests: one key for all of
+	// them, so that a retry is a repeat, not a second hold.
+	keys := e.Rec.AcquireKeys()
+	if len(keys) < 4 || keys[1] == "" || keys[1] == keys[0] {
+		t.Fatalf("Idempotency-Keys = %q", keys)
+	}
+	for _, k := range keys[2:] {
+		if k != keys[1] {
+			t.Fatalf("one Acquire sent different Idempotency-Keys: %q", keys)
+		}
+	}
 }
 
 func TestAcquire_WaitTimeout(t *testing.T) {

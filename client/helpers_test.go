@@ -3,12 +3,12 @@ package client_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/client"
@@ -51,12 +51,10 @@ func MustOpenMemoryEnv(t *testing.T, cfg lockhttp.Config) *Env {
 func MustOpenRedisEnv(t *testing.T, cfg lockhttp.Config) (*Env, *redistest.Server) {
 	t.Helper()
 	rs := redistest.Start(t)
-	opt, err := redis.ParseURL(rs.URL)
+	rdb, err := store.NewClient(store.ClientConfig{URL: rs.URL}) // as lockapi serve does
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt.MaxRetries = -1 // as lockapi serve runs it
-	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	st, err := store.NewRedis(rdb, store.RedisOptions{Prefix: "clienttest:"})
 	if err != nil {
@@ -212,6 +210,14 @@ type Recorder struct {
 	late     []string           // renewals started after their lease's Release returned
 	subs     []chan<- Event     // see Subscribe
 	started  map[Op]chan<- bool // see OnStart
+	keys     []string           // the Idempotency-Key of each acquire, in order
+}
+
+// AcquireKeys returns the Idempotency-Key header of every acquire so far.
+func (r *Recorder) AcquireKeys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.keys)
 }
 
 func (r *Recorder) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -221,6 +227,9 @@ func (r *Recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.counts, r.inflight, r.released = map[Op]int{}, map[string]int{}, map[string]bool{}
 	}
 	r.counts[op]++
+	if op == OpAcquire {
+		r.keys = append(r.keys, req.Header.Get("Idempotency-Key"))
+	}
 	if op == OpRenew {
 		r.inflight[id]++
 		if r.released[id] {

@@ -410,6 +410,9 @@ type WebhookPayload map[string]interface{}
 // Cursor defines model for Cursor.
 type Cursor = string
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // Index defines model for Index.
 type Index = string
 
@@ -510,6 +513,12 @@ type GetLockParams struct {
 
 	// WaitMs How long a blocking query may wait, in milliseconds; clamped to the server's maximum wait (default 60000). Used only with `index`; with `index` and no `wait_ms` the query waits up to the maximum wait, as Consul's blocking queries do.
 	WaitMs *WatchWaitMs `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+}
+
+// AcquireLeaseParams defines parameters for AcquireLease.
+type AcquireLeaseParams struct {
+	// IdempotencyKey Makes retrying this acquire safe (IETF httpapi Idempotency-Key). A repeat with the same key, owner and lock while the lease lives returns the lease as it is instead of adding a hold. 1-255 printable ASCII characters; a UUID or ULID per logical acquire is typical.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // ReleaseLeaseParams defines parameters for ReleaseLease.
@@ -680,10 +689,18 @@ type ClientInterface interface {
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
 	//
+	// Retrying an acquire is safe with an `Idempotency-Key` header: a
+	// repeat with the same key, owner and lock, while the lease lives,
+	// answers the same lease (same status, `hold_count` as it is now) with
+	// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+	// retry by the holding owner is a reentrant acquire and adds a hold.
+	// A grant whose answer lockapi could not deliver (Redis timed out, the
+	// client left) is undone by the server once Redis answers again.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-	AcquireLeaseWithBody(ctx context.Context, name LockName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AcquireLeaseWithBody(ctx context.Context, name LockName, params *AcquireLeaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AcquireLease Acquire a lease on a lock
 	//
@@ -700,10 +717,18 @@ type ClientInterface interface {
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
 	//
+	// Retrying an acquire is safe with an `Idempotency-Key` header: a
+	// repeat with the same key, owner and lock, while the lease lives,
+	// answers the same lease (same status, `hold_count` as it is now) with
+	// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+	// retry by the holding owner is a reentrant acquire and adds a hold.
+	// A grant whose answer lockapi could not deliver (Redis timed out, the
+	// client left) is undone by the server once Redis answers again.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-	AcquireLease(ctx context.Context, name LockName, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AcquireLease(ctx context.Context, name LockName, params *AcquireLeaseParams, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseLease Release a lease
 	//
@@ -899,11 +924,19 @@ func (c *Client) GetLock(ctx context.Context, name LockName, params *GetLockPara
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
 //
+// Retrying an acquire is safe with an `Idempotency-Key` header: a
+// repeat with the same key, owner and lock, while the lease lives,
+// answers the same lease (same status, `hold_count` as it is now) with
+// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+// retry by the holding owner is a reentrant acquire and adds a hold.
+// A grant whose answer lockapi could not deliver (Redis timed out, the
+// client left) is undone by the server once Redis answers again.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-func (c *Client) AcquireLeaseWithBody(ctx context.Context, name LockName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAcquireLeaseRequestWithBody(c.Server, name, contentType, body)
+func (c *Client) AcquireLeaseWithBody(ctx context.Context, name LockName, params *AcquireLeaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLeaseRequestWithBody(c.Server, name, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -929,11 +962,19 @@ func (c *Client) AcquireLeaseWithBody(ctx context.Context, name LockName, conten
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
 //
+// Retrying an acquire is safe with an `Idempotency-Key` header: a
+// repeat with the same key, owner and lock, while the lease lives,
+// answers the same lease (same status, `hold_count` as it is now) with
+// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+// retry by the holding owner is a reentrant acquire and adds a hold.
+// A grant whose answer lockapi could not deliver (Redis timed out, the
+// client left) is undone by the server once Redis answers again.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-func (c *Client) AcquireLease(ctx context.Context, name LockName, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAcquireLeaseRequest(c.Server, name, body)
+func (c *Client) AcquireLease(ctx context.Context, name LockName, params *AcquireLeaseParams, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLeaseRequest(c.Server, name, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1324,18 +1365,18 @@ func NewGetLockRequest(server string, name LockName, params *GetLockParams) (*ht
 }
 
 // NewAcquireLeaseRequest calls the generic AcquireLease builder with application/json body
-func NewAcquireLeaseRequest(server string, name LockName, body AcquireLeaseJSONRequestBody) (*http.Request, error) {
+func NewAcquireLeaseRequest(server string, name LockName, params *AcquireLeaseParams, body AcquireLeaseJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewAcquireLeaseRequestWithBody(server, name, "application/json", bodyReader)
+	return NewAcquireLeaseRequestWithBody(server, name, params, "application/json", bodyReader)
 }
 
 // NewAcquireLeaseRequestWithBody constructs an http.Request for the AcquireLease method, with any body, and a specified content type
-func NewAcquireLeaseRequestWithBody(server string, name LockName, contentType string, body io.Reader) (*http.Request, error) {
+func NewAcquireLeaseRequestWithBody(server string, name LockName, params *AcquireLeaseParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1366,6 +1407,21 @@ func NewAcquireLeaseRequestWithBody(server string, name LockName, contentType st
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -1703,10 +1759,18 @@ type ClientWithResponsesInterface interface {
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
 	//
+	// Retrying an acquire is safe with an `Idempotency-Key` header: a
+	// repeat with the same key, owner and lock, while the lease lives,
+	// answers the same lease (same status, `hold_count` as it is now) with
+	// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+	// retry by the holding owner is a reentrant acquire and adds a hold.
+	// A grant whose answer lockapi could not deliver (Redis timed out, the
+	// client left) is undone by the server once Redis answers again.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-	AcquireLeaseWithBodyWithResponse(ctx context.Context, name LockName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error)
+	AcquireLeaseWithBodyWithResponse(ctx context.Context, name LockName, params *AcquireLeaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error)
 
 	// AcquireLeaseWithResponse Acquire a lease on a lock
 	//
@@ -1723,10 +1787,18 @@ type ClientWithResponsesInterface interface {
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
 	//
+	// Retrying an acquire is safe with an `Idempotency-Key` header: a
+	// repeat with the same key, owner and lock, while the lease lives,
+	// answers the same lease (same status, `hold_count` as it is now) with
+	// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+	// retry by the holding owner is a reentrant acquire and adds a hold.
+	// A grant whose answer lockapi could not deliver (Redis timed out, the
+	// client left) is undone by the server once Redis answers again.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-	AcquireLeaseWithResponse(ctx context.Context, name LockName, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error)
+	AcquireLeaseWithResponse(ctx context.Context, name LockName, params *AcquireLeaseParams, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error)
 
 	// ReleaseLeaseWithResponse Release a lease
 	//
@@ -2410,14 +2482,16 @@ func (r GetLockResponse) ContentType() string {
 
 // AcquireLeaseResponse200Headers the declared response headers of an HTTP 200 response for AcquireLease
 type AcquireLeaseResponse200Headers struct {
-	Location   *string
-	XRequestID *string
+	IdempotentReplayed *string
+	Location           *string
+	XRequestID         *string
 }
 
 // AcquireLeaseResponse201Headers the declared response headers of an HTTP 201 response for AcquireLease
 type AcquireLeaseResponse201Headers struct {
-	Location   *string
-	XRequestID *string
+	IdempotentReplayed *string
+	Location           *string
+	XRequestID         *string
 }
 
 // AcquireLeaseResponse400Headers the declared response headers of an HTTP 400 response for AcquireLease
@@ -3180,11 +3254,19 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, name Lock
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
 //
+// Retrying an acquire is safe with an `Idempotency-Key` header: a
+// repeat with the same key, owner and lock, while the lease lives,
+// answers the same lease (same status, `hold_count` as it is now) with
+// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+// retry by the holding owner is a reentrant acquire and adds a hold.
+// A grant whose answer lockapi could not deliver (Redis timed out, the
+// client left) is undone by the server once Redis answers again.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-func (c *ClientWithResponses) AcquireLeaseWithBodyWithResponse(ctx context.Context, name LockName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error) {
-	rsp, err := c.AcquireLeaseWithBody(ctx, name, contentType, body, reqEditors...)
+func (c *ClientWithResponses) AcquireLeaseWithBodyWithResponse(ctx context.Context, name LockName, params *AcquireLeaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error) {
+	rsp, err := c.AcquireLeaseWithBody(ctx, name, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3206,11 +3288,19 @@ func (c *ClientWithResponses) AcquireLeaseWithBodyWithResponse(ctx context.Conte
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
 //
+// Retrying an acquire is safe with an `Idempotency-Key` header: a
+// repeat with the same key, owner and lock, while the lease lives,
+// answers the same lease (same status, `hold_count` as it is now) with
+// `Idempotent-Replayed: true`, and adds no hold. Without a key, a
+// retry by the holding owner is a reentrant acquire and adds a hold.
+// A grant whose answer lockapi could not deliver (Redis timed out, the
+// client left) is undone by the server once Redis answers again.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/locks/{name}/leases (the `AcquireLease` operationId).
-func (c *ClientWithResponses) AcquireLeaseWithResponse(ctx context.Context, name LockName, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error) {
-	rsp, err := c.AcquireLease(ctx, name, body, reqEditors...)
+func (c *ClientWithResponses) AcquireLeaseWithResponse(ctx context.Context, name LockName, params *AcquireLeaseParams, body AcquireLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLeaseResponse, error) {
+	rsp, err := c.AcquireLease(ctx, name, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4103,6 +4193,13 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 	switch {
 	case rsp.StatusCode == 200:
 		var headers AcquireLeaseResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -4120,6 +4217,13 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 		response.Headers200 = &headers
 	case rsp.StatusCode == 201:
 		var headers AcquireLeaseResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
