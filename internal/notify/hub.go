@@ -20,9 +20,11 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// Subscriber connects a Hub to an external notification source. The Hub
-// calls it under its own mutex, so Subscribe and Unsubscribe for one name are
-// issued in the order the Hub decided them.
+// Subscriber connects a Hub to an external notification source. Its calls do
+// network I/O and may block for long (a reconnect), so the Hub never makes
+// them under its own mutex: they run on goroutines of the Hub, one call at a
+// time per name and in the order the Hub decided them. Calls for different
+// names may overlap.
 type Subscriber interface {
 	// Subscribe starts delivery for name. It must not wait for the source to
 	// confirm; the source reports confirmation with Hub.Confirmed.
@@ -46,12 +48,22 @@ type Hub struct {
 	// It outlives entries, so a late confirmation of an earlier subscription
 	// cannot mark a newer one ready.
 	pending map[string]int
+	// subscribed holds, per name, the entry whose Subscribe was the last call
+	// made for that name; the name is absent once it has been unsubscribed.
+	// An entry is confirmed only once it is the one subscribed: a
+	// confirmation that arrives while its Subscribe still waits its turn
+	// belongs to an earlier subscription.
+	subscribed map[string]*entry
+	// syncing marks the names a sync goroutine is issuing calls for. There is
+	// at most one per name, which keeps that name's calls in order.
+	syncing map[string]bool
 }
 
 type entry struct {
 	name     string
-	ready    chan struct{} // closed once the subscription is confirmed
+	ready    chan struct{} // closed once the subscription is confirmed or failed
 	isReady  bool
+	err      error      // why the subscription failed; set before ready is closed
 	waiters  []*Watcher // WaitForRelease, in arrival order
 	watchers map[*Watcher]struct{}
 	expiry   *time.Timer
@@ -72,27 +84,26 @@ func New(sub Subscriber) *Hub {
 		confirmTimeout: 5 * time.Second,
 		entries:        make(map[string]*entry),
 		pending:        make(map[string]int),
+		subscribed:     make(map[string]*entry),
+		syncing:        make(map[string]bool),
 	}
 }
 
 // Watch registers a watcher for name and returns once the registration is in
-// effect: with a Subscriber, once the subscription has been confirmed.
+// effect: with a Subscriber, once the subscription has been confirmed. If the
+// Subscriber fails to subscribe, Watch returns its error.
 func (h *Hub) Watch(ctx context.Context, name string, kind lock.WatchKind) (*Watcher, error) {
 	w := &Watcher{hub: h, kind: kind, c: make(chan struct{}, 1)}
 	h.mu.Lock()
 	e := h.entries[name]
 	if e == nil {
 		e = &entry{name: name, ready: make(chan struct{}), watchers: make(map[*Watcher]struct{})}
-		if h.sub == nil {
-			e.markReady()
-		} else {
-			if err := h.sub.Subscribe(name); err != nil {
-				h.mu.Unlock()
-				return nil, err
-			}
-			h.pending[name]++
-		}
 		h.entries[name] = e
+		if h.sub == nil {
+			e.markReady(nil)
+		} else {
+			h.sync(name)
+		}
 	}
 	w.entry = e
 	if kind == lock.WaitForRelease {
@@ -105,14 +116,14 @@ func (h *Hub) Watch(ctx context.Context, name string, kind lock.WatchKind) (*Wat
 
 	select {
 	case <-ready:
-		return w, nil
+		return w.settled()
 	default:
 	}
 	timer := time.NewTimer(h.confirmTimeout)
 	defer timer.Stop()
 	select {
 	case <-ready:
-		return w, nil
+		return w.settled()
 	case <-ctx.Done():
 		w.Close()
 		return nil, ctx.Err()
@@ -127,6 +138,87 @@ func (h *Hub) Watch(ctx context.Context, name string, kind lock.WatchKind) (*Wat
 		h.mu.Unlock()
 		return nil, ErrNotConfirmed
 	}
+}
+
+// settled finishes a Watch whose entry is ready: confirmed, or failed to
+// subscribe. The entry's err is safe to read: it is written before ready is
+// closed and never after.
+func (w *Watcher) settled() (*Watcher, error) {
+	if err := w.entry.err; err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// sync starts a goroutine issuing the Subscriber calls name needs, unless one
+// is already running: that one sees the new state before it stops. Callers
+// hold h.mu.
+func (h *Hub) sync(name string) {
+	if h.syncing[name] {
+		return
+	}
+	h.syncing[name] = true
+	go h.syncLoop(name)
+}
+
+// syncLoop brings the source's subscription of name in line with h.entries,
+// one call at a time, releasing h.mu around each call. It decides each call
+// from the state current at that moment, so whatever changed during the
+// previous call is caught up on in order. Every entry gets a Subscribe (and
+// waits for a confirmation) of its own, even when it replaces an entry that
+// was subscribed: that subscription is unsubscribed first, as decided.
+func (h *Hub) syncLoop(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for {
+		e, on := h.entries[name], h.subscribed[name]
+		switch {
+		case on != nil && on != e:
+			delete(h.subscribed, name)
+			h.mu.Unlock()
+			// An error leaves a subscription the source no longer needs;
+			// its messages find no entry and are dropped.
+			_ = h.sub.Unsubscribe(name)
+			h.mu.Lock()
+		case e != nil && on == nil:
+			// Counted before the call: its confirmation may arrive before
+			// the call returns.
+			h.subscribed[name] = e
+			h.pending[name]++
+			h.mu.Unlock()
+			err := h.sub.Subscribe(name)
+			h.mu.Lock()
+			if err != nil {
+				h.failed(e, err)
+			}
+		default:
+			delete(h.syncing, name)
+			return
+		}
+	}
+}
+
+// failed handles a Subscribe for e that returned err: no confirmation is
+// counted on, and e's waiting Watch calls fail with err. e is dropped so that
+// the next Watch subscribes afresh; e stays the one subscribed, so syncLoop
+// unsubscribes it first (a failed call may still have taken effect, as
+// go-redis's does once it reconnects). Callers hold h.mu.
+func (h *Hub) failed(e *entry, err error) {
+	if h.pending[e.name] > 0 {
+		h.pending[e.name]--
+		if h.pending[e.name] == 0 {
+			delete(h.pending, e.name)
+		}
+	}
+	if h.entries[e.name] != e || e.isReady {
+		return // nobody waits for it any more, or it works after all
+	}
+	delete(h.entries, e.name)
+	if e.expiry != nil {
+		e.expiry.Stop()
+	}
+	e.markReady(err)
 }
 
 // Confirmed reports that the source confirmed one subscribe for name. A
@@ -147,8 +239,8 @@ func (h *Hub) Confirmed(name string) {
 		return
 	}
 	delete(h.pending, name)
-	if e := h.entries[name]; e != nil {
-		e.markReady()
+	if e := h.entries[name]; e != nil && h.subscribed[name] == e {
+		e.markReady(nil)
 	}
 }
 
@@ -177,13 +269,15 @@ func (h *Hub) Notify(name string, released bool, ttl time.Duration) {
 // Reset is called when the source lost its connection. Confirmations of
 // subscribes sent on it are lost with it; the source resubscribes what it
 // still wants, so a name whose entry still waits for its confirmation gets
-// exactly one, and a name nobody watches gets none. Everyone is woken to look
-// again, since notifications may have been missed.
+// exactly one, and a name nobody watches gets none. An entry whose Subscribe
+// has not been sent yet gets its confirmation when it is sent, which counts
+// it then. Everyone is woken to look again, since notifications may have been
+// missed.
 func (h *Hub) Reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for name := range h.pending {
-		if e := h.entries[name]; e != nil && !e.isReady {
+		if e := h.entries[name]; e != nil && !e.isReady && h.subscribed[name] == e {
 			h.pending[name] = 1
 		} else {
 			delete(h.pending, name)
@@ -286,9 +380,9 @@ func (w *Watcher) Close() {
 		e.expiry.Stop()
 	}
 	if h.sub != nil {
-		// An error leaves a subscription the source no longer needs; its
-		// messages find no entry and are dropped.
-		_ = h.sub.Unsubscribe(e.name)
+		// Unsubscribes e, and subscribes whichever entry has taken its
+		// place by the time the call's turn comes.
+		h.sync(e.name)
 	}
 }
 
@@ -320,9 +414,12 @@ func (e *entry) wakeAll() {
 	}
 }
 
-func (e *entry) markReady() {
+// markReady ends the wait for e's subscription: confirmed if err is nil,
+// failed otherwise.
+func (e *entry) markReady(err error) {
 	if !e.isReady {
 		e.isReady = true
+		e.err = err
 		close(e.ready)
 	}
 }
