@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -52,25 +50,15 @@ const DefaultPrefix = "lockapi:"
 // (or a Sentinel-managed primary, or a Cluster: every key of one lock shares
 // a hash slot).
 type Redis struct {
+	keyspace
 	rdb         redis.UniversalClient
 	cluster     *redis.ClusterClient // nil unless rdb is one
-	prefix      string
 	callTimeout time.Duration
 	observe     func(script string, d time.Duration)
 	batch       *batcher // nil: plain calls
 	hub         *notify.Hub
 	ghosts      *reaper
-	cancel      context.CancelFunc
-	done        chan struct{}
-
-	// psMu guards ps and subscribed. ps is replaced when the Sentinel master
-	// changes; subscribed is what a new ps must subscribe to.
-	psMu       sync.Mutex
-	ps         *redis.PubSub
-	subscribed map[string]struct{}
-
-	reconnects     atomic.Int64
-	masterSwitches atomic.Int64
+	listener    listener
 }
 
 var _ lock.Store = (*Redis)(nil)
@@ -107,16 +95,11 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("store: key prefix %q must not contain { or }", prefix)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &Redis{
+		keyspace:    keyspace{prefix},
 		rdb:         rdb,
-		prefix:      prefix,
 		callTimeout: opts.CallTimeout,
 		observe:     opts.ObserveScript,
-		ps:          rdb.Subscribe(ctx),
-		subscribed:  make(map[string]struct{}),
-		cancel:      cancel,
-		done:        make(chan struct{}),
 	}
 	if s.callTimeout <= 0 {
 		s.callTimeout = DefaultCallTimeout
@@ -132,30 +115,11 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if opts.Batch {
 		s.batch = newBatcher(rdb, s.callTimeout)
 	}
-	s.hub = notify.New(pubsubSubscriber{s})
+	s.listener = newClassicListener(rdb, s.keyspace, follow)
+	s.hub = notify.New(s.listener)
+	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
-	go s.receive(ctx)
-	if follow != nil {
-		go follow.follow(ctx, s.masterChanged)
-	}
 	return s, nil
-}
-
-func (s *Redis) lockKey(name string) string  { return s.prefix + "{" + name + "}:lock" }
-func (s *Redis) fenceKey(name string) string { return s.prefix + "{" + name + "}:fence" }
-func (s *Redis) channel(name string) string  { return s.prefix + "{" + name + "}:unlock" }
-
-// nameOfChannel inverts channel; ok is false for foreign channels.
-func (s *Redis) nameOfChannel(ch string) (string, bool) {
-	rest, ok := strings.CutPrefix(ch, s.prefix+"{")
-	if !ok {
-		return "", false
-	}
-	return strings.CutSuffix(rest, "}:unlock")
-}
-
-func (s *Redis) abandonedKey(name string) string {
-	return s.prefix + "{" + name + "}:abandoned"
 }
 
 func (s *Redis) keys(name string) []string { return []string{s.lockKey(name), s.fenceKey(name)} }
@@ -597,143 +561,24 @@ func (s *Redis) Close() error {
 	if s.batch != nil {
 		s.batch.close()
 	}
-	s.cancel()
-	err := s.pubsub().Close()
-	<-s.done
+	err := s.listener.close()
 	s.ghosts.close()
 	return err
 }
 
+// Reconnects counts how often a pub/sub connection failed and was redialled.
+func (s *Redis) Reconnects() int64 { return s.listener.stats().reconnects }
+
 // MasterSwitches counts how often the pub/sub connection moved to a new
 // Sentinel master.
-func (s *Redis) MasterSwitches() int64 { return s.masterSwitches.Load() }
+func (s *Redis) MasterSwitches() int64 { return s.listener.stats().masterSwitches }
 
 // Ghosts returns how many acquires with an unknown outcome were abandoned,
 // and how many wait to be.
 func (s *Redis) Ghosts() (abandoned, pending int64) { return s.ghosts.stats() }
 
-func (s *Redis) pubsub() *redis.PubSub {
-	s.psMu.Lock()
-	defer s.psMu.Unlock()
-	return s.ps
-}
-
-// masterChanged moves the pub/sub connection to the new Sentinel master: a
-// fresh PubSub dials the master go-redis resolves now and subscribes to every
-// channel the old one had. Releases published meanwhile may have been missed,
-// so the hub wakes everyone to look again (Reset).
-func (s *Redis) masterChanged(addr string) {
-	s.masterSwitches.Add(1)
-	s.psMu.Lock()
-	old := s.ps
-	s.ps = s.rdb.Subscribe(context.Background())
-	ps := s.ps
-	channels := make([]string, 0, len(s.subscribed))
-	for name := range s.subscribed {
-		channels = append(channels, s.channel(name))
-	}
-	s.psMu.Unlock()
-	_ = old.Close()
-	s.hub.Reset()
-	if len(channels) > 0 {
-		_ = ps.Subscribe(context.Background(), channels...)
-	} else {
-		_ = ps.Ping(context.Background()) // dial now, not at the first waiter
-	}
-}
-
-// Reconnects counts how often the pub/sub connection failed and was redialled.
-func (s *Redis) Reconnects() int64 { return s.reconnects.Load() }
-
 // WatcherCount returns the number of registered waiters and watchers.
 func (s *Redis) WatcherCount() int { return s.hub.Len() }
-
-// receive feeds the hub from the one pub/sub connection. It sends a PING when
-// the connection has been quiet for pingEvery, so that a dead connection is
-// noticed, redialled and resubscribed (go-redis resubscribes by itself; the
-// hub then wakes everyone to look again).
-func (s *Redis) receive(ctx context.Context) {
-	defer close(s.done)
-	const pingEvery = 30 * time.Second
-	backoff := 50 * time.Millisecond
-	for {
-		ps := s.pubsub()
-		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
-		if ctx.Err() != nil {
-			return
-		}
-		if ps != s.pubsub() {
-			continue // replaced by masterChanged, which woke everyone
-		}
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				_ = ps.Ping(ctx)
-				continue
-			}
-			// Lost the connection: messages may be lost until go-redis has
-			// redialled, so everyone looks again now, and again when the
-			// resubscription is confirmed.
-			s.reconnects.Add(1)
-			s.hub.Reset()
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 2*time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				if name, ok := s.nameOfChannel(m.Channel); ok {
-					s.hub.Confirmed(name)
-				}
-			}
-		case *redis.Message:
-			if name, ok := s.nameOfChannel(m.Channel); ok {
-				released, ttl := parseNotice(m.Payload)
-				s.hub.Notify(name, released, ttl)
-			}
-		}
-	}
-}
-
-// parseNotice reads an unlock-channel message: "r" when the lock became
-// free, "c:<ttl ms>" when it was granted or renewed with that TTL, "c" for
-// other changes.
-func parseNotice(payload string) (released bool, ttl time.Duration) {
-	if payload == "r" {
-		return true, 0
-	}
-	if ms, ok := strings.CutPrefix(payload, "c:"); ok {
-		if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
-			return false, time.Duration(n) * time.Millisecond
-		}
-	}
-	return false, 0
-}
-
-// pubsubSubscriber adapts the pub/sub connection to notify.Subscriber.
-type pubsubSubscriber struct{ s *Redis }
-
-func (p pubsubSubscriber) Subscribe(name string) error {
-	p.s.psMu.Lock()
-	p.s.subscribed[name] = struct{}{}
-	ps := p.s.ps
-	p.s.psMu.Unlock()
-	return ps.Subscribe(context.Background(), p.s.channel(name))
-}
-
-func (p pubsubSubscriber) Unsubscribe(name string) error {
-	p.s.psMu.Lock()
-	delete(p.s.subscribed, name)
-	ps := p.s.ps
-	p.s.psMu.Unlock()
-	return ps.Unsubscribe(context.Background(), p.s.channel(name))
-}
 
 // storeError classifies a go-redis error. Connection trouble and Redis states
 // that pass (loading, failover, cluster down) are "unavailable"; a client that

@@ -48,7 +48,7 @@ func TestScripts_pinned(t *testing.T) {
 // CROSSSLOT.
 func TestKeys_share_one_cluster_slot(t *testing.T) {
 	for _, prefix := range []string{"lockapi:", "team:a:", "x"} {
-		s := &Redis{prefix: prefix}
+		s := &Redis{keyspace: keyspace{prefix}}
 		for _, name := range []string{"a", "deploy:prod", "payments:orders:42", "x.y_z@w~v-1"} {
 			lockSlot, fenceSlot := clusterSlot(s.lockKey(name)), clusterSlot(s.fenceKey(name))
 			if lockSlot != fenceSlot || lockSlot != clusterSlot("{"+name+"}") {

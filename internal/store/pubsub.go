@@ -1,0 +1,203 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/notify"
+)
+
+// listener feeds a notify.Hub from Redis pub/sub: the hub tells it which
+// locks to subscribe to, it tells the hub what their channels say.
+type listener interface {
+	notify.Subscriber
+	// start begins delivering to hub; called once, before any Subscribe.
+	start(hub *notify.Hub)
+	close() error
+	stats() listenerStats
+}
+
+type listenerStats struct {
+	reconnects     int64 // pub/sub connections lost and redialled
+	masterSwitches int64 // moves to a new Sentinel master
+}
+
+// classicListener uses one SUBSCRIBE connection for every lock of the
+// process. Behind Sentinel it follows the master (see sentinelConfig).
+type classicListener struct {
+	rdb    redis.UniversalClient
+	keys   keyspace
+	follow *sentinelConfig // nil: not behind Sentinel
+	hub    *notify.Hub
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// mu guards ps and subscribed. ps is replaced when the Sentinel master
+	// changes; subscribed is what a new ps must subscribe to.
+	mu         sync.Mutex
+	ps         *redis.PubSub
+	subscribed map[string]struct{}
+
+	reconnects     atomic.Int64
+	masterSwitches atomic.Int64
+}
+
+func newClassicListener(rdb redis.UniversalClient, keys keyspace, follow *sentinelConfig) *classicListener {
+	return &classicListener{
+		rdb:        rdb,
+		keys:       keys,
+		follow:     follow,
+		ps:         rdb.Subscribe(context.Background()),
+		subscribed: make(map[string]struct{}),
+		done:       make(chan struct{}),
+	}
+}
+
+func (l *classicListener) start(hub *notify.Hub) {
+	l.hub = hub
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.receive(ctx)
+	if l.follow != nil {
+		go l.follow.follow(ctx, l.masterChanged)
+	}
+}
+
+func (l *classicListener) close() error {
+	l.cancel()
+	err := l.pubsub().Close()
+	<-l.done
+	return err
+}
+
+func (l *classicListener) stats() listenerStats {
+	return listenerStats{reconnects: l.reconnects.Load(), masterSwitches: l.masterSwitches.Load()}
+}
+
+func (l *classicListener) Subscribe(name string) error {
+	l.mu.Lock()
+	l.subscribed[name] = struct{}{}
+	ps := l.ps
+	l.mu.Unlock()
+	return ps.Subscribe(context.Background(), l.keys.channel(name))
+}
+
+func (l *classicListener) Unsubscribe(name string) error {
+	l.mu.Lock()
+	delete(l.subscribed, name)
+	ps := l.ps
+	l.mu.Unlock()
+	return ps.Unsubscribe(context.Background(), l.keys.channel(name))
+}
+
+func (l *classicListener) pubsub() *redis.PubSub {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ps
+}
+
+// masterChanged moves the pub/sub connection to the new Sentinel master: a
+// fresh PubSub dials the master go-redis resolves now and subscribes to every
+// channel the old one had. Releases published meanwhile may have been missed,
+// so the hub wakes everyone to look again (Reset).
+func (l *classicListener) masterChanged(addr string) {
+	l.masterSwitches.Add(1)
+	l.mu.Lock()
+	old := l.ps
+	l.ps = l.rdb.Subscribe(context.Background())
+	ps := l.ps
+	channels := make([]string, 0, len(l.subscribed))
+	for name := range l.subscribed {
+		channels = append(channels, l.keys.channel(name))
+	}
+	l.mu.Unlock()
+	_ = old.Close()
+	l.hub.Reset()
+	if len(channels) > 0 {
+		_ = ps.Subscribe(context.Background(), channels...)
+	} else {
+		_ = ps.Ping(context.Background()) // dial now, not at the first waiter
+	}
+}
+
+// receive feeds the hub from the pub/sub connection. It sends a PING when
+// the connection has been quiet for pingEvery, so that a dead connection is
+// noticed, redialled and resubscribed (go-redis resubscribes by itself; the
+// hub then wakes everyone to look again).
+func (l *classicListener) receive(ctx context.Context) {
+	defer close(l.done)
+	const pingEvery = 30 * time.Second
+	backoff := 50 * time.Millisecond
+	for {
+		ps := l.pubsub()
+		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
+		if ctx.Err() != nil {
+			return
+		}
+		if ps != l.pubsub() {
+			continue // replaced by masterChanged, which woke everyone
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				_ = ps.Ping(ctx)
+				continue
+			}
+			// Lost the connection: messages may be lost until go-redis has
+			// redialled, so everyone looks again now, and again when the
+			// resubscription is confirmed.
+			l.reconnects.Add(1)
+			l.hub.Reset()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		deliver(l.hub, l.keys, msg)
+	}
+}
+
+// deliver hands one pub/sub message to the hub: a confirmed subscription or
+// a lock's notice.
+func deliver(hub *notify.Hub, keys keyspace, msg any) {
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			if name, ok := keys.nameOfChannel(m.Channel); ok {
+				hub.Confirmed(name)
+			}
+		}
+	case *redis.Message:
+		if name, ok := keys.nameOfChannel(m.Channel); ok {
+			released, ttl := parseNotice(m.Payload)
+			hub.Notify(name, released, ttl)
+		}
+	}
+}
+
+// parseNotice reads an unlock-channel message: "r" when the lock became
+// free, "c:<ttl ms>" when it was granted or renewed with that TTL, "c" for
+// other changes.
+func parseNotice(payload string) (released bool, ttl time.Duration) {
+	if payload == "r" {
+		return true, 0
+	}
+	if ms, ok := strings.CutPrefix(payload, "c:"); ok {
+		if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
+			return false, time.Duration(n) * time.Millisecond
+		}
+	}
+	return false, 0
+}
