@@ -11,6 +11,16 @@
 //  3. a redis:7 container through Docker (dockertest), when an engine answers;
 //  4. otherwise the test is skipped, or fails when the CI variable is set, so
 //     CI can't go green by silently skipping every Redis test.
+//
+// StartAOF, StartSentinel and StartCluster always run redis-server from PATH
+// (same skip-or-fail rule), because what they test is what only owned
+// processes can do: keep data across kill -9 (StartAOF), fail over between
+// a master, a replica and three sentinels (StartSentinel), or between three
+// masters with one replica each (StartCluster). Each process is a Node, whose
+// fault verbs (Kill, Pause, Continue, ClientPause, Restart) make it fail the
+// ways production Redis does, so tests can check what the lock service does
+// then. Everything listens on 127.0.0.1 only, every wait is bounded, and
+// cleanup kills every process by its PID.
 package redistest
 
 import (
@@ -23,15 +33,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ory/dockertest/v3"
 	"github.com/ory/dockertest/v3/docker"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/lockapi/lockapi/internal/proctest"
 )
 
 // EnvURL names the environment variable holding an explicit Redis URL.
@@ -51,21 +58,7 @@ type Server struct {
 	URL  string // redis://127.0.0.1:PORT/0 (or the explicit URL)
 	Addr string // host:port
 
-	// Set only for a redis-server this package runs; bin is empty otherwise.
-	bin   string
-	dir   string
-	port  int
-	extra []string
-
-	// mu serializes Stop, Resume and cleanup, which all replace proc.
-	mu   sync.Mutex
-	proc *process // nil while stopped
-}
-
-// process is one run of redis-server.
-type process struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once cmd.Wait has returned
+	node *Node // nil unless this package runs the redis-server
 }
 
 // Start returns a running Redis server that lives until the end of tb.
@@ -89,18 +82,27 @@ func StartWith(tb testing.TB, extraArgs ...string) *Server {
 		return fromURL(tb, url)
 	}
 	if bin, err := exec.LookPath("redis-server"); err == nil {
-		return startProcess(tb, bin, extraArgs)
+		return startProcess(tb, bin, extraArgs, false)
 	}
 	if s := startDocker(tb, extraArgs); s != nil {
 		return s
 	}
-	const msg = "redistest: no Redis available: install redis-server (apt-get install redis-server, or brew install redis), " +
-		"start a Docker engine, or set " + EnvURL + "=redis://host:port/0"
-	if os.Getenv("CI") != "" {
-		tb.Fatalf("%s (failing rather than skipping because CI is set)", msg)
-	}
-	tb.Skip(msg)
+	unavailable(tb, "redistest: no Redis available: install redis-server (apt-get install redis-server, or brew install redis), "+
+		"start a Docker engine, or set "+EnvURL+"=redis://host:port/0")
 	return nil
+}
+
+// StartAOF is StartWith for a server whose data must outlive a crash, as a
+// production server's does: it runs with appendonly yes and appendfsync
+// always, so every write it acknowledged is on disk before the reply and
+// survives Stop (kill -9) and Resume. Node(tb).Restart(tb, false) still
+// brings it back empty. Only a redis-server from PATH can do that, so
+// LOCKAPI_TEST_REDIS_URL and Docker don't count: the test is skipped (or
+// fails when CI is set) without one.
+func StartAOF(tb testing.TB, extraArgs ...string) *Server {
+	tb.Helper()
+	bin := lookBins(tb, "StartAOF", "redis-server")[0]
+	return startProcess(tb, bin, extraArgs, true)
 }
 
 // Client returns a new go-redis client for s, closed when tb ends.
@@ -115,9 +117,18 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
-// CanRestart reports whether Stop, Resume and Restart work on s: only for a
-// redis-server process this package started.
-func (s *Server) CanRestart() bool { return s.bin != "" }
+// CanRestart reports whether Stop, Resume, Restart and Node work on s: only
+// for a redis-server process this package started.
+func (s *Server) CanRestart() bool { return s.node != nil }
+
+// Node returns the process behind s, for the fault verbs Stop and Resume
+// don't cover (Pause, ClientPause, Restart with or without AOF). On a server
+// that can't restart it skips the test, as Stop does.
+func (s *Server) Node(tb testing.TB) *Node {
+	tb.Helper()
+	s.mustRestart(tb)
+	return s.node
+}
 
 // Stop kills the server and returns once its port refuses connections, so a
 // test can observe Redis being down. The port is not held while stopped:
@@ -126,42 +137,28 @@ func (s *Server) CanRestart() bool { return s.bin != "" }
 func (s *Server) Stop(tb testing.TB) {
 	tb.Helper()
 	s.mustRestart(tb)
-	s.mu.Lock()
-	s.kill()
-	s.mu.Unlock()
-
-	// The kernel closes the listener with the process, so this is usually
-	// immediate; it guards against a test racing a still-open socket.
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		conn, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
-		if err != nil {
-			return
-		}
-		_ = conn.Close()
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: %s still accepts connections %v after redis-server was killed", s.Addr, readyTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	s.node.Kill(tb)
 }
 
 // Resume starts the server again on the same port and waits until it answers
-// PING. Persistence is off, so it comes back empty.
+// PING. A server from StartAOF comes back with its data; otherwise
+// persistence is off, so it comes back empty.
 func (s *Server) Resume(tb testing.TB) {
 	tb.Helper()
 	s.mustRestart(tb)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
+	n := s.node
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc != nil {
 		tb.Fatalf("redistest: Resume on %s, which is running; call Stop first", s.Addr)
 	}
-	if err := s.launch(); err != nil {
+	if err := n.launch(); err != nil {
 		tb.Fatalf("redistest: resume redis-server on %s (was the port taken meanwhile?): %v", s.Addr, err)
 	}
 }
 
-// Restart is Stop then Resume: the server comes back empty on the same port.
+// Restart is Stop then Resume, on the same port: the server comes back
+// empty, or with its data when it came from StartAOF.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	s.Stop(tb)
@@ -193,86 +190,43 @@ func fromURL(tb testing.TB, url string) *Server {
 	return &Server{URL: url, Addr: opt.Addr}
 }
 
-// startProcess runs a fresh redis-server owned by tb.
-func startProcess(tb testing.TB, bin string, extra []string) *Server {
+// startProcess runs a fresh redis-server owned by tb, with persistence off
+// unless aof.
+func startProcess(tb testing.TB, bin string, extra []string, aof bool) *Server {
 	tb.Helper()
-	s := &Server{bin: bin, dir: tb.TempDir(), extra: slices.Clone(extra)}
-	// Registered after TempDir, so it runs before the directory is removed.
-	// kill is a no-op after Stop, so Stop and cleanup can't clash.
-	tb.Cleanup(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.kill()
+	dir := tb.TempDir()
+	extra = slices.Clone(extra)
+	n, err := startNode(tb, nodeSpec{
+		bin: bin,
+		dir: dir,
+		aof: aof,
+		args: func(port int) ([]string, error) {
+			return serverArgs(port, dir, aof, extra), nil
+		},
 	})
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var err error
-	for range portAttempts {
-		var port int
-		if port, err = proctest.FreePort(); err != nil {
-			break
-		}
-		s.port = port
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.URL = "redis://" + s.Addr + "/0"
-		if err = s.launch(); err == nil {
-			return s
-		}
+	if err != nil {
+		tb.Fatalf("redistest: start redis-server: %v", err)
 	}
-	tb.Fatalf("redistest: start redis-server: %v", err)
-	return nil
+	return &Server{URL: "redis://" + n.Addr() + "/0", Addr: n.Addr(), node: n}
 }
 
-// launch runs redis-server on s.port and waits until it answers. On error
-// the process is gone and the error carries the tail of its log.
-// s.mu must be held.
-func (s *Server) launch() error {
-	logPath := filepath.Join(s.dir, "redis.log")
-	// Early errors (bad arguments) go to stdout before --logfile takes
-	// effect, so both land in the same file.
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close() // the child keeps its own descriptor
-
-	args := append([]string{
-		"--port", strconv.Itoa(s.port),
+// serverArgs are the redis-server arguments of a standalone Server. They go
+// on the command line rather than in a file, so extra arguments override
+// them and a bad one shows up in the log as written.
+func serverArgs(port int, dir string, aof bool, extra []string) []string {
+	args := []string{
+		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--logfile", logPath,
-	}, s.extra...)
-	cmd := exec.Command(s.bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return err
+		"--dir", dir,
+		"--logfile", filepath.Join(dir, "redis.log"),
 	}
-	p := &process{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	s.proc = p
-
-	if err := waitReady(s.Addr, cmd.Process.Pid, p.exited); err != nil {
-		s.kill()
-		return fmt.Errorf("%w\n--- tail of %s ---\n%s", err, logPath, proctest.Tail(logPath, 20))
+	if aof {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
 	}
-	return nil
-}
-
-// kill stops the current process, if any, and waits until it has exited.
-// SIGKILL is fine: there is nothing to persist. s.mu must be held.
-func (s *Server) kill() {
-	if s.proc == nil {
-		return
-	}
-	_ = s.proc.cmd.Process.Kill() // fails only if it already exited
-	<-s.proc.exited
-	s.proc = nil
+	return append(args, extra...)
 }
 
 // waitReady PINGs addr until it answers, then checks through INFO that the

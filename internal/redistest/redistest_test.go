@@ -135,8 +135,8 @@ func TestStart_parallel(t *testing.T) {
 		if s == nil || !s.CanRestart() {
 			continue
 		}
-		if s.proc != nil {
-			t.Errorf("%s: process still tracked after cleanup", s.Addr)
+		if pid := s.node.PID(); pid != 0 {
+			t.Errorf("%s: process %d still tracked after cleanup", s.Addr, pid)
 		}
 		if conn, err := net.DialTimeout("tcp", s.Addr, time.Second); err == nil {
 			conn.Close()
@@ -156,18 +156,19 @@ func TestLaunch_failure_shows_log(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{bin: bin, dir: t.TempDir(), port: port, extra: []string{"--no-such-directive", "1"}}
-	s.Addr = net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
+	dir := t.TempDir()
+	n := &Node{bin: bin, dir: dir, port: port, args: serverArgs(port, dir, false, []string{"--no-such-directive", "1"})}
+	n.addr = net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
 
-	err = s.launch()
+	err = n.launch()
 	if err == nil {
-		s.kill()
+		n.kill()
 		t.Fatal("launch succeeded with a bad directive")
 	}
 	if !strings.Contains(err.Error(), "no-such-directive") {
 		t.Errorf("error lacks the log tail naming the bad directive:\n%v", err)
 	}
-	if s.proc != nil {
+	if n.proc != nil {
 		t.Error("failed launch left a process tracked")
 	}
 }
@@ -179,10 +180,12 @@ func TestLaunch_port_taken(t *testing.T) {
 	if !other.CanRestart() {
 		t.Skip("needs a redis-server started by redistest")
 	}
-	s := &Server{bin: other.bin, dir: t.TempDir(), port: other.port, Addr: other.Addr}
-	err := s.launch()
+	o := other.node
+	dir := t.TempDir()
+	n := &Node{bin: o.bin, dir: dir, port: o.port, addr: o.addr, args: serverArgs(o.port, dir, false, nil)}
+	err := n.launch()
 	if err == nil {
-		s.kill()
+		n.kill()
 		t.Fatal("launch succeeded on a port another server holds")
 	}
 	if !strings.Contains(err.Error(), "exited") {
