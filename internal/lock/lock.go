@@ -63,6 +63,10 @@ type AcquireRequest struct {
 	Principal string
 	TTL       time.Duration
 	Metadata  map[string]string
+	// MinReplicas, when positive, asks that a grant be answered only once
+	// that many replicas confirmed it (Redis WAIT); otherwise it is undone
+	// and the acquire fails as unavailable.
+	MinReplicas int
 	// IdempotencyKey, when set, makes a retry of this acquire safe: a later
 	// acquire with the same key, owner and principal, while the lease lives,
 	// returns the lease as it is instead of adding a hold.

@@ -115,7 +115,7 @@ func (b *batcher) work() {
 
 // send runs one batch, as one pipeline when it holds more than one call.
 func (b *batcher) send(batch []*scriptCall) {
-	ctx, cancel := context.WithTimeout(failFast(context.Background()), b.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	if len(batch) == 1 {
 		c := batch[0]

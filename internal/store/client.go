@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -132,25 +134,23 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // tried again while the pool's circuit breaker is open.
 const probeEvery = 10 * time.Millisecond
 
-type failFastKey struct{}
-
-// failFast marks a store call's context: its dials try once and fail at once.
-func failFast(ctx context.Context) context.Context {
-	return context.WithValue(ctx, failFastKey{}, true)
-}
-
 // maxProbe bounds one probing dial, so that a probe never runs forever.
 const maxProbe = time.Minute
 
 // fastRecoveryDialer dials like go-redis's own dialer, with one difference.
 // After PoolSize failed dials, go-redis opens a circuit breaker: every call
-// fails at once until a background probe dials successfully, and that probe
-// sleeps a whole second after each failure, so lockapi would answer 503 for
-// up to a second after Redis is back. Store calls carry failFast and dial
-// once; every other dial (the breaker's probe, a pub/sub reconnect) retries
-// every probeEvery until it connects, the client closes or maxProbe passed
-// (not the probe's own DialTimeout: after that the pool sleeps a second), so
-// the breaker closes within milliseconds of Redis accepting connections.
+// fails at once until a background probe (ConnPool.tryDial) dials
+// successfully, and that probe sleeps a whole second after each failure, so
+// lockapi would answer 503 for up to a second after Redis is back. Here the
+// probe's dial retries every probeEvery until it connects, the client closes
+// or maxProbe passed, so the breaker closes within milliseconds of Redis
+// accepting connections. Every other dial tries once, so that calls fail at
+// once while Redis refuses connections.
+//
+// The probe is told apart by its caller, since go-redis gives it no marker
+// of its own (and dials for commands on goroutines of its own too);
+// TestRedis_recovers_quickly_after_restart fails if a go-redis upgrade
+// renames it.
 func fastRecoveryDialer(timeout time.Duration, tlsConfig *tls.Config, closed <-chan struct{}) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -164,7 +164,7 @@ func fastRecoveryDialer(timeout time.Duration, tlsConfig *tls.Config, closed <-c
 		return td.DialContext(ctx, network, addr)
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if ctx.Value(failFastKey{}) != nil {
+		if !calledByBreakerProbe() {
 			return dial(ctx, network, addr)
 		}
 		giveUp := time.NewTimer(maxProbe)
@@ -173,8 +173,8 @@ func fastRecoveryDialer(timeout time.Duration, tlsConfig *tls.Config, closed <-c
 			attempt, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 			conn, err := dial(attempt, network, addr)
 			cancel()
-			if err == nil || errors.Is(ctx.Err(), context.Canceled) {
-				return conn, err
+			if err == nil {
+				return conn, nil
 			}
 			select {
 			case <-closed:
@@ -187,6 +187,21 @@ func fastRecoveryDialer(timeout time.Duration, tlsConfig *tls.Config, closed <-c
 	}
 }
 
+// calledByBreakerProbe reports whether go-redis's pool probe is dialing.
+func calledByBreakerProbe() bool {
+	pcs := make([]uintptr, 16)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, ".(*ConnPool).tryDial") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
 // TopologyError says that Redis answered and is not what the configuration
 // says it is: a mistake to fix, not a reason to wait.
 type TopologyError struct{ Detail string }
@@ -195,12 +210,45 @@ func (e *TopologyError) Error() string { return e.Detail }
 
 // CheckTopology asks Redis whether it is what c's mode says: a single master
 // (not a replica, not a cluster node), sentinels that monitor the named
-// master, or cluster nodes. It returns a *TopologyError for a mismatch, and
-// another error when Redis does not answer (which may pass).
-func CheckTopology(ctx context.Context, c *Client) error {
+// master, or cluster nodes; and whether every master has at least
+// minReplicas replicas connected. It returns a *TopologyError for a
+// mismatch, and another error when Redis does not answer (which may pass).
+func CheckTopology(ctx context.Context, c *Client, minReplicas int) error {
+	if err := checkMode(ctx, c); err != nil {
+		return err
+	}
+	if minReplicas <= 0 {
+		return nil
+	}
+	check := func(ctx context.Context, m *redis.Client) error {
+		info, err := m.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		n := 0
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				n, _ = strconv.Atoi(v)
+			}
+		}
+		if n < minReplicas {
+			return &TopologyError{fmt.Sprintf("min_replicas is %d, but the master at %s has %d replicas connected", minReplicas, m.Options().Addr, n)}
+		}
+		return nil
+	}
+	switch u := c.UniversalClient.(type) {
+	case *redis.ClusterClient:
+		return u.ForEachMaster(ctx, check)
+	case *redis.Client:
+		return check(ctx, u)
+	}
+	return nil
+}
+
+func checkMode(ctx context.Context, c *Client) error {
 	switch c.Mode {
 	case ModeSingle:
-		info, err := c.Info(failFast(ctx), "cluster", "replication").Result()
+		info, err := c.Info(ctx, "cluster", "replication").Result()
 		if err != nil {
 			return err
 		}

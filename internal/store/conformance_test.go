@@ -30,7 +30,14 @@ type backend struct {
 	loseData map[string]func(t *testing.T, s lock.Store) lock.Store
 }
 
+// topology, when set, is the only backend: TestTopologies runs the whole
+// suite once per multi-node Redis topology, on one shared set of processes.
+var topology *backend
+
 func backends(t *testing.T) []backend {
+	if topology != nil {
+		return []backend{*topology}
+	}
 	return []backend{
 		{
 			name: "memory",
@@ -508,6 +515,9 @@ func TestStore_Tokens_survive_data_loss(t *testing.T) {
 				checkTokensSurvive(t, s, func() lock.Store { return lose(t, s) })
 			})
 		}
+	}
+	if topology != nil {
+		return // the single-server restart below is the single topology's
 	}
 	t.Run("redis/restart-without-persistence", func(t *testing.T) {
 		srv := redistest.Start(t)

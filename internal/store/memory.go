@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"maps"
 	"sort"
 	"strings"
@@ -105,10 +106,15 @@ func (m *Memory) fence(name string) *memFence {
 	return f
 }
 
+var errNoReplicas = errors.New("store: the memory store has no replicas to confirm a grant")
+
 // TryAcquire implements lock.Store.
 func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	if err := req.Validate(); err != nil {
 		return lock.Grant{}, err
+	}
+	if req.MinReplicas > 0 {
+		return lock.Grant{}, lock.Unavailable(errNoReplicas)
 	}
 	m.mu.Lock()
 	now := time.Now()

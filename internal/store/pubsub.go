@@ -40,10 +40,11 @@ type classicListener struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// mu guards ps and subscribed. ps is replaced when the Sentinel master
-	// changes; subscribed is what a new ps must subscribe to.
+	// mu guards ps, psClient and subscribed. ps is replaced when the
+	// Sentinel master changes; subscribed is what a new ps must subscribe to.
 	mu         sync.Mutex
 	ps         *redis.PubSub
+	psClient   *redis.Client // the client of ps after a master change; nil before
 	subscribed map[string]struct{}
 
 	reconnects     atomic.Int64
@@ -75,6 +76,11 @@ func (l *classicListener) close() error {
 	l.cancel()
 	err := l.pubsub().Close()
 	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.psClient != nil {
+		err = errors.Join(err, l.psClient.Close())
+	}
 	return err
 }
 
@@ -104,15 +110,18 @@ func (l *classicListener) pubsub() *redis.PubSub {
 	return l.ps
 }
 
-// masterChanged moves the pub/sub connection to the new Sentinel master: a
-// fresh PubSub dials the master go-redis resolves now and subscribes to every
-// channel the old one had. Releases published meanwhile may have been missed,
-// so the hub wakes everyone to look again (Reset).
+// masterChanged moves the pub/sub connection to the new Sentinel master at
+// addr, the address +switch-master named (not the one go-redis would ask a
+// sentinel for: a sentinel that has not heard of the switch yet still names
+// the old master), and subscribes it to every channel the old one had.
+// Releases published meanwhile may have been missed, so the hub wakes
+// everyone to look again (Reset).
 func (l *classicListener) masterChanged(addr string) {
 	l.masterSwitches.Add(1)
+	client := redis.NewClient(l.follow.master(addr))
 	l.mu.Lock()
-	old := l.ps
-	l.ps = l.rdb.Subscribe(context.Background())
+	old, oldClient := l.ps, l.psClient
+	l.ps, l.psClient = client.Subscribe(context.Background()), client
 	ps := l.ps
 	channels := make([]string, 0, len(l.subscribed))
 	for name := range l.subscribed {
@@ -120,6 +129,9 @@ func (l *classicListener) masterChanged(addr string) {
 	}
 	l.mu.Unlock()
 	_ = old.Close()
+	if oldClient != nil {
+		_ = oldClient.Close()
+	}
 	l.hub.Reset()
 	if len(channels) > 0 {
 		_ = ps.Subscribe(context.Background(), channels...)

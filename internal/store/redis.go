@@ -59,6 +59,10 @@ type Redis struct {
 	hub         *notify.Hub
 	ghosts      *reaper
 	listener    listener
+	// publish is the command the scripts publish notices with: SPUBLISH
+	// on Redis Cluster, so that a notice goes only to its lock's shard
+	// instead of to every node.
+	publish string
 }
 
 var _ lock.Store = (*Redis)(nil)
@@ -115,7 +119,13 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if opts.Batch {
 		s.batch = newBatcher(rdb, s.callTimeout)
 	}
-	s.listener = newClassicListener(rdb, s.keyspace, follow)
+	s.publish = "PUBLISH"
+	if s.cluster != nil {
+		s.publish = "SPUBLISH"
+		s.listener = newShardedListener(s.cluster, s.keyspace)
+	} else {
+		s.listener = newClassicListener(rdb, s.keyspace, follow)
+	}
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
@@ -135,7 +145,7 @@ const movedAttempts = 3
 // ever retried.
 func (s *Redis) run(ctx context.Context, name string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(failFast(ctx), s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
 	var cmd *redis.Cmd
 	for attempt := 1; ; attempt++ {
@@ -214,8 +224,16 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		meta = string(b)
 	}
 	requestID := ulid.Make().String()
-	res, err := s.run(ctx, "acquire", acquireScript, s.acquireKeys(req.Lock),
-		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey).Slice()
+	keys := s.acquireKeys(req.Lock)
+	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish}
+	var res []any
+	var err error
+	var replicated *redis.Cmd
+	if req.MinReplicas > 0 {
+		res, replicated, err = s.acquireReplicated(ctx, keys, args, req.MinReplicas)
+	} else {
+		res, err = s.run(ctx, "acquire", acquireScript, keys, args...).Slice()
+	}
 	if err != nil {
 		if outcomeUnknown(err) {
 			// It may have granted a lease that nobody will ever know of.
@@ -235,7 +253,61 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		return lock.Grant{}, lock.Unavailable(errors.New("store: acquire ran after it was abandoned"))
 	}
 	lease := r.lease(req.Lock, 2)
-	return lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}, r.err
+	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
+	if r.err == nil && replicated != nil {
+		if n, werr := replicated.Int64(); werr != nil || n < int64(req.MinReplicas) {
+			// Not confirmed: a failover now could lose this grant and hand
+			// the lock to someone else while its holder works. Undo it.
+			_ = s.Abandon(ctx, req.Lock, g.RequestID)
+			return lock.Grant{}, &lock.Error{Code: lock.CodeUnavailable,
+				Detail: fmt.Sprintf("replication did not confirm the grant: %d of %d replicas acknowledged it in time; it was released", max(n, 0), req.MinReplicas),
+				Err:    werr}
+		}
+	}
+	return g, r.err
+}
+
+// acquireReplicated runs the acquire script and WAIT on one connection to the
+// lock's master, in one round trip: WAIT counts the replicas that have every
+// write its own connection made. It bypasses the batcher, whose pipelines
+// mix callers. The returned Cmd holds WAIT's count.
+func (s *Redis) acquireReplicated(ctx context.Context, keys []string, args []any, n int) ([]any, *redis.Cmd, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	var master redis.Cmdable = s.rdb
+	if s.cluster != nil {
+		c, err := s.cluster.MasterForKey(ctx, keys[0])
+		if err != nil {
+			s.noteFailure(err)
+			return nil, nil, err
+		}
+		master = c
+	}
+	// WAIT may use half of the call's time; the rest is for the round trip.
+	waitFor := s.callTimeout / 2
+	var script *redis.Cmd
+	var replicated *redis.Cmd
+	for attempt := 0; attempt < 2; attempt++ {
+		pipe := master.Pipeline()
+		script = acquireScript.EvalSha(ctx, pipe, keys, args...)
+		replicated = pipe.Do(ctx, "wait", n, waitFor.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if !isNoScript(script.Err()) {
+			break
+		}
+		// Redis lost its script cache: the script did not run. Load it
+		// and send the pair again.
+		if err := acquireScript.Load(ctx, master).Err(); err != nil {
+			return nil, nil, err
+		}
+	}
+	s.noteFailure(script.Err())
+	if s.observe != nil {
+		s.observe("acquire", time.Since(start))
+	}
+	res, err := script.Slice()
+	return res, replicated, err
 }
 
 func (s *Redis) acquireKeys(name string) []string {
@@ -261,13 +333,13 @@ func (s *Redis) Abandon(ctx context.Context, name, requestID string) error {
 
 func (s *Redis) abandon(ctx context.Context, name, requestID string) (int64, error) {
 	return s.run(ctx, "abandon", abandonScript, s.acquireKeys(name),
-		requestID, s.channel(name), abandonMemory.Milliseconds()).Int64()
+		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
 }
 
 // Renew implements lock.Store.
 func (s *Redis) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	res, err := s.run(ctx, "renew", renewScript, s.keys(name), ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal).Slice()
+	res, err := s.run(ctx, "renew", renewScript, s.keys(name), ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish).Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
 	}
@@ -290,7 +362,7 @@ func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	res, err := s.run(ctx, "release", releaseScript, s.keys(name), ref.ID, allArg, s.channel(name), ref.Principal).Slice()
+	res, err := s.run(ctx, "release", releaseScript, s.keys(name), ref.ID, allArg, s.channel(name), ref.Principal, s.publish).Slice()
 	if err != nil {
 		return out, storeError(err)
 	}
@@ -337,7 +409,7 @@ func stateOf(name string, r *replyReader) (lock.State, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Redis) ForceRelease(ctx context.Context, name string) (bool, error) {
-	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name)).Int()
+	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish).Int()
 	if err != nil {
 		return false, storeError(err)
 	}
@@ -351,7 +423,7 @@ func (s *Redis) ForceRelease(ctx context.Context, name string) (bool, error) {
 // order of the slots they serve; the cursor names the shard (by its first
 // slot) and the cursor within it.
 func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
-	ctx, cancel := context.WithTimeout(failFast(ctx), s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
 	limit := req.Limit
 	if limit <= 0 {
@@ -521,7 +593,7 @@ func (s *Redis) Watch(ctx context.Context, name string, kind lock.WatchKind) (lo
 // Ping implements lock.Store: the master (the current one, behind Sentinel),
 // or every master of a cluster, answers PING within the call deadline.
 func (s *Redis) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(failFast(ctx), s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
 	var err error
 	if s.cluster != nil {

@@ -19,12 +19,12 @@ func TestScripts_pinned(t *testing.T) {
 		script *redis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "05c617d7226da5ea5ddae32c22dfc6ef325a32c6"},
-		{"renew.lua", renewScript, "1331c34f8c2b6ac78ff7bf799cb1c570ae55edf8"},
-		{"release.lua", releaseScript, "55183cf542459c504eac2046789a76c8c5a43e81"},
-		{"force_release.lua", forceReleaseScript, "66e083834093199f38494ebea56278e1983b932f"},
+		{"acquire.lua", acquireScript, "aa7bd19751f872528dc3ce522c632a1a108a2bd4"},
+		{"renew.lua", renewScript, "e0f4a5dc5a12f5882039fbe210600d415e3c5414"},
+		{"release.lua", releaseScript, "70fc5aee3a7184ea65b40d7cda5c4f8268fbdc59"},
+		{"force_release.lua", forceReleaseScript, "450b13652c1368a89faa79b8b7848712d9f765b2"},
 		{"inspect.lua", inspectScript, "4f8085857da8144d8979a3a95df9d7c3b80df7c8"},
-		{"abandon.lua", abandonScript, "f1ea03f6a2b484689c066e727f778459d85bb036"},
+		{"abandon.lua", abandonScript, "94402ba7a6dc030440f38fc2b6071b707a89c8f4"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -17,7 +17,10 @@ import (
 type sentinelConfig struct {
 	addrs      []string
 	masterName string
-	options    func(addr string) *redis.Options
+	options    func(addr string) *redis.Options // for a sentinel
+	// master returns options for a client of the master at addr, with the
+	// data nodes' credentials and TLS.
+	master func(addr string) *redis.Options
 }
 
 func newSentinelConfig(o *redis.FailoverOptions) *sentinelConfig {
@@ -32,6 +35,17 @@ func newSentinelConfig(o *redis.FailoverOptions) *sentinelConfig {
 				TLSConfig:   o.TLSConfig,
 				DialTimeout: time.Second,
 				ReadTimeout: time.Second,
+				MaxRetries:  -1,
+			}
+		},
+		master: func(addr string) *redis.Options {
+			return &redis.Options{
+				Addr:        addr,
+				Username:    o.Username,
+				Password:    o.Password,
+				DB:          o.DB,
+				TLSConfig:   o.TLSConfig,
+				DialTimeout: o.DialTimeout,
 				MaxRetries:  -1,
 			}
 		},

@@ -7,6 +7,7 @@
 -- ARGV[1]  request id of the acquire
 -- ARGV[2]  unlock channel
 -- ARGV[3]  how long to remember the request id, in milliseconds
+-- ARGV[4]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
 --
 -- The request id goes into the abandoned set first: an acquire that is still
 -- on its way (in a socket buffer of a paused Redis, say) and runs after this
@@ -31,9 +32,9 @@ if redis.call('HSETNX', KEYS[1], 's:' .. ARGV[1], 'x') == 0 then
 end
 redis.call('HINCRBY', KEYS[2], 'ver', 1)
 if redis.call('HINCRBY', KEYS[1], 'count', -1) > 0 then
-	redis.call('PUBLISH', ARGV[2], 'c')
+	redis.call(ARGV[4], ARGV[2], 'c')
 	return 1
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'r')
+redis.call(ARGV[4], ARGV[2], 'r')
 return 2

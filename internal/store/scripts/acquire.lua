@@ -10,6 +10,7 @@
 -- ARGV[5]  metadata, JSON, stored as given
 -- ARGV[6]  unlock channel
 -- ARGV[7]  idempotency key, "" for none
+-- ARGV[8]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
 --
 -- Returns, when granted:
 --   {1, fresh (1|0), lease id, owner, principal, token, hold count, ttl ms,
@@ -69,7 +70,7 @@ if held[1] then
 	end
 	redis.call('PEXPIRE', KEYS[1], ttl)
 	redis.call('HINCRBY', KEYS[2], 'ver', 1)
-	redis.call('PUBLISH', ARGV[6], 'c:' .. ARGV[4])
+	redis.call(ARGV[8], ARGV[6], 'c:' .. ARGV[4])
 	return {1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], string.format('%.0f', exp), held[6], ARGV[1], 0}
 end
 
@@ -93,5 +94,5 @@ if ARGV[7] ~= '' then
 	redis.call('HSET', KEYS[1], 'idem', ARGV[7], 'idemop', ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PUBLISH', ARGV[6], 'c:' .. ARGV[4])
+redis.call(ARGV[8], ARGV[6], 'c:' .. ARGV[4])
 return {1, 1, ARGV[1], ARGV[2], ARGV[3], tok, 1, ttl, string.format('%.0f', now), string.format('%.0f', exp), ARGV[5], ARGV[1], 0}

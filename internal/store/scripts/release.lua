@@ -6,6 +6,7 @@
 -- ARGV[2]  "1" to release all holds, "0" for one
 -- ARGV[3]  unlock channel
 -- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
+-- ARGV[5]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
 --
 -- Returns {1, holds left, freed (1|0), retried (1|0)}, {0} when the lease is
 -- not the holder, or {-1} when it belongs to another principal. A retry of
@@ -30,11 +31,11 @@ redis.call('HINCRBY', KEYS[2], 'ver', 1)
 if ARGV[2] ~= '1' then
 	local left = redis.call('HINCRBY', KEYS[1], 'count', -1)
 	if left > 0 then
-		redis.call('PUBLISH', ARGV[3], 'c')
+		redis.call(ARGV[5], ARGV[3], 'c')
 		return {1, left, 0, 0}
 	end
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'released', ARGV[1], 'released_by', h[2])
-redis.call('PUBLISH', ARGV[3], 'r')
+redis.call(ARGV[5], ARGV[3], 'r')
 return {1, 0, 1, 0}

@@ -6,6 +6,7 @@
 -- ARGV[2]  ttl in milliseconds; 0 keeps the lease's TTL
 -- ARGV[3]  unlock channel
 -- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
+-- ARGV[5]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
 --
 -- Publishes "c:<ttl ms>", so that waiters time the lease's new expiry (a
 -- renewal may shorten it).
@@ -32,5 +33,5 @@ local exp = string.format('%.0f', math.floor((tonumber(t[1]) * 1000000 + tonumbe
 redis.call('HSET', KEYS[1], 'ttl', string.format('%.0f', ttl), 'exp', exp)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('HINCRBY', KEYS[2], 'ver', 1)
-redis.call('PUBLISH', ARGV[3], 'c:' .. string.format('%.0f', ttl))
+redis.call(ARGV[5], ARGV[3], 'c:' .. string.format('%.0f', ttl))
 return {1, h[1], h[2], h[3], h[4], tonumber(h[5]), ttl, h[7], exp, h[8]}

@@ -1,0 +1,361 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/store"
+)
+
+// The tests in this file break real Redis processes (kill -9, SIGSTOP,
+// CLIENT PAUSE, failovers) and check what the store does then. Bounds are
+// the ones lockapi promises in docs/RELIABILITY.md; each test logs what it
+// measured.
+
+// openStoreWith is openStore with a call deadline of its own.
+func openStoreWith(t *testing.T, cfg store.ClientConfig, batch bool, callTimeout time.Duration) *store.Redis {
+	t.Helper()
+	c, err := store.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := store.NewRedis(c, store.RedisOptions{Prefix: "ha:" + ulid.Make().String() + ":", Batch: batch, CallTimeout: callTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// eventually retries f every 10 ms until it succeeds or within passes, and
+// returns when it first succeeded.
+func eventually(t *testing.T, within time.Duration, what string, f func() error) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %v: %v", what, within, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// parkWaiter starts AcquireWait for name by owner and returns a channel with
+// its outcome, once the waiter is registered.
+func parkWaiter(t *testing.T, s lock.Store, name, owner string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := lock.AcquireWait(context.Background(), s, lock.AcquireRequest{Lock: name, Owner: owner, TTL: time.Minute}, 30*time.Second)
+		done <- err
+	}()
+	waitForWaiters(t, s, 1)
+	return done
+}
+
+// releaseAndTime releases lease (retrying while the store is unavailable,
+// as right after a failover) and returns when the release took effect.
+func releaseAndTime(t *testing.T, s lock.Store, l lock.Lease) time.Time {
+	t.Helper()
+	return eventually(t, 15*time.Second, "release after the failover", func() error {
+		_, err := s.Release(ctx, lock.LeaseRef{Lock: l.Lock, ID: l.ID}, true)
+		if lock.ErrorCode(err) == lock.CodeLeaseLost {
+			t.Fatalf("the failover lost the holder's lease (replication should have carried it): %v", err)
+		}
+		return err
+	})
+}
+
+func wantGrantedWithin(t *testing.T, done <-chan error, since time.Time, bound time.Duration) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		t.Logf("waiter granted %v after the release (bound %v)", time.Since(since).Round(time.Millisecond), bound)
+		if d := time.Since(since); d > bound {
+			t.Fatalf("waiter granted %v after the release, bound %v", d, bound)
+		}
+	case <-time.After(bound + 5*time.Second):
+		t.Fatalf("waiter not granted %v after the release (bound %v): a lost wake-up", bound+5*time.Second, bound)
+	}
+}
+
+// A waiter parked across a Sentinel failover is woken by a release on the
+// new master: the pub/sub connection follows +switch-master.
+func TestSentinel_waiter_parked_across_failover(t *testing.T) {
+	sen := redistest.StartSentinel(t)
+	cfg := store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel}
+	stores := []*store.Redis{openStoreWith(t, cfg, false, time.Second), openStoreWith(t, cfg, true, time.Second)}
+	holders := make([]lock.Lease, len(stores))
+	waiters := make([]<-chan error, len(stores))
+	for i, s := range stores {
+		holders[i] = acquire(t, s, "deploy", "holder", time.Minute)
+		waiters[i] = parkWaiter(t, s, "deploy", "waiter")
+	}
+	old, cur := sen.Failover(t)
+	t.Logf("failover %s -> %s", old, cur)
+	for i, s := range stores {
+		released := releaseAndTime(t, s, holders[i])
+		wantGrantedWithin(t, waiters[i], released, time.Second)
+		if s.MasterSwitches() < 1 {
+			t.Errorf("master switches = %d", s.MasterSwitches())
+		}
+	}
+}
+
+// min_replicas: a grant is answered once WAIT counts enough replicas, and
+// released when it does not.
+func TestSentinel_min_replicas(t *testing.T) {
+	sen := redistest.StartSentinel(t)
+	s := openStoreWith(t, store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel}, false, time.Second)
+	start := time.Now()
+	g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "durable", Owner: "w", TTL: time.Minute, MinReplicas: 1})
+	if err != nil {
+		t.Fatalf("min_replicas 1 with one replica: %v", err)
+	}
+	t.Logf("acquire with min_replicas=1: %v", time.Since(start))
+	if res, err := s.Release(ctx, lock.LeaseRef{Lock: "durable", ID: g.Lease.ID}, true); err != nil || !res.Released {
+		t.Fatal(res, err)
+	}
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "durable", Owner: "w", TTL: time.Minute, MinReplicas: 2})
+	wantCode(t, err, lock.CodeUnavailable)
+	if !strings.Contains(lock.AsError(err).Detail, "replication did not confirm") {
+		t.Errorf("detail = %q", lock.AsError(err).Detail)
+	}
+	if st := inspect(t, s, "durable"); st.Held {
+		t.Fatalf("an unconfirmed grant stayed behind: %+v", st)
+	}
+}
+
+// After kill -9 of a cluster master, its shard serves again right after the
+// replica's promotion: the store reloads the slot map on connection errors
+// instead of once a minute.
+func TestCluster_master_killed(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, false, 500*time.Millisecond)
+	acquire(t, s, "shard", "holder", time.Minute)
+	master := cl.MasterForKey(t, "{shard}")
+	master.Kill(t)
+	killed := time.Now()
+	// Traffic while the master is dead, as a real service has.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				_, _ = s.Inspect(ctx, "shard")
+			}
+		}
+	}()
+	promoted := cl.WaitPromoted(t, master)
+	promotedAt := time.Now()
+	close(stop)
+	wg.Wait()
+	served := eventually(t, 10*time.Second, "serving the shard after promotion", func() error {
+		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "shard", Owner: "holder", TTL: time.Minute})
+		return err
+	})
+	t.Logf("master %s killed; %s promoted after %v; shard served %v after promotion was seen",
+		master, promoted, promotedAt.Sub(killed).Round(time.Millisecond), served.Sub(promotedAt).Round(time.Millisecond))
+	if d := served.Sub(promotedAt); d > 2*time.Second {
+		t.Fatalf("shard served %v after promotion, bound 2s", d)
+	}
+	eventually(t, 10*time.Second, "readiness", func() error { return s.Ping(ctx) })
+}
+
+// A waiter parked across CLUSTER FAILOVER of its lock's shard is woken by a
+// release on the new master: sharded pub/sub moves with the slot.
+func TestCluster_waiter_parked_across_failover(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, true, time.Second)
+	holder := acquire(t, s, "hot", "holder", time.Minute)
+	waiter := parkWaiter(t, s, "hot", "waiter")
+	cl.FailoverReplicaOf(t, cl.MasterForKey(t, "{hot}"))
+	released := releaseAndTime(t, s, holder)
+	wantGrantedWithin(t, waiter, released, time.Second)
+}
+
+// A script call that times out is answered unavailable and never sent again,
+// on a cluster without batching too (go-redis's cluster client re-sent it).
+func TestCluster_timed_out_release_runs_at_most_once(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, false, 200*time.Millisecond)
+	l := acquire(t, s, "once", "w", time.Minute)
+	acquire(t, s, "once", "w", time.Minute)
+	cl.MasterForKey(t, "{once}").ClientPause(t, 1500*time.Millisecond, redistest.PauseAll)
+	_, err := s.Release(ctx, lock.LeaseRef{Lock: "once", ID: l.ID}, false)
+	wantCode(t, err, lock.CodeUnavailable)
+	var st lock.State
+	eventually(t, 10*time.Second, "inspect after the pause", func() error {
+		var err error
+		st, err = s.Inspect(ctx, "once")
+		return err
+	})
+	if !st.Held || st.Holder.HoldCount < 1 {
+		t.Fatalf("one DELETE of one of two holds freed the lock: the release ran more than once: %+v", st)
+	}
+	t.Logf("holds after the timed-out release: %d (2: it never ran, 1: it ran once)", st.Holder.HoldCount)
+}
+
+// Ghost grants: an acquire that ran in Redis but whose answer never came
+// back (here a proxy drops Redis's replies, as a network partition right
+// after the write does) is answered 503, and its grant must not stay behind.
+func TestRedis_no_ghost_grants_when_answers_are_lost(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startReplyDropper(t, srv.Addr)
+	s := openStoreWith(t, store.ClientConfig{URL: "redis://" + proxy.addr + "/0"}, false, 300*time.Millisecond)
+	acquire(t, s, "warm", "w", time.Minute)
+	proxy.drop.Store(true)
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "ghost", Owner: "w" + string(rune('a'+i)), TTL: time.Minute})
+			if lock.ErrorCode(err) != lock.CodeUnavailable {
+				t.Errorf("acquire whose answer is lost: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Redis did grant one of them: a ghost, until the reaper runs.
+	if held := proxy.heldInRedis(t, "ghost"); !held {
+		t.Fatal("no acquire reached Redis: the test would prove nothing")
+	}
+	start := time.Now()
+	if err := s.Ping(ctx); lock.ErrorCode(err) != lock.CodeUnavailable {
+		t.Errorf("ping without answers = %v", err)
+	}
+	if d := time.Since(start); d > 300*time.Millisecond+200*time.Millisecond {
+		t.Errorf("ping took %v with a 300ms deadline", d)
+	}
+	proxy.drop.Store(false)
+	eventually(t, 10*time.Second, "reaper done", func() error {
+		if _, pending := s.Ghosts(); pending > 0 {
+			return errors.New("ghosts pending")
+		}
+		return nil
+	})
+	abandoned, _ := s.Ghosts()
+	if st := inspect(t, s, "ghost"); st.Held {
+		t.Fatalf("a ghost grant holds the lock: %+v (abandoned %d)", st, abandoned)
+	}
+	t.Logf("ghost holds abandoned: %d", abandoned)
+	if abandoned < 1 {
+		t.Fatalf("abandoned = %d, want the ghost's hold", abandoned)
+	}
+	acquire(t, s, "ghost", "after", time.Minute)
+}
+
+// replyDropper is a loopback TCP proxy to Redis that, while drop is set,
+// forwards requests and throws Redis's replies away.
+type replyDropper struct {
+	addr   string
+	target string
+	drop   atomic.Bool
+}
+
+func startReplyDropper(t *testing.T, target string) *replyDropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyDropper{addr: ln.Addr().String(), target: target}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			conns.Add(2)
+			go func() { defer conns.Done(); _, _ = io.Copy(r, c); r.Close() }()
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := r.Read(buf)
+					if n > 0 && !p.drop.Load() {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// heldInRedis looks at the lock hash behind the proxy's back.
+func (p *replyDropper) heldInRedis(t *testing.T, name string) bool {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: p.target})
+	defer c.Close()
+	keys, err := c.Keys(ctx, "*{"+name+"}:lock").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(keys) > 0
+}
+
+// After Redis restarts, the store serves again within 200 ms of Redis
+// answering PING, although go-redis's dial breaker had opened.
+func TestRedis_recovers_quickly_after_restart(t *testing.T) {
+	srv := redistest.Start(t)
+	if !srv.CanRestart() {
+		t.Skip("needs a redis-server this test runs")
+	}
+	s := openStoreWith(t, store.ClientConfig{URL: srv.URL}, true, time.Second)
+	acquire(t, s, "r", "w", time.Minute)
+	srv.Stop(t)
+	for range 100 { // more failed dials than the pool has connections
+		_, _ = s.Inspect(ctx, "r")
+	}
+	time.Sleep(1500 * time.Millisecond) // the breaker's probe sleeps a second between tries
+	srv.Resume(t)                       // returns once redis-server answers PING
+	up := time.Now()
+	served := eventually(t, 5*time.Second, "serving after the restart", func() error {
+		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "r2", Owner: "w", TTL: time.Minute})
+		return err
+	})
+	t.Logf("served %v after Redis answered PING", served.Sub(up).Round(time.Millisecond))
+	if d := served.Sub(up); d > 200*time.Millisecond {
+		t.Fatalf("served %v after Redis answered PING, bound 200ms", d)
+	}
+}
