@@ -104,6 +104,11 @@ type AcquireRequest struct {
 	// Example: {"job":"nightly"}
 	Metadata *Metadata `json:"metadata,omitempty"`
 
+	// MinReplicas How many Redis replicas must confirm a grant (WAIT) before it is answered. If fewer confirm in time, the grant is released and the answer is 503 `unavailable`. Default and maximum: the server's `LOCKAPI_MIN_REPLICAS` (default 0, no confirmation); a request may ask for fewer, to trade durability for latency.
+	//
+	// Example: 1
+	MinReplicas *int64 `json:"min_replicas,omitempty"`
+
 	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7

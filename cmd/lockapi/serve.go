@@ -49,6 +49,7 @@ type serveConfig struct {
 	AdminAddr    string
 	RedisBatch   bool
 	RedisTimeout time.Duration
+	MinReplicas  int
 
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
@@ -103,6 +104,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	num(&c.MaxWaitersPerCaller, "max-waiters-per-caller", "LOCKAPI_MAX_WAITERS_PER_CALLER", lockhttp.DefaultMaxWaitersPerCaller, "most waiting requests of one principal (or client address on an open server)")
 	rate := fmt.Sprint(0)
 	str(&rate, "rate-limit", "LOCKAPI_RATE_LIMIT", "0", "requests per second per principal (or client address); 0: no limit")
+	num(&c.MinReplicas, "min-replicas", "LOCKAPI_MIN_REPLICAS", 0, "replicas that must confirm a grant (Redis WAIT) before it is answered; a request may ask for fewer")
 	num(&c.RateBurst, "rate-burst", "LOCKAPI_RATE_BURST", 0, "burst of the rate limit; 0: one second's worth")
 	batchOn := envOr("LOCKAPI_REDIS_BATCH", "true")
 	str(&batchOn, "redis-batch", "LOCKAPI_REDIS_BATCH", batchOn, "send concurrent script calls to Redis together in pipelines (true or false)")
@@ -143,6 +145,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, errors.New("-max-wait must not be negative")
 	case c.RedisTimeout <= 0:
 		return c, errors.New("-redis-timeout must be positive")
+	case c.MinReplicas < 0:
+		return c, errors.New("-min-replicas must not be negative")
+	case c.MinReplicas > 0 && c.RedisURL == "":
+		return c, errors.New("-min-replicas needs Redis with replicas; the embedded memory store has none")
 	}
 	return c, nil
 }
@@ -253,7 +259,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer rdb.Close()
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err = store.CheckTopology(pctx, rdb)
+		err = store.CheckTopology(pctx, rdb, c.MinReplicas)
 		cancel()
 		var bad *store.TopologyError
 		if errors.As(err, &bad) {
@@ -285,10 +291,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer st.Close()
 
 	srv := lockhttp.NewServer(st, lockhttp.Config{
-		DefaultTTL: c.DefaultTTL,
-		MaxTTL:     c.MaxTTL,
-		MaxWait:    c.MaxWait,
-		Logger:     log,
+		DefaultTTL:  c.DefaultTTL,
+		MaxTTL:      c.MaxTTL,
+		MaxWait:     c.MaxWait,
+		Logger:      log,
+		MinReplicas: c.MinReplicas,
 
 		Keys:                keys,
 		Release:             signer,

@@ -17,10 +17,11 @@ import (
 // acquireBody is the body of POST /v1/locks/{name}/leases; every field is
 // optional, and null is the same as absent.
 type acquireBody struct {
-	Owner    *string           `json:"owner"`
-	TTLMs    *int64            `json:"ttl_ms"`
-	WaitMs   *int64            `json:"wait_ms"`
-	Metadata map[string]string `json:"metadata"`
+	Owner       *string           `json:"owner"`
+	TTLMs       *int64            `json:"ttl_ms"`
+	WaitMs      *int64            `json:"wait_ms"`
+	Metadata    map[string]string `json:"metadata"`
+	MinReplicas *int64            `json:"min_replicas"`
 }
 
 // renewBody is the body of POST /v1/locks/{name}/leases/{lease_id}/renew.
@@ -99,7 +100,7 @@ func waitOutcome(err error) string {
 // owner becomes a fresh ULID, so such acquires are never reentrant.
 // idempotencyKeys are the request's Idempotency-Key headers: none, or one.
 func (s *Server) acquireRequest(name string, b acquireBody, idempotencyKeys []string) (lock.AcquireRequest, time.Duration, error) {
-	req := lock.AcquireRequest{Lock: name, TTL: s.cfg.DefaultTTL, Metadata: b.Metadata}
+	req := lock.AcquireRequest{Lock: name, TTL: s.cfg.DefaultTTL, Metadata: b.Metadata, MinReplicas: s.cfg.MinReplicas}
 	if b.Owner != nil {
 		req.Owner = *b.Owner
 	} else {
@@ -124,6 +125,13 @@ func (s *Server) acquireRequest(name string, b acquireBody, idempotencyKeys []st
 			ttl = lock.MinTTL // reported already; keep Validate from repeating it
 		}
 		req.TTL = ttl
+	}
+	if b.MinReplicas != nil {
+		if n := *b.MinReplicas; n < 0 || n > int64(s.cfg.MinReplicas) {
+			fields = append(fields, lock.FieldError{Field: "min_replicas", Detail: fmt.Sprintf("must be between 0 and the server's min_replicas (%d)", s.cfg.MinReplicas)})
+		} else {
+			req.MinReplicas = int(n)
+		}
 	}
 	var wait time.Duration
 	if b.WaitMs != nil {

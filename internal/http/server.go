@@ -49,6 +49,10 @@ type Config struct {
 	MaxTTL     time.Duration // the largest ttl_ms accepted (24h)
 	MaxWait    time.Duration // longer wait_ms are clamped to this (60s)
 	Logger     zerolog.Logger
+	// MinReplicas is how many replicas must confirm a grant before it is
+	// answered (Redis WAIT): the default of an acquire without
+	// min_replicas, and the most one may ask for. 0: no confirmation.
+	MinReplicas int
 
 	// Keys are the API keys; with none the server runs open and every
 	// request acts as the anonymous principal.
