@@ -1,0 +1,745 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/redistest"
+)
+
+// The fault suite: real lockapi processes on real Redis topologies, a
+// workload of clients that take hot locks and write to a fenced resource,
+// and one fault per run. Every critical section, grant, release and error is
+// recorded, and a checker holds the run to lockapi's guarantees:
+//
+//   - every fault: no stale write admitted by the fenced resource, fencing
+//     tokens never go backwards, no ghost grant, no script run twice;
+//   - faults that lose no data: no two critical sections overlap;
+//   - the recovery bounds of docs/RELIABILITY.md.
+//
+// With LOCKAPI_RECORD_RELIABILITY=1 it rewrites docs/RELIABILITY.md's table
+// with what it measured.
+
+const (
+	faultClients   = 8
+	faultLocks     = 4
+	faultTTL       = 10 * time.Second // longer than any run: expiry never hides a bug
+	faultWait      = 2 * time.Second
+	faultWarmup    = 1500 * time.Millisecond
+	faultAfter     = 2 * time.Second  // workload time after the fault has passed
+	faultMaxRun    = 25 * time.Second // after the fault; then the run stops regardless
+	redisTimeoutMs = 1000
+)
+
+// faultCase is one run of the suite.
+type faultCase struct {
+	name string
+	// dataLoss marks faults that may lose acknowledged writes (Redis
+	// replication is asynchronous): overlaps are reported, not failed.
+	dataLoss bool
+	// start starts the topology and returns lockapi's environment and the
+	// fault; inject returns when the fault is over (Redis answers again, the
+	// failover is agreed) with that moment, and the bound that applies.
+	start func(t *testing.T) (env []string, inject func(t *testing.T, f *faultRun) time.Time)
+	// bound names the recovery bound the run is held to, and checks it.
+	bound     string
+	boundTime time.Duration
+	// recoveryOf picks the recovery that the bound applies to: "any" is
+	// the first successful answer after the fault; "wake" is the slowest
+	// wake-up of a waiter parked across the fault.
+	recoveryOf string
+}
+
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault suite runs real topologies")
+	}
+	single := func(aof bool) func(t *testing.T) (*redistest.Server, []string) {
+		return func(t *testing.T) (*redistest.Server, []string) {
+			var srv *redistest.Server
+			if aof {
+				srv = redistest.StartAOF(t)
+			} else {
+				srv = redistest.Start(t)
+			}
+			if !srv.CanRestart() {
+				t.Skip("needs a redis-server this test runs")
+			}
+			return srv, []string{"LOCKAPI_REDIS_URL=" + srv.URL}
+		}
+	}
+	sentinel := func(minReplicas int) func(t *testing.T) (*redistest.Sentinel, []string) {
+		return func(t *testing.T) (*redistest.Sentinel, []string) {
+			s := redistest.StartSentinel(t)
+			return s, []string{"LOCKAPI_REDIS_URL=" + s.URL(), "LOCKAPI_REDIS_MODE=sentinel", fmt.Sprintf("LOCKAPI_MIN_REPLICAS=%d", minReplicas)}
+		}
+	}
+	cluster := func(t *testing.T) (*redistest.Cluster, []string) {
+		c := redistest.StartCluster(t)
+		return c, []string{"LOCKAPI_REDIS_URL=" + c.URL(), "LOCKAPI_REDIS_MODE=cluster"}
+	}
+	restart := func(aof bool) func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+		return func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			srv, env := single(aof)(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				node := srv.Node(t)
+				node.Kill(t)
+				time.Sleep(500 * time.Millisecond)
+				node.Restart(t, aof) // returns once it answers PING
+				return time.Now()
+			}
+		}
+	}
+	sentinelFailover := func(minReplicas int) func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+		return func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			s, env := sentinel(minReplicas)(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				s.Failover(t)
+				return time.Now()
+			}
+		}
+	}
+	sentinelKill := func(minReplicas int) func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+		return func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			s, env := sentinel(minReplicas)(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				old := s.Master(t)
+				old.Kill(t)
+				s.WaitMasterChange(t, old.Addr())
+				promoted := time.Now()
+				// The old master comes back, empty, and the sentinels make
+				// it the new master's replica.
+				old.Restart(t, false)
+				return promoted
+			}
+		}
+	}
+
+	cases := []faultCase{
+		{name: "redis kill -9, restart with AOF", start: restart(true),
+			bound: "serves ≤ 200 ms after Redis answers PING", boundTime: 200 * time.Millisecond, recoveryOf: "any"},
+		{name: "redis kill -9, restart without AOF", dataLoss: true, start: restart(false),
+			bound: "serves ≤ 200 ms after Redis answers PING", boundTime: 200 * time.Millisecond, recoveryOf: "any"},
+		{name: "SENTINEL FAILOVER, min_replicas 0", dataLoss: true, start: sentinelFailover(0),
+			bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
+		{name: "SENTINEL FAILOVER, min_replicas 1", start: sentinelFailover(1),
+			bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
+		{name: "sentinel master kill -9, min_replicas 0", dataLoss: true, start: sentinelKill(0),
+			bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
+		{name: "sentinel master kill -9, min_replicas 1", dataLoss: true, start: sentinelKill(1),
+			bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
+		{name: "CLUSTER FAILOVER", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			c, env := cluster(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				c.FailoverReplicaOf(t, c.MasterForKey(t, "{"+f.locks[0]+"}"))
+				return time.Now()
+			}
+		}, bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
+		{name: "cluster master kill -9", dataLoss: true, start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			c, env := cluster(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				m := c.MasterForKey(t, "{"+f.locks[0]+"}")
+				m.Kill(t)
+				c.WaitPromoted(t, m)
+				return time.Now()
+			}
+		}, bound: "the shard serves ≤ 2 s after its replica's promotion", boundTime: 2 * time.Second, recoveryOf: "shard"},
+		{name: "lockapi kill -9", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			_, env := single(false)(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				f.servers[0].killNow()
+				return time.Now()
+			}
+		}},
+		{name: "redis SIGSTOP 3 s (store deadline 1 s)", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			srv, env := single(false)(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				node := srv.Node(t)
+				node.Pause(t)
+				f.probeReadyz(3 * time.Second)
+				node.Continue(t)
+				return time.Now()
+			}
+		}, bound: "/readyz answers within its 2 s budget while Redis is stopped", boundTime: 2 * time.Second, recoveryOf: "readyz"},
+		{name: "CLIENT PAUSE 2 s", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			srv, env := single(false)(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				srv.Node(t).ClientPause(t, 2*time.Second, redistest.PauseAll)
+				f.probeReadyz(2 * time.Second)
+				return time.Now()
+			}
+		}, bound: "/readyz answers within its 2 s budget while Redis is paused", boundTime: 2 * time.Second, recoveryOf: "readyz"},
+	}
+
+	var results []faultResult
+	for _, fc := range cases {
+		t.Run(fc.name, func(t *testing.T) {
+			r := runFault(t, fc)
+			results = append(results, r)
+			r.check(t, fc)
+		})
+	}
+	if os.Getenv("LOCKAPI_RECORD_RELIABILITY") != "" && !t.Failed() {
+		writeReliability(t, cases, results)
+	}
+}
+
+// faultRun is one run's lockapi instances, workload and records.
+type faultRun struct {
+	t       *testing.T
+	servers []*server
+	locks   []string
+	http    *http.Client
+
+	mu        sync.Mutex
+	grants    []grantRec
+	sections  []sectionRec
+	releases  []releaseRec
+	failures  []time.Time // 503s and connection errors
+	answers   []answerRec // every answer that was not a 503 or an error
+	gone      int         // 410s
+	doubleRun int         // a one-hold release that freed a two-hold lease
+	readyzMax time.Duration
+
+	resource fencedResource
+}
+
+type grantRec struct {
+	lock  string
+	token uint64
+	// asked is when the client first asked for this lease (it may have
+	// asked again after a 409 or a 503); sent is when it sent the request
+	// that was granted, and recv when the grant arrived.
+	asked, sent, recv time.Time
+}
+
+type answerRec struct {
+	lock string
+	at   time.Time
+}
+
+type sectionRec struct {
+	lock       string
+	token      uint64
+	start, end time.Time
+}
+
+type releaseRec struct {
+	lock string
+	at   time.Time
+}
+
+// fencedResource plays a downstream resource that keeps, per lock, the
+// highest fencing token it admitted and refuses smaller ones.
+type fencedResource struct {
+	mu       sync.Mutex
+	highest  map[string]uint64
+	admitted map[string][]uint64 // in admission order
+	refused  int
+}
+
+func (r *fencedResource) write(lock string, token uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.highest == nil {
+		r.highest, r.admitted = map[string]uint64{}, map[string][]uint64{}
+	}
+	if token < r.highest[lock] {
+		r.refused++
+		return false
+	}
+	r.highest[lock] = token
+	r.admitted[lock] = append(r.admitted[lock], token)
+	return true
+}
+
+// staleAdmitted counts admitted writes whose token was lower than one
+// admitted before them: what fencing exists to prevent.
+func (r *fencedResource) staleAdmitted() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, tokens := range r.admitted {
+		var max uint64
+		for _, tok := range tokens {
+			if tok < max {
+				n++
+			}
+			max = tok
+		}
+	}
+	return n
+}
+
+func runFault(t *testing.T, fc faultCase) faultResult {
+	env, inject := fc.start(t)
+	env = append(env, fmt.Sprintf("LOCKAPI_REDIS_TIMEOUT=%dms", redisTimeoutMs), "LOCKAPI_MAX_WAIT=5s")
+	f := &faultRun{t: t, http: &http.Client{Timeout: 15 * time.Second}}
+	for range 2 {
+		f.servers = append(f.servers, startServer(t, env, "--log-level", "info"))
+	}
+	for i := range faultLocks {
+		f.locks = append(f.locks, fmt.Sprintf("hot-%d", i))
+	}
+
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	for i := range faultClients {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			f.client(i, stop)
+		}()
+	}
+	time.Sleep(faultWarmup)
+	over := inject(t, f)
+	// Run on until the fault has passed and the workload has had time to
+	// show it serves again, within faultMaxRun.
+	deadline := over.Add(faultMaxRun)
+	for time.Now().Before(deadline) {
+		if g := f.lastGrant(); g.After(over) && time.Since(over) > faultAfter {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	clients.Wait()
+	return f.result(fc, over)
+}
+
+func (f *faultRun) lastGrant() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.grants) == 0 {
+		return time.Time{}
+	}
+	return f.grants[len(f.grants)-1].recv
+}
+
+// client loops: acquire a hot lock (waiting), re-enter it, write to the
+// fenced resource for 5-20 ms, drop one hold, release the rest.
+func (f *faultRun) client(i int, stop <-chan struct{}) {
+	lock := f.locks[i%faultLocks]
+	srv := i % len(f.servers)
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		owner := fmt.Sprintf("c%d-%d", i, n)
+		key := rand.Text()
+		asked := time.Now()
+		var lease leaseAnswer
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			sent := time.Now()
+			status, body, err := f.call(&srv, "POST", "/v1/locks/"+lock+"/leases",
+				map[string]any{"owner": owner, "ttl_ms": faultTTL.Milliseconds(), "wait_ms": faultWait.Milliseconds()}, "Idempotency-Key", key)
+			if err != nil || status >= 500 {
+				time.Sleep(10 * time.Millisecond)
+				continue // the same key: a retry is a repeat
+			}
+			if status == http.StatusConflict {
+				continue
+			}
+			if status != http.StatusCreated && status != http.StatusOK {
+				f.t.Errorf("acquire: %d %s", status, body)
+				return
+			}
+			_ = json.Unmarshal(body, &lease)
+			f.mu.Lock()
+			f.grants = append(f.grants, grantRec{lock: lock, token: lease.FencingToken, asked: asked, sent: sent, recv: time.Now()})
+			f.mu.Unlock()
+			break
+		}
+
+		// The critical section.
+		start := time.Now()
+		f.resource.write(lock, lease.FencingToken)
+		reentered := f.reenter(&srv, lock, owner)
+		sleepRandom(5*time.Millisecond, 20*time.Millisecond)
+		f.resource.write(lock, lease.FencingToken)
+		end := time.Now()
+		f.mu.Lock()
+		f.sections = append(f.sections, sectionRec{lock: lock, token: lease.FencingToken, start: start, end: end})
+		f.mu.Unlock()
+
+		if reentered {
+			f.dropOneHold(&srv, lock, lease.LeaseID)
+		}
+		f.releaseAll(&srv, lock, lease.LeaseID)
+	}
+}
+
+type leaseAnswer struct {
+	LeaseID      string `json:"lease_id"`
+	FencingToken uint64 `json:"fencing_token"`
+	HoldCount    int    `json:"hold_count"`
+}
+
+type releaseAnswer struct {
+	HoldCount int  `json:"hold_count"`
+	Released  bool `json:"released"`
+}
+
+// reenter takes a second hold; it reports whether it got it.
+func (f *faultRun) reenter(srv *int, lock, owner string) bool {
+	status, _, err := f.call(srv, "POST", "/v1/locks/"+lock+"/leases", map[string]any{"owner": owner, "ttl_ms": faultTTL.Milliseconds()}, "Idempotency-Key", rand.Text())
+	return err == nil && status == http.StatusOK
+}
+
+// dropOneHold releases one of two holds. A release that ran twice (a client
+// retry inside lockapi) would free the lock: that is a double run.
+func (f *faultRun) dropOneHold(srv *int, lock, id string) {
+	status, body, err := f.call(srv, "DELETE", "/v1/locks/"+lock+"/leases/"+id, nil)
+	if err != nil || status != http.StatusOK {
+		return // unknown whether it ran; releaseAll cleans up
+	}
+	var r releaseAnswer
+	_ = json.Unmarshal(body, &r)
+	if r.Released || r.HoldCount != 1 {
+		f.mu.Lock()
+		f.doubleRun++
+		f.mu.Unlock()
+	}
+}
+
+// releaseAll frees the lease, retrying while lockapi or Redis is away.
+func (f *faultRun) releaseAll(srv *int, lock, id string) {
+	deadline := time.Now().Add(faultMaxRun)
+	for time.Now().Before(deadline) {
+		status, _, err := f.call(srv, "DELETE", "/v1/locks/"+lock+"/leases/"+id+"?all=true", nil)
+		switch {
+		case err != nil || status >= 500:
+			time.Sleep(10 * time.Millisecond)
+			continue
+		case status == http.StatusGone:
+			f.mu.Lock()
+			f.gone++
+			f.mu.Unlock()
+		case status == http.StatusOK:
+			f.mu.Lock()
+			f.releases = append(f.releases, releaseRec{lock: lock, at: time.Now()})
+			f.mu.Unlock()
+		default:
+			f.t.Errorf("release: %d", status)
+		}
+		return
+	}
+	f.t.Errorf("release of %s/%s did not go through in %v", lock, id, faultMaxRun)
+}
+
+// call sends one request to instance *srv, moving to the other instance on a
+// connection error (a killed lockapi), and records failures and answers.
+func (f *faultRun) call(srv *int, method, path string, body any, header ...string) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, f.servers[*srv].URL+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := f.http.Do(req)
+	now := time.Now()
+	if err != nil {
+		f.mu.Lock()
+		f.failures = append(f.failures, now)
+		f.mu.Unlock()
+		*srv = (*srv + 1) % len(f.servers)
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	f.mu.Lock()
+	if resp.StatusCode >= 500 {
+		f.failures = append(f.failures, now)
+	} else {
+		f.answers = append(f.answers, answerRec{lock: lockOf(path), at: now})
+	}
+	f.mu.Unlock()
+	return resp.StatusCode, b, err
+}
+
+// lockOf returns the lock name of a /v1/locks/{name}/... path.
+func lockOf(path string) string {
+	rest, _ := strings.CutPrefix(path, "/v1/locks/")
+	name, _, _ := strings.Cut(rest, "/")
+	return name
+}
+
+// probeReadyz asks /readyz for d and keeps the slowest answer.
+func (f *faultRun) probeReadyz(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		start := time.Now()
+		resp, err := f.http.Get(f.servers[len(f.servers)-1].URL + "/readyz")
+		took := time.Since(start)
+		if err == nil {
+			resp.Body.Close()
+		}
+		f.mu.Lock()
+		f.readyzMax = max(f.readyzMax, took)
+		f.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// killNow kills the lockapi process with SIGKILL and waits for it.
+func (s *server) killNow() {
+	s.mu.Lock()
+	cmd, exit := s.cmd, s.exit
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exit
+	}
+}
+
+func sleepRandom(lo, hi time.Duration) {
+	n, _ := rand.Int(rand.Reader, big.NewInt(int64(hi-lo)))
+	time.Sleep(lo + time.Duration(n.Int64()))
+}
+
+// faultResult is what a run measured.
+type faultResult struct {
+	name           string
+	grants         int
+	unavailable    time.Duration // first to last failed request
+	overlaps       int
+	gone           int // 410s
+	lostWakeups    int
+	recovery       time.Duration // see faultCase.recoveryOf
+	staleAdmitted  int
+	staleRefused   int
+	tokensBackward int
+	ghosts         int
+	doubleRuns     int
+}
+
+func (f *faultRun) result(fc faultCase, over time.Time) faultResult {
+	r := f.measure(fc, over)
+	// Ghost grants: every client has stopped and released what it knew of.
+	// Give the reapers a moment, then no lock may be held.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, lock := range f.locks {
+		for {
+			held, err := f.held(lock)
+			if err == nil && !held {
+				break
+			}
+			if time.Now().After(deadline) {
+				if err == nil {
+					r.ghosts++
+				} else {
+					f.t.Errorf("inspect %s after the run: %v", lock, err)
+				}
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return r
+}
+
+// measure computes what the records show.
+func (f *faultRun) measure(fc faultCase, over time.Time) faultResult {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := faultResult{name: fc.name, grants: len(f.grants), gone: f.gone, doubleRuns: f.doubleRun}
+	if len(f.failures) > 0 {
+		r.unavailable = f.failures[len(f.failures)-1].Sub(f.failures[0])
+	}
+	r.staleAdmitted = f.resource.staleAdmitted()
+	r.staleRefused = f.resource.refused
+
+	for _, lock := range f.locks {
+		var secs []sectionRec
+		for _, s := range f.sections {
+			if s.lock == lock {
+				secs = append(secs, s)
+			}
+		}
+		slices.SortFunc(secs, func(a, b sectionRec) int { return a.start.Compare(b.start) })
+		for i := range secs {
+			for j := i + 1; j < len(secs) && secs[j].start.Before(secs[i].end); j++ {
+				r.overlaps++
+			}
+		}
+		// Tokens never go backwards: a grant asked for after another was
+		// answered has a larger token.
+		var gs []grantRec
+		for _, g := range f.grants {
+			if g.lock == lock {
+				gs = append(gs, g)
+			}
+		}
+		for _, a := range gs {
+			for _, b := range gs {
+				if b.sent.After(a.recv) && b.token <= a.token {
+					r.tokensBackward++
+				}
+			}
+		}
+		// A wake-up is lost when a waiter got the lock more than a second
+		// after a release made while it was asking for it.
+		for _, g := range gs {
+			if last := f.lastRelease(lock, g.recv); last.After(g.asked) && g.recv.Sub(last) > time.Second {
+				r.lostWakeups++
+			}
+		}
+	}
+
+	switch fc.recoveryOf {
+	case "any", "shard":
+		// The first answer after the fault (for "shard", about the lock
+		// whose shard was hit).
+		for _, a := range f.answers {
+			if !a.at.Before(over) && (fc.recoveryOf == "any" || a.lock == f.locks[0]) {
+				r.recovery = a.at.Sub(over)
+				break
+			}
+		}
+	case "wake":
+		// The slowest grant, after the fault, that followed a release made
+		// after the fault while the waiter was asking.
+		for _, g := range f.grants {
+			if last := f.lastRelease(g.lock, g.recv); last.After(g.asked) && !last.Before(over) {
+				r.recovery = max(r.recovery, g.recv.Sub(last))
+			}
+		}
+	case "readyz":
+		r.recovery = f.readyzMax
+	}
+	return r
+}
+
+// lastRelease returns the last release of lock answered before t. f.mu is
+// held.
+func (f *faultRun) lastRelease(lock string, t time.Time) time.Time {
+	var last time.Time
+	for _, rel := range f.releases {
+		if rel.lock == lock && rel.at.Before(t) && rel.at.After(last) {
+			last = rel.at
+		}
+	}
+	return last
+}
+
+// held asks a live instance whether lock is held.
+func (f *faultRun) held(lock string) (bool, error) {
+	var lastErr error
+	for _, s := range f.servers {
+		resp, err := f.http.Get(s.URL + "/v1/locks/" + lock)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		var st struct {
+			Held bool `json:"held"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err != nil {
+			lastErr = fmt.Errorf("status %d: %v", resp.StatusCode, err)
+			continue
+		}
+		return st.Held, nil
+	}
+	return false, lastErr
+}
+
+func (r faultResult) check(t *testing.T, fc faultCase) {
+	t.Helper()
+	t.Logf("%s: %d grants, unavailable %v, overlaps %d, 410s %d, lost wake-ups %d, recovery %v, stale writes refused %d",
+		r.name, r.grants, r.unavailable.Round(time.Millisecond), r.overlaps, r.gone, r.lostWakeups, r.recovery.Round(time.Millisecond), r.staleRefused)
+	if r.grants == 0 {
+		t.Error("no grants at all: the workload did not run")
+	}
+	if r.staleAdmitted > 0 {
+		t.Errorf("%d stale writes admitted by the fenced resource", r.staleAdmitted)
+	}
+	if r.tokensBackward > 0 {
+		t.Errorf("fencing tokens went backwards %d times", r.tokensBackward)
+	}
+	if r.ghosts > 0 {
+		t.Errorf("%d ghost grants: locks held after every client released", r.ghosts)
+	}
+	if r.doubleRuns > 0 {
+		t.Errorf("%d releases of one hold freed a two-hold lease: a script ran twice", r.doubleRuns)
+	}
+	if !fc.dataLoss && r.overlaps > 0 {
+		t.Errorf("%d overlapping critical sections in a fault that loses no data", r.overlaps)
+	}
+	if fc.boundTime > 0 && r.recovery > fc.boundTime {
+		t.Errorf("recovery %v, bound: %s", r.recovery, fc.bound)
+	}
+}
+
+// writeReliability rewrites the measured table of docs/RELIABILITY.md, the
+// part between its two marker lines.
+func writeReliability(t *testing.T, cases []faultCase, results []faultResult) {
+	path := filepath.Join("..", "docs", "RELIABILITY.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
+	before, rest, ok1 := strings.Cut(string(doc), begin)
+	_, after, ok2 := strings.Cut(rest, end)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s lacks the %s ... %s markers", path, begin, end)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", begin)
+	fmt.Fprintf(&b, "Recorded %s by `LOCKAPI_RECORD_RELIABILITY=1 go test -race -run TestFaults ./tests/` (race-built lockapi, %d clients on %d hot locks, 2 lockapi instances, Redis call deadline %d ms).\n\n",
+		time.Now().UTC().Format("2006-01-02"), faultClients, faultLocks, redisTimeoutMs)
+	b.WriteString("| fault | grants | unavailable window | overlaps | 410s | lost wake-ups | stale writes refused / admitted | tokens backwards | ghosts | double runs | recovery | bound |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, r := range results {
+		fc := cases[i]
+		overlaps := fmt.Sprint(r.overlaps)
+		if !fc.dataLoss {
+			overlaps += " (must be 0)"
+		}
+		recovery, bound := "—", "—"
+		if fc.boundTime > 0 {
+			recovery, bound = r.recovery.Round(time.Millisecond).String(), fc.bound
+		}
+		fmt.Fprintf(&b, "| %s | %d | %v | %s | %d | %d | %d / %d | %d | %d | %d | %s | %s |\n",
+			r.name, r.grants, r.unavailable.Round(time.Millisecond), overlaps, r.gone, r.lostWakeups,
+			r.staleRefused, r.staleAdmitted, r.tokensBackward, r.ghosts, r.doubleRuns, recovery, bound)
+	}
+	b.WriteString(end)
+	if err := os.WriteFile(path, []byte(before+b.String()+after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
