@@ -140,7 +140,7 @@ func TestFaults(t *testing.T) {
 			bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
 		{name: "sentinel master kill -9, min_replicas 0", dataLoss: true, start: sentinelKill(0),
 			bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
-		{name: "sentinel master kill -9, min_replicas 1", dataLoss: true, start: sentinelKill(1),
+		{name: "sentinel master kill -9, min_replicas 1", start: sentinelKill(1),
 			bound: "parked waiters woken ≤ 1 s after a release on the new master", boundTime: time.Second, recoveryOf: "wake"},
 		{name: "CLUSTER FAILOVER", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
 			c, env := cluster(t)
