@@ -23,6 +23,12 @@ const storeCallTimeout = 5 * time.Second
 // on a context that the caller cannot cancel half-way (a script that ran but
 // whose answer was dropped would grant a lease nobody knows about), and a
 // grant that arrives after cancellation is released again.
+//
+// A try that finds the store unavailable while waiting does not end the
+// wait: a failover wakes every waiter to look again at the moment the store
+// switches masters, and those tries may fail. The waiter looks again after
+// a backoff (25 ms doubling to 1 s) until the wait ends, and then answers
+// with the last error. Only the first try, before any waiting, fails at once.
 func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
 	g, err := tryAcquire(ctx, s, req)
 	if wait <= 0 || ErrorCode(err) != CodeHeld {
@@ -36,30 +42,51 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 		return Grant{}, err
 	}
 	defer w.Close()
-	woken := false // the last try was made because of a wake-up
+	// woken: the last try was made because of a wake-up, which nobody has
+	// acted on if that try failed; leaving then, pass it on.
+	woken := false
+	backoff := minUnavailableBackoff
 	for {
 		g, err = tryAcquire(ctx, s, req)
 		var e *Error
-		if !errors.As(err, &e) || e.Code != CodeHeld {
+		errors.As(err, &e)
+		var retry <-chan time.Time
+		switch {
+		case e != nil && e.Code == CodeHeld:
+			w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
+			woken, backoff = false, minUnavailableBackoff
+		case e != nil && e.Code == CodeUnavailable:
+			retry = time.After(backoff)
+			backoff = min(2*backoff, maxUnavailableBackoff)
+		default: // granted, or an error that waiting will not mend
 			if err != nil && woken {
-				// The lock may be free and this waiter is leaving:
-				// someone else must look.
 				w.PassOn()
 			}
 			return g, err
 		}
-		w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
-		woken = false
 		select {
 		case <-w.C():
 			woken = true
+		case <-retry:
 		case <-deadline.C:
+			if woken {
+				w.PassOn()
+			}
 			return Grant{}, err
 		case <-ctx.Done():
+			if woken {
+				w.PassOn()
+			}
 			return Grant{}, ctx.Err()
 		}
 	}
 }
+
+// The backoff of a waiter whose tries find the store unavailable.
+const (
+	minUnavailableBackoff = 25 * time.Millisecond
+	maxUnavailableBackoff = time.Second
+)
 
 // tryAcquire makes one uncancellable try and undoes a grant the caller can no
 // longer receive.
