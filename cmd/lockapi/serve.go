@@ -185,17 +185,28 @@ func openRedis(c serveConfig) (*store.Client, error) {
 	})
 }
 
-// redisTarget describes where a Redis URL points, without its password.
-func redisTarget(rawURL string) string {
-	o, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return "(unparsed URL)"
+// redisTarget describes where a Redis URL points, without its password:
+// the server, the sentinels and master name, or the cluster seeds.
+func redisTarget(c serveConfig) string {
+	switch c.RedisMode {
+	case store.ModeSentinel:
+		if o, err := redis.ParseFailoverURL(c.RedisURL); err == nil {
+			return fmt.Sprintf("sentinels %s, master %q", strings.Join(o.SentinelAddrs, ","), o.MasterName)
+		}
+	case store.ModeCluster:
+		if o, err := redis.ParseClusterURL(c.RedisURL); err == nil {
+			return "cluster seeds " + strings.Join(o.Addrs, ",")
+		}
+	default:
+		if o, err := redis.ParseURL(c.RedisURL); err == nil {
+			scheme := "redis"
+			if o.TLSConfig != nil {
+				scheme = "rediss"
+			}
+			return fmt.Sprintf("%s://%s/%d", scheme, o.Addr, o.DB)
+		}
 	}
-	scheme := "redis"
-	if o.TLSConfig != nil {
-		scheme = "rediss"
-	}
-	return fmt.Sprintf("%s://%s/%d", scheme, o.Addr, o.DB)
+	return "(unparsed URL)"
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -286,7 +297,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
 			func() float64 { return float64(rs.MasterSwitches()) })
 		st = rs
-		log.Info().Str("redis", redisTarget(c.RedisURL)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
+		log.Info().Str("redis", redisTarget(c)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
 	}
 	defer st.Close()
 

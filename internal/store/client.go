@@ -220,6 +220,10 @@ func CheckTopology(ctx context.Context, c *Client, minReplicas int) error {
 	if minReplicas <= 0 {
 		return nil
 	}
+	where := func(m *redis.Client) string { return "the master at " + m.Options().Addr }
+	if c.sentinel != nil {
+		where = func(*redis.Client) string { return fmt.Sprintf("the master %q", c.sentinel.masterName) }
+	}
 	check := func(ctx context.Context, m *redis.Client) error {
 		info, err := m.Info(ctx, "replication").Result()
 		if err != nil {
@@ -232,7 +236,7 @@ func CheckTopology(ctx context.Context, c *Client, minReplicas int) error {
 			}
 		}
 		if n < minReplicas {
-			return &TopologyError{fmt.Sprintf("min_replicas is %d, but the master at %s has %d replicas connected", minReplicas, m.Options().Addr, n)}
+			return &TopologyError{fmt.Sprintf("min_replicas is %d, but %s has %d replicas connected", minReplicas, where(m), n)}
 		}
 		return nil
 	}

@@ -285,23 +285,13 @@ func (s *Redis) acquireReplicated(ctx context.Context, keys []string, args []any
 		master = c
 	}
 	// WAIT may use half of the call's time; the rest is for the round trip.
+	// EVAL, not EVALSHA: a NOSCRIPT (a master new since a failover) would
+	// cost a second WAIT, and this path pays a replica's round trip anyway.
 	waitFor := s.callTimeout / 2
-	var script *redis.Cmd
-	var replicated *redis.Cmd
-	for attempt := 0; attempt < 2; attempt++ {
-		pipe := master.Pipeline()
-		script = acquireScript.EvalSha(ctx, pipe, keys, args...)
-		replicated = pipe.Do(ctx, "wait", n, waitFor.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		if !isNoScript(script.Err()) {
-			break
-		}
-		// Redis lost its script cache: the script did not run. Load it
-		// and send the pair again.
-		if err := acquireScript.Load(ctx, master).Err(); err != nil {
-			return nil, nil, err
-		}
-	}
+	pipe := master.Pipeline()
+	script := acquireScript.Eval(ctx, pipe, keys, args...)
+	replicated := pipe.Do(ctx, "wait", n, waitFor.Milliseconds())
+	_, _ = pipe.Exec(ctx)
 	s.noteFailure(script.Err())
 	if s.observe != nil {
 		s.observe("acquire", time.Since(start))
@@ -670,7 +660,7 @@ func storeError(err error) error {
 // (loading, failover, a moved slot, cluster down): the command did not run.
 func transientReply(err error) bool {
 	msg := err.Error()
-	for _, transient := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "MOVED", "ASK "} {
+	for _, transient := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "MOVED", "ASK ", "NOREPLICAS"} {
 		if strings.HasPrefix(msg, transient) {
 			return true
 		}
