@@ -225,6 +225,9 @@ type grantRec struct {
 	// asked again after a 409 or a 503); sent is when it sent the request
 	// that was granted, and recv when the grant arrived.
 	asked, sent, recv time.Time
+	// failed is this client's last 503 or refused connection while asking:
+	// a delay after it is unavailability, not a lost wake-up.
+	failed time.Time
 }
 
 type answerRec struct {
@@ -344,6 +347,7 @@ func (f *faultRun) client(i int, stop <-chan struct{}) {
 		owner := fmt.Sprintf("c%d-%d", i, n)
 		key := rand.Text()
 		asked := time.Now()
+		var failed time.Time
 		var lease leaseAnswer
 		for {
 			select {
@@ -355,6 +359,7 @@ func (f *faultRun) client(i int, stop <-chan struct{}) {
 			status, body, err := f.call(&srv, "POST", "/v1/locks/"+lock+"/leases",
 				map[string]any{"owner": owner, "ttl_ms": faultTTL.Milliseconds(), "wait_ms": faultWait.Milliseconds()}, "Idempotency-Key", key)
 			if err != nil || status >= 500 {
+				failed = time.Now()
 				time.Sleep(10 * time.Millisecond)
 				continue // the same key: a retry is a repeat
 			}
@@ -367,7 +372,7 @@ func (f *faultRun) client(i int, stop <-chan struct{}) {
 			}
 			_ = json.Unmarshal(body, &lease)
 			f.mu.Lock()
-			f.grants = append(f.grants, grantRec{lock: lock, token: lease.FencingToken, asked: asked, sent: sent, recv: time.Now()})
+			f.grants = append(f.grants, grantRec{lock: lock, token: lease.FencingToken, asked: asked, sent: sent, recv: time.Now(), failed: failed})
 			f.mu.Unlock()
 			break
 		}
@@ -611,7 +616,7 @@ func (f *faultRun) measure(fc faultCase, over time.Time) faultResult {
 		// A wake-up is lost when a waiter got the lock more than a second
 		// after a release made while it was asking for it.
 		for _, g := range gs {
-			if last := f.lastRelease(lock, g.recv); last.After(g.asked) && g.recv.Sub(last) > time.Second {
+			if last := f.lastRelease(lock, g.recv); last.After(g.asked) && g.failed.Before(last) && g.recv.Sub(last) > time.Second {
 				r.lostWakeups++
 			}
 		}
@@ -629,9 +634,11 @@ func (f *faultRun) measure(fc faultCase, over time.Time) faultResult {
 		}
 	case "wake":
 		// The slowest grant, after the fault, that followed a release made
-		// after the fault while the waiter was asking.
+		// after the fault while the waiter was asking, with no 503 since
+		// (while the store refuses grants, as with too few replicas for
+		// min_replicas, a waiter cannot be granted, woken or not).
 		for _, g := range f.grants {
-			if last := f.lastRelease(g.lock, g.recv); last.After(g.asked) && !last.Before(over) {
+			if last := f.lastRelease(g.lock, g.recv); last.After(g.asked) && !last.Before(over) && g.failed.Before(last) {
 				r.recovery = max(r.recovery, g.recv.Sub(last))
 			}
 		}
