@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -357,5 +358,39 @@ func TestRedis_recovers_quickly_after_restart(t *testing.T) {
 	t.Logf("served %v after Redis answered PING", served.Sub(up).Round(time.Millisecond))
 	if d := served.Sub(up); d > 200*time.Millisecond {
 		t.Fatalf("served %v after Redis answered PING, bound 200ms", d)
+	}
+}
+
+// BenchmarkSentinel_min_replicas measures what confirming a grant costs: one
+// acquire and release cycle on a Sentinel set's master, with and without
+// waiting for the replica (WAIT). Run it with
+//
+//	go test -run '^$' -bench Sentinel_min_replicas -benchtime 2000x ./internal/store/
+func BenchmarkSentinel_min_replicas(b *testing.B) {
+	sen := redistest.StartSentinel(b)
+	for _, n := range []int{0, 1} {
+		b.Run(fmt.Sprintf("min_replicas=%d", n), func(b *testing.B) {
+			c, err := store.NewClient(store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			s, err := store.NewRedis(c, store.RedisOptions{Prefix: "bench:" + ulid.Make().String() + ":"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			b.ResetTimer()
+			for i := range b.N {
+				name := fmt.Sprint("b", i)
+				g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "w", TTL: time.Minute, MinReplicas: n})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
