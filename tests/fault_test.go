@@ -538,6 +538,7 @@ type faultResult struct {
 	name           string
 	grants         int
 	unavailable    time.Duration // first to last failed request
+	grantGap       time.Duration // the longest time without a grant on any lock
 	overlaps       int
 	gone           int // 410s
 	lostWakeups    int
@@ -581,6 +582,14 @@ func (f *faultRun) measure(fc faultCase, over time.Time) faultResult {
 	r := faultResult{name: fc.name, grants: len(f.grants), gone: f.gone, doubleRuns: f.doubleRun}
 	if len(f.failures) > 0 {
 		r.unavailable = f.failures[len(f.failures)-1].Sub(f.failures[0])
+	}
+	recvs := make([]time.Time, 0, len(f.grants))
+	for _, g := range f.grants {
+		recvs = append(recvs, g.recv)
+	}
+	slices.SortFunc(recvs, time.Time.Compare)
+	for i := 1; i < len(recvs); i++ {
+		r.grantGap = max(r.grantGap, recvs[i].Sub(recvs[i-1]))
 	}
 	r.staleAdmitted = f.resource.staleAdmitted()
 	r.staleRefused = f.resource.refused
@@ -685,8 +694,8 @@ func (f *faultRun) held(lock string) (bool, error) {
 
 func (r faultResult) check(t *testing.T, fc faultCase) {
 	t.Helper()
-	t.Logf("%s: %d grants, unavailable %v, overlaps %d, 410s %d, lost wake-ups %d, recovery %v, stale writes refused %d",
-		r.name, r.grants, r.unavailable.Round(time.Millisecond), r.overlaps, r.gone, r.lostWakeups, r.recovery.Round(time.Millisecond), r.staleRefused)
+	t.Logf("%s: %d grants, longest gap %v, unavailable %v, overlaps %d, 410s %d, lost wake-ups %d, recovery %v, stale writes refused %d",
+		r.name, r.grants, r.grantGap.Round(time.Millisecond), r.unavailable.Round(time.Millisecond), r.overlaps, r.gone, r.lostWakeups, r.recovery.Round(time.Millisecond), r.staleRefused)
 	if r.grants == 0 {
 		t.Error("no grants at all: the workload did not run")
 	}
@@ -728,8 +737,8 @@ func writeReliability(t *testing.T, cases []faultCase, results []faultResult) {
 	fmt.Fprintf(&b, "%s\n", begin)
 	fmt.Fprintf(&b, "Recorded %s by `LOCKAPI_RECORD_RELIABILITY=1 go test -race -run TestFaults ./tests/` (race-built lockapi, %d clients on %d hot locks, 2 lockapi instances, Redis call deadline %d ms).\n\n",
 		time.Now().UTC().Format("2006-01-02"), faultClients, faultLocks, redisTimeoutMs)
-	b.WriteString("| fault | grants | unavailable window | overlaps | 410s | lost wake-ups | stale writes refused / admitted | tokens backwards | ghosts | double runs | recovery | bound |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | grants | longest gap without a grant | unavailable window | overlaps | 410s | lost wake-ups | stale writes refused / admitted | tokens backwards | ghosts | double runs | recovery | bound |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, r := range results {
 		fc := cases[i]
 		overlaps := fmt.Sprint(r.overlaps)
@@ -740,8 +749,8 @@ func writeReliability(t *testing.T, cases []faultCase, results []faultResult) {
 		if fc.boundTime > 0 {
 			recovery, bound = r.recovery.Round(time.Millisecond).String(), fc.bound
 		}
-		fmt.Fprintf(&b, "| %s | %d | %v | %s | %d | %d | %d / %d | %d | %d | %d | %s | %s |\n",
-			r.name, r.grants, r.unavailable.Round(time.Millisecond), overlaps, r.gone, r.lostWakeups,
+		fmt.Fprintf(&b, "| %s | %d | %v | %v | %s | %d | %d | %d / %d | %d | %d | %d | %s | %s |\n",
+			r.name, r.grants, r.grantGap.Round(time.Millisecond), r.unavailable.Round(time.Millisecond), overlaps, r.gone, r.lostWakeups,
 			r.staleRefused, r.staleAdmitted, r.tokensBackward, r.ghosts, r.doubleRuns, recovery, bound)
 	}
 	b.WriteString(end)

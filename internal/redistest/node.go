@@ -160,7 +160,13 @@ func pickPort(bus bool) (int, error) {
 // and short timeouts, because every caller polls again anyway and a probe of
 // a paused node must not stall a bounded wait.
 func controlClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
+	return redis.NewClient(controlOptions(addr))
+}
+
+// controlOptions are the options of controlClient, for a sentinel's client
+// too.
+func controlOptions(addr string) *redis.Options {
+	return &redis.Options{
 		Addr:          addr,
 		DialTimeout:   200 * time.Millisecond,
 		ReadTimeout:   time.Second,
@@ -168,7 +174,7 @@ func controlClient(addr string) *redis.Client {
 		MaxRetries:    -1,
 		DialerRetries: 1,
 		PoolSize:      2,
-	})
+	}
 }
 
 // Addr returns the node's host:port. It never changes, Restart included.

@@ -127,15 +127,7 @@ func StartSentinel(tb testing.TB, opts ...Option) *Sentinel {
 		ports[i] = n.port
 		s.sentinels = append(s.sentinels, n)
 		s.SentinelAddrs = append(s.SentinelAddrs, n.addr)
-		sc := redis.NewSentinelClient(&redis.Options{
-			Addr:          n.addr,
-			DialTimeout:   200 * time.Millisecond,
-			ReadTimeout:   time.Second,
-			WriteTimeout:  time.Second,
-			MaxRetries:    -1,
-			DialerRetries: 1,
-			PoolSize:      2,
-		})
+		sc := redis.NewSentinelClient(controlOptions(n.addr))
 		tb.Cleanup(func() { _ = sc.Close() })
 		s.sc = append(s.sc, sc)
 	}
