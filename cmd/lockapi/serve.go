@@ -281,7 +281,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			// Not fatal: /readyz says 503 until Redis answers.
 			log.Warn().Err(err).Msg("Redis does not answer yet")
 		}
-		opts := store.RedisOptions{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout}
+		opts := store.RedisOptions{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas}
 		if m != nil {
 			opts.ObserveScript = m.Script
 		}

@@ -145,6 +145,40 @@ func TestSentinel_min_replicas(t *testing.T) {
 	if st := inspect(t, s, "durable"); st.Held {
 		t.Fatalf("an unconfirmed grant stayed behind: %+v", st)
 	}
+
+	// Renewals and releases wait for the server's min_replicas.
+	c, err := store.NewClient(store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, n := range []int{1, 2} {
+		rs, err := store.NewRedis(c, store.RedisOptions{Prefix: fmt.Sprintf("mr%d:", n), CallTimeout: time.Second, MinReplicas: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		l := acquire(t, rs, "durable", "w", time.Minute)
+		ref := lock.LeaseRef{Lock: "durable", ID: l.ID}
+		_, err = rs.Renew(ctx, ref, time.Hour)
+		_, rerr := rs.Release(ctx, ref, true)
+		switch n {
+		case 1:
+			if err != nil || rerr != nil {
+				t.Fatalf("min_replicas 1 with one replica: renew %v, release %v", err, rerr)
+			}
+		case 2:
+			wantCode(t, err, lock.CodeUnavailable)
+			if !strings.Contains(lock.AsError(err).Detail, "renewal") {
+				t.Errorf("renew detail = %q", lock.AsError(err).Detail)
+			}
+			wantCode(t, rerr, lock.CodeUnavailable)
+			// It took effect on the master, and a repeat says so.
+			if res, err := rs.Release(ctx, ref, true); lock.ErrorCode(err) != lock.CodeUnavailable || !res.Retried {
+				t.Fatalf("repeated release = %+v, %v", res, err)
+			}
+		}
+	}
 }
 
 // After kill -9 of a cluster master, its shard serves again right after the
@@ -375,7 +409,7 @@ func BenchmarkSentinel_min_replicas(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			s, err := store.NewRedis(c, store.RedisOptions{Prefix: "bench:" + ulid.Make().String() + ":"})
+			s, err := store.NewRedis(c, store.RedisOptions{Prefix: "bench:" + ulid.Make().String() + ":", MinReplicas: n})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -63,6 +63,8 @@ type Redis struct {
 	// on Redis Cluster, so that a notice goes only to its lock's shard
 	// instead of to every node.
 	publish string
+	// minReplicas: see RedisOptions.MinReplicas.
+	minReplicas int
 }
 
 var _ lock.Store = (*Redis)(nil)
@@ -81,6 +83,11 @@ type RedisOptions struct {
 	// CallTimeout bounds every store call (DefaultCallTimeout when 0). A
 	// call that times out is answered unavailable and never sent again.
 	CallTimeout time.Duration
+	// MinReplicas is how many replicas must confirm a renewal or a release
+	// (Redis WAIT) before it is answered; an acquire says its own. Without
+	// it, a failover could undo an acknowledged renewal, and the lease would
+	// end at its earlier expiry while its holder works.
+	MinReplicas int
 }
 
 // DefaultCallTimeout bounds a store call when RedisOptions says nothing.
@@ -104,6 +111,7 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 		rdb:         rdb,
 		callTimeout: opts.CallTimeout,
 		observe:     opts.ObserveScript,
+		minReplicas: opts.MinReplicas,
 	}
 	if s.callTimeout <= 0 {
 		s.callTimeout = DefaultCallTimeout
@@ -226,14 +234,8 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	requestID := ulid.Make().String()
 	keys := s.acquireKeys(req.Lock)
 	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish}
-	var res []any
-	var err error
-	var replicated *redis.Cmd
-	if req.MinReplicas > 0 {
-		res, replicated, err = s.acquireReplicated(ctx, keys, args, req.MinReplicas)
-	} else {
-		res, err = s.run(ctx, "acquire", acquireScript, keys, args...).Slice()
-	}
+	cmd, confirmed := s.write(ctx, "acquire", acquireScript, keys, req.MinReplicas, args...)
+	res, err := cmd.Slice()
 	if err != nil {
 		if outcomeUnknown(err) {
 			// It may have granted a lease that nobody will ever know of.
@@ -254,24 +256,31 @@ func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	}
 	lease := r.lease(req.Lock, 2)
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
-	if r.err == nil && replicated != nil {
-		if n, werr := replicated.Int64(); werr != nil || n < int64(req.MinReplicas) {
-			// Not confirmed: a failover now could lose this grant and hand
-			// the lock to someone else while its holder works. Undo it.
-			_ = s.Abandon(ctx, req.Lock, g.RequestID)
-			return lock.Grant{}, &lock.Error{Code: lock.CodeUnavailable,
-				Detail: fmt.Sprintf("replication did not confirm the grant: %d of %d replicas acknowledged it in time; it was released", max(n, 0), req.MinReplicas),
-				Err:    werr}
-		}
+	if r.err == nil && confirmed < req.MinReplicas {
+		// A failover now could lose this grant and hand the lock to
+		// someone else while its holder works. Undo it.
+		_ = s.Abandon(ctx, req.Lock, g.RequestID)
+		return lock.Grant{}, unconfirmed("grant", confirmed, req.MinReplicas, "it was released")
 	}
 	return g, r.err
 }
 
-// acquireReplicated runs the acquire script and WAIT on one connection to the
-// lock's master, in one round trip: WAIT counts the replicas that have every
-// write its own connection made. It bypasses the batcher, whose pipelines
-// mix callers. The returned Cmd holds WAIT's count.
-func (s *Redis) acquireReplicated(ctx context.Context, keys []string, args []any, n int) ([]any, *redis.Cmd, error) {
+// unconfirmed is the error of a write that fewer than n replicas confirmed.
+func unconfirmed(what string, got, n int, then string) error {
+	return &lock.Error{Code: lock.CodeUnavailable,
+		Detail: fmt.Sprintf("replication did not confirm the %s: %d of %d replicas acknowledged it in time; %s", what, got, n, then)}
+}
+
+// write runs a script that changes a lock. With n > 0 it also waits for n
+// replicas to have the change: the script and WAIT go on one connection to
+// the lock's master, in one round trip, since WAIT counts the replicas that
+// have every write its own connection made. That bypasses the batcher, whose
+// pipelines mix callers. confirmed is how many replicas acknowledged in time
+// (0 when n is 0).
+func (s *Redis) write(ctx context.Context, name string, script *redis.Script, keys []string, n int, args ...any) (cmd *redis.Cmd, confirmed int) {
+	if n <= 0 {
+		return s.run(ctx, name, script, keys, args...), 0
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
@@ -280,24 +289,28 @@ func (s *Redis) acquireReplicated(ctx context.Context, keys []string, args []any
 		c, err := s.cluster.MasterForKey(ctx, keys[0])
 		if err != nil {
 			s.noteFailure(err)
-			return nil, nil, err
+			cmd = redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd, 0
 		}
 		master = c
 	}
 	// WAIT may use half of the call's time; the rest is for the round trip.
 	// EVAL, not EVALSHA: a NOSCRIPT (a master new since a failover) would
 	// cost a second WAIT, and this path pays a replica's round trip anyway.
-	waitFor := s.callTimeout / 2
 	pipe := master.Pipeline()
-	script := acquireScript.Eval(ctx, pipe, keys, args...)
-	replicated := pipe.Do(ctx, "wait", n, waitFor.Milliseconds())
+	cmd = script.Eval(ctx, pipe, keys, args...)
+	wait := pipe.Do(ctx, "wait", n, (s.callTimeout / 2).Milliseconds())
 	_, _ = pipe.Exec(ctx)
-	s.noteFailure(script.Err())
+	s.noteFailure(cmd.Err())
 	if s.observe != nil {
-		s.observe("acquire", time.Since(start))
+		s.observe(name, time.Since(start))
 	}
-	res, err := script.Slice()
-	return res, replicated, err
+	acked, err := wait.Int64()
+	if err != nil {
+		return cmd, 0
+	}
+	return cmd, int(acked)
 }
 
 func (s *Redis) acquireKeys(name string) []string {
@@ -329,7 +342,8 @@ func (s *Redis) abandon(ctx context.Context, name, requestID string) (int64, err
 // Renew implements lock.Store.
 func (s *Redis) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	res, err := s.run(ctx, "renew", renewScript, s.keys(name), ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish).Slice()
+	cmd, confirmed := s.write(ctx, "renew", renewScript, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish)
+	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
 	}
@@ -341,6 +355,10 @@ func (s *Redis) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
 	lease := r.lease(name, 1)
+	if r.err == nil && confirmed < s.minReplicas {
+		return lock.Lease{}, unconfirmed("renewal", confirmed, s.minReplicas,
+			"if Redis fails over now the lease may end at its earlier expiry: renew again")
+	}
 	return lease, r.err
 }
 
@@ -352,7 +370,8 @@ func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	res, err := s.run(ctx, "release", releaseScript, s.keys(name), ref.ID, allArg, s.channel(name), ref.Principal, s.publish).Slice()
+	cmd, confirmed := s.write(ctx, "release", releaseScript, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish)
+	res, err := cmd.Slice()
 	if err != nil {
 		return out, storeError(err)
 	}
@@ -366,6 +385,10 @@ func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	out.HoldCount = int(r.int(1))
 	out.Released = r.int(2) == 1
 	out.Retried = r.int(3) == 1
+	if r.err == nil && confirmed < s.minReplicas {
+		return out, unconfirmed("release", confirmed, s.minReplicas,
+			"it took effect on the master, but a failover now could undo it: release again (a repeat is safe)")
+	}
 	return out, r.err
 }
 
