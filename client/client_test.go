@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client"
-	"github.com/lockapi/lockapi/internal/apitest"
 	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
+	"github.com/lockapi/lockapi/internal/testkit/apitest"
 )
 
 func TestNew(t *testing.T) {

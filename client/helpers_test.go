@@ -12,11 +12,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/client"
-	"github.com/lockapi/lockapi/internal/apitest"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/redistest"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/testkit/apitest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // promptly bounds what should happen "at once": generous, so that a loaded

@@ -13,7 +13,7 @@ import (
 
 	"github.com/lockapi/lockapi/fence"
 	"github.com/lockapi/lockapi/internal/fencing"
-	"github.com/lockapi/lockapi/internal/pgtest"
+	"github.com/lockapi/lockapi/internal/testkit/pgtest"
 	"github.com/lockapi/lockapi/migrations"
 )
 

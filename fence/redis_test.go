@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/fence"
-	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // admitLuaSHA1 pins admit.lua. A change to the script must change this too,

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/lockapi/lockapi/internal/pgtest"
+	"github.com/lockapi/lockapi/internal/testkit/pgtest"
 	"github.com/lockapi/lockapi/migrations"
 )
 

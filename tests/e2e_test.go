@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/apitest"
 	"github.com/lockapi/lockapi/internal/fencing"
-	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/apitest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // startOnRedis starts a Redis and a lockapi on it.

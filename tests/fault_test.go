@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // The fault suite: real lockapi processes on real Redis topologies, a

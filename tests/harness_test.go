@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/apitest"
+	"github.com/lockapi/lockapi/internal/testkit/apitest"
 )
 
 // binary is the lockapi executable built once for the whole package.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/pgtest"
+	"github.com/lockapi/lockapi/internal/testkit/pgtest"
 	"github.com/lockapi/lockapi/migrations"
 )
 

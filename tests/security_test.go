@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockapi/lockapi/internal/apitest"
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/apitest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 const releaseSecret = "test-release-secret-0123456789"

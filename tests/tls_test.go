@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/certtest"
-	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/certtest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // TestTLS_HTTPS runs lockapi with -tls-cert/-tls-key and talks to it as

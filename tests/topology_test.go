@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // The tests in this file run two lockapi processes on one real Sentinel set
-// or Cluster (internal/redistest), so that a waiter and the releaser that
+// or Cluster (internal/testkit/redistest), so that a waiter and the releaser that
 // wakes it are on different instances: the wake-up can only come through
 // Redis pub/sub. Holders take five-minute TTLs, so a grant within seconds of
 // a release came from the release's notification, not from expiry.

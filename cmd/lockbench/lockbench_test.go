@@ -12,8 +12,8 @@ import (
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/metrics"
-	"github.com/lockapi/lockapi/internal/redistest"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // openServer runs lockapi in-process on a fresh Redis, the way

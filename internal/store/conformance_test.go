@@ -16,8 +16,8 @@ import (
 
 	"github.com/lockapi/lockapi/internal/fencing"
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/redistest"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // backend is one Store implementation under the conformance suite.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockapi/lockapi/internal/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // TestScripts_pinned pins every script's SHA-1, so that an edit cannot drift

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/redistest"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // conformance lists every TestStore_ function, so that TestTopologies can

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lockapi/lockapi/internal/apitest"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/testkit/apitest"
 )
 
 // recorder is a testing.TB that keeps Errorf calls instead of failing.

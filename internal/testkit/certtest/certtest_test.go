@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lockapi/lockapi/internal/certtest"
+	"github.com/lockapi/lockapi/internal/testkit/certtest"
 )
 
 // TestNew_MutualTLS loads the written PEM files the way lockapi does and

@@ -17,7 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockapi/lockapi/internal/proctest"
+	"github.com/lockapi/lockapi/internal/testkit/proctest"
 )
 
 const (

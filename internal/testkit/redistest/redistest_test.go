@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockapi/lockapi/internal/proctest"
+	"github.com/lockapi/lockapi/internal/testkit/proctest"
 )
 
 func TestStart(t *testing.T) {

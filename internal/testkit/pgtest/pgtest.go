@@ -36,7 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
-	"github.com/lockapi/lockapi/internal/proctest"
+	"github.com/lockapi/lockapi/internal/testkit/proctest"
 )
 
 // EnvURL names the environment variable holding an explicit server URL.
