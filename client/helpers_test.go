@@ -15,6 +15,7 @@ import (
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/testkit/apitest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
@@ -41,7 +42,7 @@ type Env struct {
 // MustOpenMemoryEnv starts a server on the memory store.
 func MustOpenMemoryEnv(t *testing.T, cfg lockhttp.Config) *Env {
 	t.Helper()
-	mem := store.NewMemory()
+	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	return mustOpenEnv(t, mem, cfg)
 }

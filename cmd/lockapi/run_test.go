@@ -21,7 +21,7 @@ import (
 	"github.com/lockapi/lockapi/client"
 	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
-	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
 // promptly bounds what should happen "at once": generous, so that a loaded
@@ -32,7 +32,7 @@ const promptly = 10 * time.Second
 // and returns its URL.
 func startServer(t *testing.T, cfg lockhttp.Config) string {
 	t.Helper()
-	mem := store.NewMemory()
+	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	cfg.Logger = zerolog.Nop()
 	srv := lockhttp.NewServer(mem, cfg)

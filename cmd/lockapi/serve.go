@@ -20,6 +20,7 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
 // serveConfig is everything `lockapi serve` can be told. Each field has a
@@ -260,7 +261,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	var st lock.Store
 	if c.RedisURL == "" {
-		st = store.NewMemory()
+		st = memory.New()
 		log.Warn().Msg("no Redis configured (LOCKAPI_REDIS_URL): running on the embedded memory store; locks live only as long as this process")
 	} else {
 		rdb, err := openRedis(c)

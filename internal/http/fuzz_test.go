@@ -14,7 +14,7 @@ import (
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
 // The fuzz targets drive the real handler, with all its middleware, on a
@@ -38,14 +38,14 @@ const (
 var fuzzHeld = []string{"busy", "busy:2", "zeta"}
 
 type fuzzEnv struct {
-	mem     *store.Memory
+	mem     *memory.Store
 	handler http.Handler
 	busy    lock.Lease
 }
 
 func newFuzzEnv(t *testing.T) *fuzzEnv {
 	t.Helper()
-	mem := store.NewMemory()
+	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	e := &fuzzEnv{mem: mem, handler: lockhttp.NewServer(mem, lockhttp.Config{MaxWait: fuzzMaxWait}).Handler()}
 	for _, name := range fuzzHeld {

@@ -15,7 +15,7 @@ import (
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/testkit/apitest"
 )
 
@@ -27,7 +27,7 @@ const promptly = 5 * time.Second
 // checking client.
 type Env struct {
 	t      *testing.T
-	Mem    *store.Memory
+	Mem    *memory.Store
 	Hooks  *HookStore
 	Server *lockhttp.Server
 	URL    string
@@ -40,12 +40,12 @@ type Env struct {
 // MustOpenEnv starts a server with cfg; it is closed when the test ends.
 func MustOpenEnv(t *testing.T, cfg lockhttp.Config) *Env {
 	t.Helper()
-	mem := store.NewMemory()
+	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	return mustOpenEnvOn(t, mem, &HookStore{Store: mem}, cfg)
 }
 
-func mustOpenEnvOn(t *testing.T, mem *store.Memory, hooks *HookStore, cfg lockhttp.Config) *Env {
+func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockhttp.Config) *Env {
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg.Logger = zerolog.New(logs)
@@ -260,7 +260,7 @@ func (w *hookWatcher) Close() {
 // MustOpenHookedEnv is MustOpenEnv with Watch announced on buffered channels.
 func MustOpenHookedEnv(t *testing.T, cfg lockhttp.Config) *Env {
 	t.Helper()
-	mem := store.NewMemory()
+	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	hooks := &HookStore{Store: mem, Watching: make(chan lock.WatchKind, 16), Unwatched: make(chan struct{}, 16)}
 	return mustOpenEnvOn(t, mem, hooks, cfg)

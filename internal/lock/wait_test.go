@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
 // flaky is the memory store whose TryAcquire answers unavailable while
 // failing is positive, counting down: a store in the middle of a failover.
 type flaky struct {
-	*store.Memory
+	*memory.Store
 	failing atomic.Int32
 }
 
@@ -22,13 +22,13 @@ func (f *flaky) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if f.failing.Add(-1) >= 0 {
 		return lock.Grant{}, lock.Unavailable(errors.New("failing over"))
 	}
-	return f.Memory.TryAcquire(ctx, req)
+	return f.Store.TryAcquire(ctx, req)
 }
 
 func newFlaky(t *testing.T) *flaky {
-	m := store.NewMemory()
+	m := memory.New()
 	t.Cleanup(func() { m.Close() })
-	return &flaky{Memory: m}
+	return &flaky{Store: m}
 }
 
 // A waiter woken while the store is briefly unavailable keeps waiting and is

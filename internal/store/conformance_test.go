@@ -17,6 +17,7 @@ import (
 	"github.com/lockapi/lockapi/internal/fencing"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
@@ -42,14 +43,14 @@ func backends(t *testing.T) []backend {
 		{
 			name: "memory",
 			open: func(t *testing.T) lock.Store {
-				m := store.NewMemory()
+				m := memory.New()
 				t.Cleanup(func() { m.Close() })
 				return m
 			},
 			loseData: map[string]func(*testing.T, lock.Store) lock.Store{
 				"process-restart": func(t *testing.T, s lock.Store) lock.Store {
 					s.Close()
-					m := store.NewMemory()
+					m := memory.New()
 					t.Cleanup(func() { m.Close() })
 					return m
 				},
@@ -755,7 +756,7 @@ func BenchmarkStore_AcquireRelease(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var s lock.Store
 			if name == "memory" {
-				s = store.NewMemory()
+				s = memory.New()
 			} else {
 				srv := redistest.Start(b)
 				rs, err := store.NewRedis(srv.Client(b), store.RedisOptions{})

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
-	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/testkit/apitest"
 )
 
@@ -111,7 +111,7 @@ func TestClient_ReportsMismatches(t *testing.T) {
 }
 
 func TestClient_AcceptsConformingServer(t *testing.T) {
-	mem := store.NewMemory()
+	mem := memory.New()
 	defer mem.Close()
 	srv := lockhttp.NewServer(mem, lockhttp.Config{})
 	if err := srv.Open("127.0.0.1:0"); err != nil {

@@ -1,4 +1,6 @@
-package store
+// Package memory implements lock.Store in the process's memory: the embedded
+// store lockapi serves from when no Redis is configured.
+package memory
 
 import (
 	"context"
@@ -17,12 +19,12 @@ import (
 	"github.com/lockapi/lockapi/internal/notify"
 )
 
-// Memory is the embedded store: the default when no Redis is configured. It
+// Store is the embedded store: the default when no Redis is configured. It
 // has the same semantics as the Redis store, checked by the same conformance
 // suite, but its locks live and die with the process. Its fencing tokens come
 // from the same rule, so they keep rising across restarts as long as the
 // wall clock does.
-type Memory struct {
+type Store struct {
 	hub *notify.Hub
 
 	mu     sync.Mutex
@@ -32,10 +34,10 @@ type Memory struct {
 	closed bool
 }
 
-// memLock is a current lease with what acquire.lua keeps beside it in the
-// lock hash: the lease's latest acquire (op), the last idempotency key and
-// the acquire that used it, and which acquires' answers were claimed by a
-// replay ('c') or abandoned ('x').
+// memLock is a current lease with what the Redis store's acquire.lua keeps
+// beside it in the lock hash: the lease's latest acquire (op), the last
+// idempotency key and the acquire that used it, and which acquires' answers
+// were claimed by a replay ('c') or abandoned ('x').
 type memLock struct {
 	lock.Lease
 	op, idem, idemOp string
@@ -51,11 +53,11 @@ type memFence struct {
 	version    uint64
 }
 
-var _ lock.Store = (*Memory)(nil)
+var _ lock.Store = (*Store)(nil)
 
-// NewMemory returns an empty memory store. Close stops its expiry sweeper.
-func NewMemory() *Memory {
-	m := &Memory{
+// New returns an empty memory store. Close stops its expiry sweeper.
+func New() *Store {
+	m := &Store{
 		hub:    notify.New(nil),
 		locks:  make(map[string]*memLock),
 		fences: make(map[string]*memFence),
@@ -67,7 +69,7 @@ func NewMemory() *Memory {
 
 // sweep drops expired leases so that abandoned locks do not pile up; reads
 // already treat an expired lease as absent.
-func (m *Memory) sweep() {
+func (m *Store) sweep() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -88,7 +90,7 @@ func (m *Memory) sweep() {
 
 // current returns the live lease of name, dropping an expired one. Callers
 // hold m.mu.
-func (m *Memory) current(name string, now time.Time) *memLock {
+func (m *Store) current(name string, now time.Time) *memLock {
 	l := m.locks[name]
 	if l != nil && !now.Before(l.ExpiresAt) {
 		delete(m.locks, name)
@@ -97,7 +99,7 @@ func (m *Memory) current(name string, now time.Time) *memLock {
 	return l
 }
 
-func (m *Memory) fence(name string) *memFence {
+func (m *Store) fence(name string) *memFence {
 	f := m.fences[name]
 	if f == nil {
 		f = &memFence{}
@@ -109,7 +111,7 @@ func (m *Memory) fence(name string) *memFence {
 var errNoReplicas = errors.New("store: the memory store has no replicas to confirm a grant")
 
 // TryAcquire implements lock.Store.
-func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	if err := req.Validate(); err != nil {
 		return lock.Grant{}, err
 	}
@@ -176,7 +178,7 @@ func (m *Memory) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.
 }
 
 // Renew implements lock.Store.
-func (m *Memory) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
+func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
 	m.mu.Lock()
 	now := time.Now()
@@ -201,7 +203,7 @@ func (m *Memory) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration
 }
 
 // Release implements lock.Store.
-func (m *Memory) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
+func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
 	name, leaseID := ref.Lock, ref.ID
 	res := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
 	m.mu.Lock()
@@ -240,13 +242,13 @@ func (m *Memory) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock
 }
 
 // Inspect implements lock.Store.
-func (m *Memory) Inspect(ctx context.Context, name string) (lock.State, error) {
+func (m *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.state(name, time.Now()), nil
 }
 
-func (m *Memory) state(name string, now time.Time) lock.State {
+func (m *Store) state(name string, now time.Time) lock.State {
 	st := lock.State{Lock: name}
 	var version uint64
 	if f := m.fences[name]; f != nil {
@@ -282,9 +284,10 @@ func (l *memLock) settle(requestID string, how byte) bool {
 	return true
 }
 
-// Abandon implements lock.Store as abandon.lua does. Memory calls never end
-// with an unknown outcome, so no acquire can arrive after its abandon.
-func (m *Memory) Abandon(ctx context.Context, name, requestID string) error {
+// Abandon implements lock.Store as the Redis store's abandon.lua does. Memory
+// calls never end with an unknown outcome, so no acquire can arrive after its
+// abandon.
+func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	m.mu.Lock()
 	l := m.current(name, time.Now())
 	if l == nil || (l.ID != requestID && l.op != requestID) || !l.settle(requestID, 'x') {
@@ -303,7 +306,7 @@ func (m *Memory) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 // ForceRelease implements lock.Store.
-func (m *Memory) ForceRelease(ctx context.Context, name string) (bool, error) {
+func (m *Store) ForceRelease(ctx context.Context, name string) (bool, error) {
 	m.mu.Lock()
 	l := m.current(name, time.Now())
 	if l == nil {
@@ -319,7 +322,7 @@ func (m *Memory) ForceRelease(ctx context.Context, name string) (bool, error) {
 
 // List implements lock.Store. Pages are in name order and the cursor is the
 // last name returned, so a page holds exactly up to Limit locks.
-func (m *Memory) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
+func (m *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
 	after := ""
 	if req.Cursor != "" {
 		b, err := base64.RawURLEncoding.DecodeString(req.Cursor)
@@ -355,7 +358,7 @@ func (m *Memory) List(ctx context.Context, req lock.ListRequest) (lock.ListPage,
 }
 
 // Watch implements lock.Store.
-func (m *Memory) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {
+func (m *Store) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {
 	w, err := m.hub.Watch(ctx, name, kind)
 	if err != nil {
 		return nil, err
@@ -364,10 +367,10 @@ func (m *Memory) Watch(ctx context.Context, name string, kind lock.WatchKind) (l
 }
 
 // Ping implements lock.Store; memory is always reachable.
-func (m *Memory) Ping(ctx context.Context) error { return nil }
+func (m *Store) Ping(ctx context.Context) error { return nil }
 
 // Close implements lock.Store.
-func (m *Memory) Close() error {
+func (m *Store) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.closed {
@@ -384,4 +387,4 @@ func copyLease(l *lock.Lease) lock.Lease {
 }
 
 // WatcherCount returns the number of registered waiters and watchers.
-func (m *Memory) WatcherCount() int { return m.hub.Len() }
+func (m *Store) WatcherCount() int { return m.hub.Len() }
