@@ -1,7 +1,7 @@
 // Package store implements lock.Store on Redis: hash locks driven by Lua
 // scripts, the production store. The embedded default is
-// internal/store/memory. One conformance suite (conformance_test.go) runs
-// every behaviour against both.
+// internal/store/memory. One conformance suite, internal/store/storetest,
+// runs every behaviour against both.
 //
 // Redis keys of one lock all carry the hash tag {name}, so that the scripts,
 // which touch the lock hash and its fence hash together, run unchanged on

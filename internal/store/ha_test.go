@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
@@ -67,7 +68,7 @@ func parkWaiter(t *testing.T, s lock.Store, name, owner string) <-chan error {
 		_, err := lock.AcquireWait(context.Background(), s, lock.AcquireRequest{Lock: name, Owner: owner, TTL: time.Minute}, 30*time.Second)
 		done <- err
 	}()
-	waitForWaiters(t, s, 1)
+	storetest.WaitForWaiters(t, s, 1)
 	return done
 }
 
@@ -109,7 +110,7 @@ func TestSentinel_waiter_parked_across_failover(t *testing.T) {
 	holders := make([]lock.Lease, len(stores))
 	waiters := make([]<-chan error, len(stores))
 	for i, s := range stores {
-		holders[i] = acquire(t, s, "deploy", "holder", time.Minute)
+		holders[i] = storetest.Acquire(t, s, "deploy", "holder", time.Minute)
 		waiters[i] = parkWaiter(t, s, "deploy", "waiter")
 	}
 	old, cur := sen.Failover(t)
@@ -138,11 +139,11 @@ func TestSentinel_min_replicas(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "durable", Owner: "w", TTL: time.Minute, MinReplicas: 2})
-	wantCode(t, err, lock.CodeUnavailable)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
 	if !strings.Contains(lock.AsError(err).Detail, "replication did not confirm") {
 		t.Errorf("detail = %q", lock.AsError(err).Detail)
 	}
-	if st := inspect(t, s, "durable"); st.Held {
+	if st := storetest.Inspect(t, s, "durable"); st.Held {
 		t.Fatalf("an unconfirmed grant stayed behind: %+v", st)
 	}
 
@@ -158,7 +159,7 @@ func TestSentinel_min_replicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rs.Close() })
-		l := acquire(t, rs, "durable", "w", time.Minute)
+		l := storetest.Acquire(t, rs, "durable", "w", time.Minute)
 		ref := lock.LeaseRef{Lock: "durable", ID: l.ID}
 		_, err = rs.Renew(ctx, ref, time.Hour)
 		_, rerr := rs.Release(ctx, ref, true)
@@ -168,11 +169,11 @@ func TestSentinel_min_replicas(t *testing.T) {
 				t.Fatalf("min_replicas 1 with one replica: renew %v, release %v", err, rerr)
 			}
 		case 2:
-			wantCode(t, err, lock.CodeUnavailable)
+			storetest.WantCode(t, err, lock.CodeUnavailable)
 			if !strings.Contains(lock.AsError(err).Detail, "renewal") {
 				t.Errorf("renew detail = %q", lock.AsError(err).Detail)
 			}
-			wantCode(t, rerr, lock.CodeUnavailable)
+			storetest.WantCode(t, rerr, lock.CodeUnavailable)
 			// It took effect on the master, and a repeat says so.
 			if res, err := rs.Release(ctx, ref, true); lock.ErrorCode(err) != lock.CodeUnavailable || !res.Retried {
 				t.Fatalf("repeated release = %+v, %v", res, err)
@@ -187,7 +188,7 @@ func TestSentinel_min_replicas(t *testing.T) {
 func TestCluster_master_killed(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, false, 500*time.Millisecond)
-	acquire(t, s, "shard", "holder", time.Minute)
+	storetest.Acquire(t, s, "shard", "holder", time.Minute)
 	master := cl.MasterForKey(t, "{shard}")
 	master.Kill(t)
 	killed := time.Now()
@@ -227,7 +228,7 @@ func TestCluster_master_killed(t *testing.T) {
 func TestCluster_waiter_parked_across_failover(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, true, time.Second)
-	holder := acquire(t, s, "hot", "holder", time.Minute)
+	holder := storetest.Acquire(t, s, "hot", "holder", time.Minute)
 	waiter := parkWaiter(t, s, "hot", "waiter")
 	cl.FailoverReplicaOf(t, cl.MasterForKey(t, "{hot}"))
 	released := releaseAndTime(t, s, holder)
@@ -239,11 +240,11 @@ func TestCluster_waiter_parked_across_failover(t *testing.T) {
 func TestCluster_timed_out_release_runs_at_most_once(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, false, 200*time.Millisecond)
-	l := acquire(t, s, "once", "w", time.Minute)
-	acquire(t, s, "once", "w", time.Minute)
+	l := storetest.Acquire(t, s, "once", "w", time.Minute)
+	storetest.Acquire(t, s, "once", "w", time.Minute)
 	cl.MasterForKey(t, "{once}").ClientPause(t, 1500*time.Millisecond, redistest.PauseAll)
 	_, err := s.Release(ctx, lock.LeaseRef{Lock: "once", ID: l.ID}, false)
-	wantCode(t, err, lock.CodeUnavailable)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
 	var st lock.State
 	eventually(t, 10*time.Second, "inspect after the pause", func() error {
 		var err error
@@ -263,7 +264,7 @@ func TestRedis_no_ghost_grants_when_answers_are_lost(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := startReplyDropper(t, srv.Addr)
 	s := openStoreWith(t, store.ClientConfig{URL: "redis://" + proxy.addr + "/0"}, false, 300*time.Millisecond)
-	acquire(t, s, "warm", "w", time.Minute)
+	storetest.Acquire(t, s, "warm", "w", time.Minute)
 	proxy.drop.Store(true)
 	var wg sync.WaitGroup
 	for i := range 10 {
@@ -296,14 +297,14 @@ func TestRedis_no_ghost_grants_when_answers_are_lost(t *testing.T) {
 		return nil
 	})
 	abandoned, _ := s.Ghosts()
-	if st := inspect(t, s, "ghost"); st.Held {
+	if st := storetest.Inspect(t, s, "ghost"); st.Held {
 		t.Fatalf("a ghost grant holds the lock: %+v (abandoned %d)", st, abandoned)
 	}
 	t.Logf("ghost holds abandoned: %d", abandoned)
 	if abandoned < 1 {
 		t.Fatalf("abandoned = %d, want the ghost's hold", abandoned)
 	}
-	acquire(t, s, "ghost", "after", time.Minute)
+	storetest.Acquire(t, s, "ghost", "after", time.Minute)
 }
 
 // replyDropper is a loopback TCP proxy to Redis that, while drop is set,
@@ -377,7 +378,7 @@ func TestRedis_recovers_quickly_after_restart(t *testing.T) {
 		t.Skip("needs a redis-server this test runs")
 	}
 	s := openStoreWith(t, store.ClientConfig{URL: srv.URL}, true, time.Second)
-	acquire(t, s, "r", "w", time.Minute)
+	storetest.Acquire(t, s, "r", "w", time.Minute)
 	srv.Stop(t)
 	for range 100 { // more failed dials than the pool has connections
 		_, _ = s.Inspect(ctx, "r")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store"
+	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
@@ -88,7 +89,7 @@ func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 	srv := redistest.Start(t)
 	observer := srv.Client(t)
 	s := openRedis(t, srv)
-	holder := acquire(t, s, "idle", "holder", 5*time.Minute)
+	holder := storetest.Acquire(t, s, "idle", "holder", 5*time.Minute)
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -103,7 +104,7 @@ func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitForWaiters(t, s, n)
+	storetest.WaitForWaiters(t, s, n)
 	// Each waiter tries once, registers, and tries once more before it
 	// sleeps: wait until all those tries have run.
 	waitForCalls(t, observer, "evalsha", 1+2*n)
@@ -132,8 +133,8 @@ func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 			t.Fatalf("a cancelled waiter returned %v", err)
 		}
 	}
-	waitForWaiters(t, s, 0)
-	if st := inspect(t, s, "idle"); !st.Held || st.Holder.Owner == "holder" {
+	storetest.WaitForWaiters(t, s, 0)
+	if st := storetest.Inspect(t, s, "idle"); !st.Held || st.Holder.Owner == "holder" {
 		t.Fatalf("after the release: %+v", st.Holder)
 	}
 }
@@ -144,7 +145,7 @@ func TestRedis_release_does_not_stampede(t *testing.T) {
 	srv := redistest.Start(t)
 	observer := srv.Client(t)
 	s := openRedis(t, srv)
-	holder := acquire(t, s, "herd", "holder", 5*time.Minute)
+	holder := storetest.Acquire(t, s, "herd", "holder", 5*time.Minute)
 
 	const n = 50
 	granted := make(chan lock.Lease, n)
@@ -158,7 +159,7 @@ func TestRedis_release_does_not_stampede(t *testing.T) {
 			}
 		}()
 	}
-	waitForWaiters(t, s, n)
+	storetest.WaitForWaiters(t, s, n)
 	waitForCalls(t, observer, "evalsha", 1+2*n)
 	before := commandCalls(t, observer)
 	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "herd", ID: holder.ID}, false); err != nil {
@@ -180,13 +181,13 @@ func TestRedis_pubsub_reconnect_wakes_waiters(t *testing.T) {
 	srv := redistest.Start(t)
 	observer := srv.Client(t)
 	s := openRedis(t, srv)
-	holder := acquire(t, s, "reconnect", "holder", 5*time.Minute)
+	holder := storetest.Acquire(t, s, "reconnect", "holder", 5*time.Minute)
 	done := make(chan error, 1)
 	go func() {
 		_, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "reconnect", Owner: "b", TTL: time.Minute}, time.Minute)
 		done <- err
 	}()
-	waitForWaiters(t, s, 1)
+	storetest.WaitForWaiters(t, s, 1)
 	if err := observer.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -222,10 +223,10 @@ func TestRedis_unavailable(t *testing.T) {
 	defer s.Close()
 	srv.Stop(t)
 	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "u", Owner: "a", TTL: time.Second})
-	wantCode(t, err, lock.CodeUnavailable)
-	wantCode(t, s.Ping(ctx), lock.CodeUnavailable)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	storetest.WantCode(t, s.Ping(ctx), lock.CodeUnavailable)
 	_, err = s.Inspect(ctx, "u")
-	wantCode(t, err, lock.CodeUnavailable)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
 	srv.Resume(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Ping(ctx) != nil {
@@ -234,5 +235,5 @@ func TestRedis_unavailable(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	acquire(t, s, "u", "a", time.Second)
+	storetest.Acquire(t, s, "u", "a", time.Second)
 }

@@ -1,0 +1,164 @@
+// Package storetest is the conformance suite of lock.Store: every behaviour
+// the HTTP API relies on, written once and run against every store
+// (internal/store/memory, and internal/store/redis on a single Redis, a
+// Sentinel set and a Cluster), so that the stores cannot drift apart.
+//
+// A store's own tests call Run with a Backend that opens it:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Backend{Open: openStore})
+//	}
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Backend is one lock.Store implementation under the suite.
+type Backend struct {
+	// Open returns an empty store, closed when t ends. Every behaviour opens
+	// its own.
+	Open func(t *testing.T) lock.Store
+	// LoseData names the ways the store can lose everything it holds
+	// (FLUSHALL, a restart without persistence, a process restart for
+	// memory); each loses s's data and returns the store to go on with.
+	// Tokens_survive_data_loss runs once per entry.
+	LoseData map[string]func(t *testing.T, s lock.Store) lock.Store
+}
+
+// Run runs every behaviour of the suite on b, each as a subtest of t named
+// after the behaviour.
+func Run(t *testing.T, b Backend) {
+	for _, c := range behaviours {
+		t.Run(c.name, func(t *testing.T) { c.test(t, b) })
+	}
+}
+
+// BenchAcquireRelease measures one acquire and release cycle on s, on a new
+// lock name each time.
+func BenchAcquireRelease(b *testing.B, s lock.Store) {
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n := fmt.Sprint("bench:", i)
+		g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: n, Owner: "w", TTL: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: n, ID: g.Lease.ID}, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+}
+
+var ctx = context.Background()
+
+// Acquire acquires name for owner or fails the test.
+func Acquire(t *testing.T, s lock.Store, name, owner string, ttl time.Duration) lock.Lease {
+	t.Helper()
+	g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: owner, TTL: ttl})
+	if err != nil {
+		t.Fatalf("acquire %s by %s: %v", name, owner, err)
+	}
+	return g.Lease
+}
+
+// WantCode fails the test unless err carries code.
+func WantCode(t *testing.T, err error, code lock.Code) {
+	t.Helper()
+	if got := lock.ErrorCode(err); got != code {
+		t.Fatalf("error code = %q (%v), want %q", got, err, code)
+	}
+}
+
+// Inspect returns name's state or fails the test.
+func Inspect(t *testing.T, s lock.Store, name string) lock.State {
+	t.Helper()
+	st, err := s.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// WaitForWaiters waits until n waiters are registered with the store's
+// notification hub (an event, not a sleep). The store must count them
+// (WatcherCount), as both stores do.
+func WaitForWaiters(t *testing.T, s lock.Store, n int) {
+	t.Helper()
+	counter, ok := s.(interface{ WatcherCount() int })
+	if !ok {
+		t.Fatalf("%T does not count its watchers", s)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for counter.WatcherCount() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters registered, want %d", counter.WatcherCount(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func tryAcquire(t *testing.T, s lock.Store, req lock.AcquireRequest) lock.Grant {
+	t.Helper()
+	if req.TTL == 0 {
+		req.TTL = time.Minute
+	}
+	g, err := s.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatalf("acquire %+v: %v", req, err)
+	}
+	return g
+}
+
+func abandon(t *testing.T, s lock.Store, name, requestID string) {
+	t.Helper()
+	if err := s.Abandon(ctx, name, requestID); err != nil {
+		t.Fatalf("abandon %s of %s: %v", requestID, name, err)
+	}
+}
+
+func holds(t *testing.T, s lock.Store, name string) int {
+	t.Helper()
+	st := Inspect(t, s, name)
+	if !st.Held {
+		return 0
+	}
+	return st.Holder.HoldCount
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func checkTokensSurvive(t *testing.T, s lock.Store, loseData func() lock.Store) {
+	t.Helper()
+	var last uint64
+	for i := 0; i < 50; i++ {
+		l := Acquire(t, s, "survivor", "w", time.Minute)
+		last = l.Token
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "survivor", ID: l.ID}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := Acquire(t, s, "survivor", "w", time.Minute)
+	s = loseData()
+	if st := Inspect(t, s, "survivor"); st.Held || st.LastToken != 0 {
+		t.Fatalf("the data was not lost: %+v", st)
+	}
+	after := Acquire(t, s, "survivor", "other", time.Minute)
+	if after.Token <= held.Token || held.Token <= last {
+		t.Fatalf("tokens %d, %d, then %d after data loss", last, held.Token, after.Token)
+	}
+}
