@@ -14,8 +14,8 @@ import (
 	"github.com/lockapi/lockapi/client"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
 	"github.com/lockapi/lockapi/internal/store/memory"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/testkit/apitest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
@@ -52,12 +52,12 @@ func MustOpenMemoryEnv(t *testing.T, cfg lockhttp.Config) *Env {
 func MustOpenRedisEnv(t *testing.T, cfg lockhttp.Config) (*Env, *redistest.Server) {
 	t.Helper()
 	rs := redistest.Start(t)
-	rdb, err := store.NewClient(store.ClientConfig{URL: rs.URL}) // as lockapi serve does
+	rdb, err := redisstore.NewClient(redisstore.ClientConfig{URL: rs.URL}) // as lockapi serve does
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
-	st, err := store.NewRedis(rdb, store.RedisOptions{Prefix: "clienttest:"})
+	st, err := redisstore.New(rdb, redisstore.Options{Prefix: "clienttest:"})
 	if err != nil {
 		t.Fatal(err)
 	}

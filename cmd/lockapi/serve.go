@@ -19,8 +19,8 @@ import (
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
-	"github.com/lockapi/lockapi/internal/store"
 	"github.com/lockapi/lockapi/internal/store/memory"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 )
 
 // serveConfig is everything `lockapi serve` can be told. Each field has a
@@ -78,13 +78,13 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&c.Addr, "addr", "LOCKAPI_ADDR", ":8080", "address to listen on")
 	str(&c.RedisURL, "redis-url", "LOCKAPI_REDIS_URL", "", "Redis URL, redis:// or rediss://; empty runs on the embedded memory store")
 	str(&c.RedisMode, "redis-mode", "LOCKAPI_REDIS_MODE", "single", "single, sentinel (URL names sentinels and ?master_name=) or cluster (URL names seed nodes, more with &addr=)")
-	str(&c.KeyPrefix, "key-prefix", "LOCKAPI_KEY_PREFIX", store.DefaultPrefix, "prefix of every Redis key and channel")
+	str(&c.KeyPrefix, "key-prefix", "LOCKAPI_KEY_PREFIX", redisstore.DefaultPrefix, "prefix of every Redis key and channel")
 	dur(&c.DefaultTTL, "default-ttl", "LOCKAPI_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
 	dur(&c.MaxTTL, "max-ttl", "LOCKAPI_MAX_TTL", 24*time.Hour, "largest TTL a request may ask for")
 	dur(&c.MaxWait, "max-wait", "LOCKAPI_MAX_WAIT", 60*time.Second, "longest wait of a long-poll; longer waits are clamped")
 	str(&c.LogLevel, "log-level", "LOCKAPI_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
-	dur(&c.RedisTimeout, "redis-timeout", "LOCKAPI_REDIS_TIMEOUT", store.DefaultCallTimeout, "deadline of every Redis call; a call that runs out is answered 503 and never sent again")
+	dur(&c.RedisTimeout, "redis-timeout", "LOCKAPI_REDIS_TIMEOUT", redisstore.DefaultCallTimeout, "deadline of every Redis call; a call that runs out is answered 503 and never sent again")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	num := func(p *int, name, env string, def int, help string) {
 		v := def
@@ -176,10 +176,10 @@ func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
-// openRedis connects to Redis as configured; store.NewClient says which
+// openRedis connects to Redis as configured; redisstore.NewClient says which
 // settings lockapi's correctness depends on (no retries, deadlines on sockets).
-func openRedis(c serveConfig) (*store.Client, error) {
-	return store.NewClient(store.ClientConfig{
+func openRedis(c serveConfig) (*redisstore.Client, error) {
+	return redisstore.NewClient(redisstore.ClientConfig{
 		URL:          c.RedisURL,
 		Mode:         c.RedisMode,
 		ConfigureTLS: func(t *tls.Config) error { return redisTLS(c, t) },
@@ -190,11 +190,11 @@ func openRedis(c serveConfig) (*store.Client, error) {
 // the server, the sentinels and master name, or the cluster seeds.
 func redisTarget(c serveConfig) string {
 	switch c.RedisMode {
-	case store.ModeSentinel:
+	case redisstore.ModeSentinel:
 		if o, err := redis.ParseFailoverURL(c.RedisURL); err == nil {
 			return fmt.Sprintf("sentinels %s, master %q", strings.Join(o.SentinelAddrs, ","), o.MasterName)
 		}
-	case store.ModeCluster:
+	case redisstore.ModeCluster:
 		if o, err := redis.ParseClusterURL(c.RedisURL); err == nil {
 			return "cluster seeds " + strings.Join(o.Addrs, ",")
 		}
@@ -271,9 +271,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer rdb.Close()
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err = store.CheckTopology(pctx, rdb, c.MinReplicas)
+		err = redisstore.CheckTopology(pctx, rdb, c.MinReplicas)
 		cancel()
-		var bad *store.TopologyError
+		var bad *redisstore.TopologyError
 		if errors.As(err, &bad) {
 			log.Error().Err(err).Str("mode", c.RedisMode).Msg("bad Redis configuration")
 			return 2
@@ -282,11 +282,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			// Not fatal: /readyz says 503 until Redis answers.
 			log.Warn().Err(err).Msg("Redis does not answer yet")
 		}
-		opts := store.RedisOptions{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas}
+		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas}
 		if m != nil {
 			opts.ObserveScript = m.Script
 		}
-		rs, err := store.NewRedis(rdb, opts)
+		rs, err := redisstore.New(rdb, opts)
 		if err != nil {
 			log.Error().Err(err).Msg("bad Redis configuration")
 			return 2

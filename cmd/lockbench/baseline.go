@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 )
 
 // storeCycler does the HTTP cycle's work without HTTP: the server's own
@@ -16,7 +16,7 @@ import (
 // called straight through go-redis. Its rate is what Redis and the Go client
 // can do; the HTTP rate divided by it is the cost of the API layer.
 type storeCycler struct {
-	st    *store.Redis
+	st    *redisstore.Store
 	owner string
 	ttl   time.Duration
 }
@@ -48,7 +48,7 @@ func baseline(ctx context.Context, cfg *config, log io.Writer) (*loadRun, error)
 		return nil, fmt.Errorf("baseline needs the server's Redis (-redis): %w", err)
 	}
 	defer rdb.Close()
-	st, err := store.NewRedis(rdb, store.RedisOptions{Prefix: cfg.keyPrefix})
+	st, err := redisstore.New(rdb, redisstore.Options{Prefix: cfg.keyPrefix})
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/metrics"
-	"github.com/lockapi/lockapi/internal/store"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
@@ -21,7 +21,7 @@ import (
 func openServer(t *testing.T, m *metrics.Metrics) (serverURL, redisURL string) {
 	t.Helper()
 	rs := redistest.Start(t)
-	st, err := store.NewRedis(rs.Client(t), store.RedisOptions{})
+	st, err := redisstore.New(rs.Client(t), redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@
 // JavaScript clients read every token exactly.
 //
 // The Redis acquire script applies the same rule in Lua (see
-// internal/store/scripts/acquire.lua); the memory store calls Next.
+// internal/store/redis/scripts/acquire.lua); the memory store calls Next.
 package fencing
 
 import (

@@ -1,4 +1,4 @@
-package store_test
+package redis_test
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
@@ -27,14 +27,14 @@ import (
 // measured.
 
 // openStoreWith is openStore with a call deadline of its own.
-func openStoreWith(t *testing.T, cfg store.ClientConfig, batch bool, callTimeout time.Duration) *store.Redis {
+func openStoreWith(t *testing.T, cfg redisstore.ClientConfig, batch bool, callTimeout time.Duration) *redisstore.Store {
 	t.Helper()
-	c, err := store.NewClient(cfg)
+	c, err := redisstore.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	s, err := store.NewRedis(c, store.RedisOptions{Prefix: "ha:" + ulid.Make().String() + ":", Batch: batch, CallTimeout: callTimeout})
+	s, err := redisstore.New(c, redisstore.Options{Prefix: "ha:" + ulid.Make().String() + ":", Batch: batch, CallTimeout: callTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +105,8 @@ func wantGrantedWithin(t *testing.T, done <-chan error, since time.Time, bound t
 // new master: the pub/sub connection follows +switch-master.
 func TestSentinel_waiter_parked_across_failover(t *testing.T) {
 	sen := redistest.StartSentinel(t)
-	cfg := store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel}
-	stores := []*store.Redis{openStoreWith(t, cfg, false, time.Second), openStoreWith(t, cfg, true, time.Second)}
+	cfg := redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel}
+	stores := []*redisstore.Store{openStoreWith(t, cfg, false, time.Second), openStoreWith(t, cfg, true, time.Second)}
 	holders := make([]lock.Lease, len(stores))
 	waiters := make([]<-chan error, len(stores))
 	for i, s := range stores {
@@ -128,7 +128,7 @@ func TestSentinel_waiter_parked_across_failover(t *testing.T) {
 // released when it does not.
 func TestSentinel_min_replicas(t *testing.T) {
 	sen := redistest.StartSentinel(t)
-	s := openStoreWith(t, store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel}, false, time.Second)
+	s := openStoreWith(t, redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel}, false, time.Second)
 	start := time.Now()
 	g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "durable", Owner: "w", TTL: time.Minute, MinReplicas: 1})
 	if err != nil {
@@ -148,13 +148,13 @@ func TestSentinel_min_replicas(t *testing.T) {
 	}
 
 	// Renewals and releases wait for the server's min_replicas.
-	c, err := store.NewClient(store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel})
+	c, err := redisstore.NewClient(redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	for _, n := range []int{1, 2} {
-		rs, err := store.NewRedis(c, store.RedisOptions{Prefix: fmt.Sprintf("mr%d:", n), CallTimeout: time.Second, MinReplicas: n})
+		rs, err := redisstore.New(c, redisstore.Options{Prefix: fmt.Sprintf("mr%d:", n), CallTimeout: time.Second, MinReplicas: n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestSentinel_min_replicas(t *testing.T) {
 // instead of once a minute.
 func TestCluster_master_killed(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, false, 500*time.Millisecond)
+	s := openStoreWith(t, redisstore.ClientConfig{URL: cl.URL(), Mode: redisstore.ModeCluster}, false, 500*time.Millisecond)
 	storetest.Acquire(t, s, "shard", "holder", time.Minute)
 	master := cl.MasterForKey(t, "{shard}")
 	master.Kill(t)
@@ -227,7 +227,7 @@ func TestCluster_master_killed(t *testing.T) {
 // release on the new master: sharded pub/sub moves with the slot.
 func TestCluster_waiter_parked_across_failover(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, true, time.Second)
+	s := openStoreWith(t, redisstore.ClientConfig{URL: cl.URL(), Mode: redisstore.ModeCluster}, true, time.Second)
 	holder := storetest.Acquire(t, s, "hot", "holder", time.Minute)
 	waiter := parkWaiter(t, s, "hot", "waiter")
 	cl.FailoverReplicaOf(t, cl.MasterForKey(t, "{hot}"))
@@ -239,7 +239,7 @@ func TestCluster_waiter_parked_across_failover(t *testing.T) {
 // on a cluster without batching too (go-redis's cluster client re-sent it).
 func TestCluster_timed_out_release_runs_at_most_once(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	s := openStoreWith(t, store.ClientConfig{URL: cl.URL(), Mode: store.ModeCluster}, false, 200*time.Millisecond)
+	s := openStoreWith(t, redisstore.ClientConfig{URL: cl.URL(), Mode: redisstore.ModeCluster}, false, 200*time.Millisecond)
 	l := storetest.Acquire(t, s, "once", "w", time.Minute)
 	storetest.Acquire(t, s, "once", "w", time.Minute)
 	cl.MasterForKey(t, "{once}").ClientPause(t, 1500*time.Millisecond, redistest.PauseAll)
@@ -263,7 +263,7 @@ func TestCluster_timed_out_release_runs_at_most_once(t *testing.T) {
 func TestRedis_no_ghost_grants_when_answers_are_lost(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := startReplyDropper(t, srv.Addr)
-	s := openStoreWith(t, store.ClientConfig{URL: "redis://" + proxy.addr + "/0"}, false, 300*time.Millisecond)
+	s := openStoreWith(t, redisstore.ClientConfig{URL: "redis://" + proxy.addr + "/0"}, false, 300*time.Millisecond)
 	storetest.Acquire(t, s, "warm", "w", time.Minute)
 	proxy.drop.Store(true)
 	var wg sync.WaitGroup
@@ -361,7 +361,7 @@ func startReplyDropper(t *testing.T, target string) *replyDropper {
 // heldInRedis looks at the lock hash behind the proxy's back.
 func (p *replyDropper) heldInRedis(t *testing.T, name string) bool {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: p.target})
+	c := goredis.NewClient(&goredis.Options{Addr: p.target})
 	defer c.Close()
 	keys, err := c.Keys(ctx, "*{"+name+"}:lock").Result()
 	if err != nil {
@@ -377,7 +377,7 @@ func TestRedis_recovers_quickly_after_restart(t *testing.T) {
 	if !srv.CanRestart() {
 		t.Skip("needs a redis-server this test runs")
 	}
-	s := openStoreWith(t, store.ClientConfig{URL: srv.URL}, true, time.Second)
+	s := openStoreWith(t, redisstore.ClientConfig{URL: srv.URL}, true, time.Second)
 	storetest.Acquire(t, s, "r", "w", time.Minute)
 	srv.Stop(t)
 	for range 100 { // more failed dials than the pool has connections
@@ -400,17 +400,17 @@ func TestRedis_recovers_quickly_after_restart(t *testing.T) {
 // acquire and release cycle on a Sentinel set's master, with and without
 // waiting for the replica (WAIT). Run it with
 //
-//	go test -run '^$' -bench Sentinel_min_replicas -benchtime 2000x ./internal/store/
+//	go test -run '^$' -bench Sentinel_min_replicas -benchtime 2000x ./internal/store/redis/
 func BenchmarkSentinel_min_replicas(b *testing.B) {
 	sen := redistest.StartSentinel(b)
 	for _, n := range []int{0, 1} {
 		b.Run(fmt.Sprintf("min_replicas=%d", n), func(b *testing.B) {
-			c, err := store.NewClient(store.ClientConfig{URL: sen.URL(), Mode: store.ModeSentinel})
+			c, err := redisstore.NewClient(redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			s, err := store.NewRedis(c, store.RedisOptions{Prefix: "bench:" + ulid.Make().String() + ":", MinReplicas: n})
+			s, err := redisstore.New(c, redisstore.Options{Prefix: "bench:" + ulid.Make().String() + ":", MinReplicas: n})
 			if err != nil {
 				b.Fatal(err)
 			}

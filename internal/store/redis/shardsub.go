@@ -1,4 +1,4 @@
-package store
+package redis
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/notify"
 )
@@ -24,7 +24,7 @@ import (
 // slot lives now, moves the channel there, and wakes every waiter to look
 // again, since notices may have been missed meanwhile.
 type shardedListener struct {
-	cluster *redis.ClusterClient
+	cluster *goredis.ClusterClient
 	keys    keyspace
 	hub     *notify.Hub
 	ctx     context.Context
@@ -41,7 +41,7 @@ type shardedListener struct {
 // shardConn is the SSUBSCRIBE connection to one master.
 type shardConn struct {
 	addr  string
-	ps    *redis.PubSub
+	ps    *goredis.PubSub
 	names map[string]struct{}
 	// dropped holds the names whose channel the node unsubscribed by itself
 	// (sunsubscribe): it no longer serves their slot, whatever the client's
@@ -55,7 +55,7 @@ type shardConn struct {
 // locateTimeout bounds finding a slot's master and opening its connection.
 const locateTimeout = 2 * time.Second
 
-func newShardedListener(cluster *redis.ClusterClient, keys keyspace) *shardedListener {
+func newShardedListener(cluster *goredis.ClusterClient, keys keyspace) *shardedListener {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &shardedListener{
 		cluster: cluster,
@@ -121,7 +121,7 @@ func (l *shardedListener) Unsubscribe(name string) error {
 }
 
 // shard returns the connection to node, opening it if needed. l.mu is held.
-func (l *shardedListener) shard(node *redis.Client) *shardConn {
+func (l *shardedListener) shard(node *goredis.Client) *shardConn {
 	addr := node.Options().Addr
 	sc := l.shards[addr]
 	if sc == nil {
@@ -143,7 +143,7 @@ func (l *shardedListener) receive(sc *shardConn) {
 	backoff := 50 * time.Millisecond
 	for {
 		msg, err := sc.ps.ReceiveTimeout(l.ctx, pingEvery)
-		if l.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+		if l.ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
 			return
 		}
 		if err != nil {
@@ -168,7 +168,7 @@ func (l *shardedListener) receive(sc *shardConn) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		if m, ok := msg.(*redis.Subscription); ok && m.Kind == "sunsubscribe" {
+		if m, ok := msg.(*goredis.Subscription); ok && m.Kind == "sunsubscribe" {
 			// Sent by the node itself when it stopped serving the slot;
 			// our own unsubscribes have removed the name already.
 			if name, ok := l.keys.nameOfChannel(m.Channel); ok {

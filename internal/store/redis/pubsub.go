@@ -1,4 +1,4 @@
-package store
+package redis
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/notify"
 )
@@ -33,7 +33,7 @@ type listenerStats struct {
 // classicListener uses one SUBSCRIBE connection for every lock of the
 // process. Behind Sentinel it follows the master (see sentinelConfig).
 type classicListener struct {
-	rdb    redis.UniversalClient
+	rdb    goredis.UniversalClient
 	keys   keyspace
 	follow *sentinelConfig // nil: not behind Sentinel
 	hub    *notify.Hub
@@ -43,15 +43,15 @@ type classicListener struct {
 	// mu guards ps, psClient and subscribed. ps is replaced when the
 	// Sentinel master changes; subscribed is what a new ps must subscribe to.
 	mu         sync.Mutex
-	ps         *redis.PubSub
-	psClient   *redis.Client // the client of ps after a master change; nil before
+	ps         *goredis.PubSub
+	psClient   *goredis.Client // the client of ps after a master change; nil before
 	subscribed map[string]struct{}
 
 	reconnects     atomic.Int64
 	masterSwitches atomic.Int64
 }
 
-func newClassicListener(rdb redis.UniversalClient, keys keyspace, follow *sentinelConfig) *classicListener {
+func newClassicListener(rdb goredis.UniversalClient, keys keyspace, follow *sentinelConfig) *classicListener {
 	return &classicListener{
 		rdb:        rdb,
 		keys:       keys,
@@ -104,7 +104,7 @@ func (l *classicListener) Unsubscribe(name string) error {
 	return ps.Unsubscribe(context.Background(), l.keys.channel(name))
 }
 
-func (l *classicListener) pubsub() *redis.PubSub {
+func (l *classicListener) pubsub() *goredis.PubSub {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ps
@@ -118,7 +118,7 @@ func (l *classicListener) pubsub() *redis.PubSub {
 // everyone to look again (Reset).
 func (l *classicListener) masterChanged(addr string) {
 	l.masterSwitches.Add(1)
-	client := redis.NewClient(l.follow.master(addr))
+	client := goredis.NewClient(l.follow.master(addr))
 	l.mu.Lock()
 	old, oldClient := l.ps, l.psClient
 	l.ps, l.psClient = client.Subscribe(context.Background()), client
@@ -185,13 +185,13 @@ func (l *classicListener) receive(ctx context.Context) {
 // a lock's notice.
 func deliver(hub *notify.Hub, keys keyspace, msg any) {
 	switch m := msg.(type) {
-	case *redis.Subscription:
+	case *goredis.Subscription:
 		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 			if name, ok := keys.nameOfChannel(m.Channel); ok {
 				hub.Confirmed(name)
 			}
 		}
-	case *redis.Message:
+	case *goredis.Message:
 		if name, ok := keys.nameOfChannel(m.Channel); ok {
 			released, ttl := parseNotice(m.Payload)
 			hub.Notify(name, released, ttl)

@@ -1,4 +1,4 @@
-package store
+package redis
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // reaper removes ghost grants: leases that an acquire may have granted while
@@ -19,7 +19,7 @@ import (
 // Redis remember the id, so an acquire still on its way when the abandon
 // runs grants nothing.
 type reaper struct {
-	s *Redis
+	s *Store
 
 	mu      sync.Mutex
 	pending map[ghost]struct{}
@@ -36,7 +36,7 @@ type ghost struct{ name, requestID string }
 // dropped past it keeps its lock until the lease's TTL, as before.
 const maxGhosts = 100_000
 
-func newReaper(s *Redis) *reaper {
+func newReaper(s *Store) *reaper {
 	r := &reaper{
 		s:       s,
 		pending: make(map[ghost]struct{}),
@@ -117,7 +117,7 @@ func (r *reaper) round() bool {
 		default:
 		}
 		n, err := r.s.abandon(context.Background(), g.name, g.requestID)
-		var rerr redis.Error
+		var rerr goredis.Error
 		if err != nil && (!errors.As(err, &rerr) || transientReply(err)) {
 			ok = false // not answered, or refused for now
 			continue

@@ -1,4 +1,4 @@
-package store_test
+package redis_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
@@ -59,13 +59,13 @@ func TestTopologies(t *testing.T) {
 	cluster := redistest.StartCluster(t)
 	for _, topology := range []struct {
 		name  string
-		cfg   store.ClientConfig
+		cfg   redisstore.ClientConfig
 		batch bool
 	}{
-		{"sentinel", store.ClientConfig{URL: sentinel.URL(), Mode: store.ModeSentinel}, false},
-		{"sentinel-batched", store.ClientConfig{URL: sentinel.URL(), Mode: store.ModeSentinel}, true},
-		{"cluster", store.ClientConfig{URL: cluster.URL(), Mode: store.ModeCluster}, false},
-		{"cluster-batched", store.ClientConfig{URL: cluster.URL(), Mode: store.ModeCluster}, true},
+		{"sentinel", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, false},
+		{"sentinel-batched", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, true},
+		{"cluster", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false},
+		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true},
 	} {
 		t.Run(topology.name, func(t *testing.T) {
 			storetest.Run(t, storetest.Backend{
@@ -77,7 +77,7 @@ func TestTopologies(t *testing.T) {
 
 func BenchmarkStore_AcquireRelease(b *testing.B) {
 	srv := redistest.Start(b)
-	s, err := store.NewRedis(srv.Client(b), store.RedisOptions{})
+	s, err := redisstore.New(srv.Client(b), redisstore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -98,30 +98,30 @@ func serverOf(t *testing.T, s lock.Store) *redistest.Server {
 	return srv.(*redistest.Server)
 }
 
-func openRedis(t *testing.T, srv *redistest.Server) *store.Redis {
+func openRedis(t *testing.T, srv *redistest.Server) *redisstore.Store {
 	t.Helper()
 	return openRedisWith(t, srv, false)
 }
 
 // openRedisWith opens a Redis store on srv, with script calls batched into
 // pipelines or not.
-func openRedisWith(t *testing.T, srv *redistest.Server, batch bool) *store.Redis {
+func openRedisWith(t *testing.T, srv *redistest.Server, batch bool) *redisstore.Store {
 	t.Helper()
-	s := openStore(t, store.ClientConfig{URL: srv.URL}, batch)
+	s := openStore(t, redisstore.ClientConfig{URL: srv.URL}, batch)
 	servers.Store(lock.Store(s), srv)
 	return s
 }
 
 // openStore opens a Redis store the way lockapi serve does, on a client from
-// store.NewClient, closed with the test.
-func openStore(t *testing.T, cfg store.ClientConfig, batch bool) *store.Redis {
+// redisstore.NewClient, closed with the test.
+func openStore(t *testing.T, cfg redisstore.ClientConfig, batch bool) *redisstore.Store {
 	t.Helper()
-	c, err := store.NewClient(cfg)
+	c, err := redisstore.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	s, err := store.NewRedis(c, store.RedisOptions{Prefix: "test:" + ulid.Make().String() + ":", Batch: batch})
+	s, err := redisstore.New(c, redisstore.Options{Prefix: "test:" + ulid.Make().String() + ":", Batch: batch})
 	if err != nil {
 		t.Fatal(err)
 	}

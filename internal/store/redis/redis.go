@@ -1,4 +1,4 @@
-package store
+package redis
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/notify"
@@ -35,24 +35,24 @@ var (
 
 	// Each script is loaded once and run with EVALSHA, falling back to EVAL
 	// when Redis lost its script cache (restart, failover, SCRIPT FLUSH).
-	acquireScript      = redis.NewScript(acquireLua)
-	renewScript        = redis.NewScript(renewLua)
-	releaseScript      = redis.NewScript(releaseLua)
-	forceReleaseScript = redis.NewScript(forceReleaseLua)
-	inspectScript      = redis.NewScript(inspectLua)
-	abandonScript      = redis.NewScript(abandonLua)
+	acquireScript      = goredis.NewScript(acquireLua)
+	renewScript        = goredis.NewScript(renewLua)
+	releaseScript      = goredis.NewScript(releaseLua)
+	forceReleaseScript = goredis.NewScript(forceReleaseLua)
+	inspectScript      = goredis.NewScript(inspectLua)
+	abandonScript      = goredis.NewScript(abandonLua)
 )
 
 // DefaultPrefix is the key prefix when none is configured.
 const DefaultPrefix = "lockapi:"
 
-// Redis is the production store. Many lockapi processes may share one Redis
+// Store is the production store. Many lockapi processes may share one Redis
 // (or a Sentinel-managed primary, or a Cluster: every key of one lock shares
 // a hash slot).
-type Redis struct {
+type Store struct {
 	keyspace
-	rdb         redis.UniversalClient
-	cluster     *redis.ClusterClient // nil unless rdb is one
+	rdb         goredis.UniversalClient
+	cluster     *goredis.ClusterClient // nil unless rdb is one
 	callTimeout time.Duration
 	observe     func(script string, d time.Duration)
 	batch       *batcher // nil: plain calls
@@ -63,14 +63,14 @@ type Redis struct {
 	// on Redis Cluster, so that a notice goes only to its lock's shard
 	// instead of to every node.
 	publish string
-	// minReplicas: see RedisOptions.MinReplicas.
+	// minReplicas: see Options.MinReplicas.
 	minReplicas int
 }
 
-var _ lock.Store = (*Redis)(nil)
+var _ lock.Store = (*Store)(nil)
 
-// RedisOptions configures NewRedis.
-type RedisOptions struct {
+// Options configures New.
+type Options struct {
 	// Prefix starts every key and channel name; it must not contain { or }
 	// so that the {name} hash tag stays the only one.
 	Prefix string
@@ -90,15 +90,15 @@ type RedisOptions struct {
 	MinReplicas int
 }
 
-// DefaultCallTimeout bounds a store call when RedisOptions says nothing.
+// DefaultCallTimeout bounds a store call when Options says nothing.
 const DefaultCallTimeout = 2 * time.Second
 
-// NewRedis returns a store on rdb, which should come from NewClient: only
+// New returns a store on rdb, which should come from NewClient: only
 // then are retries off and deadlines honoured on the sockets, and only then
 // does the store follow a Sentinel master. It opens one pub/sub connection,
 // shared by every waiter of this process, and closes it on Close; rdb itself
 // is the caller's to close.
-func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
+func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -106,7 +106,7 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("store: key prefix %q must not contain { or }", prefix)
 	}
-	s := &Redis{
+	s := &Store{
 		keyspace:    keyspace{prefix},
 		rdb:         rdb,
 		callTimeout: opts.CallTimeout,
@@ -118,11 +118,11 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	}
 	var follow *sentinelConfig
 	switch c := rdb.(type) {
-	case *redis.ClusterClient:
+	case *goredis.ClusterClient:
 		s.cluster = c
 	case *Client:
 		follow = c.sentinel
-		s.cluster, _ = c.UniversalClient.(*redis.ClusterClient)
+		s.cluster, _ = c.UniversalClient.(*goredis.ClusterClient)
 	}
 	if opts.Batch {
 		s.batch = newBatcher(rdb, s.callTimeout)
@@ -140,7 +140,7 @@ func NewRedis(rdb redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	return s, nil
 }
 
-func (s *Redis) keys(name string) []string { return []string{s.lockKey(name), s.fenceKey(name)} }
+func (s *Store) keys(name string) []string { return []string{s.lockKey(name), s.fenceKey(name)} }
 
 // movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
 // Cluster slot that moved: the script did not run) is sent again while the
@@ -151,11 +151,11 @@ const movedAttempts = 3
 // deadline and reports its duration to the observer. A script is sent again
 // only when Redis refused it without running it (MOVED, ASK); nothing else is
 // ever retried.
-func (s *Redis) run(ctx context.Context, name string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (s *Store) run(ctx context.Context, name string, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
-	var cmd *redis.Cmd
+	var cmd *goredis.Cmd
 	for attempt := 1; ; attempt++ {
 		if s.batch != nil {
 			cmd = s.batch.run(script, keys, args)
@@ -176,7 +176,7 @@ func (s *Redis) run(ctx context.Context, name string, script *redis.Script, keys
 
 // refusedByCluster reports a Redis Cluster redirection: the node did not run
 // the command because it does not serve the slot (any more).
-func (s *Redis) refusedByCluster(err error) bool {
+func (s *Store) refusedByCluster(err error) bool {
 	if s.cluster == nil || err == nil {
 		return false
 	}
@@ -188,11 +188,11 @@ func (s *Redis) refusedByCluster(err error) bool {
 // refuses connections, times out or redirects, instead of once a minute: a
 // master that was killed must not keep its shard's traffic after its replica
 // took over.
-func (s *Redis) noteFailure(err error) {
+func (s *Store) noteFailure(err error) {
 	if s.cluster == nil || err == nil {
 		return
 	}
-	var rerr redis.Error
+	var rerr goredis.Error
 	if errors.As(err, &rerr) && !s.refusedByCluster(err) && !strings.HasPrefix(err.Error(), "CLUSTERDOWN") {
 		return // a script's own error: the topology is fine
 	}
@@ -207,7 +207,7 @@ func outcomeUnknown(err error) bool {
 	if err == nil {
 		return false
 	}
-	var rerr redis.Error
+	var rerr goredis.Error
 	if errors.As(err, &rerr) {
 		return false
 	}
@@ -215,11 +215,11 @@ func outcomeUnknown(err error) bool {
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return false
 	}
-	return !errors.Is(err, redis.ErrClosed)
+	return !errors.Is(err, goredis.ErrClosed)
 }
 
 // TryAcquire implements lock.Store with one script call.
-func (s *Redis) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	if err := req.Validate(); err != nil {
 		return lock.Grant{}, err
 	}
@@ -277,19 +277,19 @@ func unconfirmed(what string, got, n int, then string) error {
 // have every write its own connection made. That bypasses the batcher, whose
 // pipelines mix callers. confirmed is how many replicas acknowledged in time
 // (0 when n is 0).
-func (s *Redis) write(ctx context.Context, name string, script *redis.Script, keys []string, n int, args ...any) (cmd *redis.Cmd, confirmed int) {
+func (s *Store) write(ctx context.Context, name string, script *goredis.Script, keys []string, n int, args ...any) (cmd *goredis.Cmd, confirmed int) {
 	if n <= 0 {
 		return s.run(ctx, name, script, keys, args...), 0
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
-	var master redis.Cmdable = s.rdb
+	var master goredis.Cmdable = s.rdb
 	if s.cluster != nil {
 		c, err := s.cluster.MasterForKey(ctx, keys[0])
 		if err != nil {
 			s.noteFailure(err)
-			cmd = redis.NewCmd(ctx)
+			cmd = goredis.NewCmd(ctx)
 			cmd.SetErr(err)
 			return cmd, 0
 		}
@@ -313,7 +313,7 @@ func (s *Redis) write(ctx context.Context, name string, script *redis.Script, ke
 	return cmd, int(acked)
 }
 
-func (s *Redis) acquireKeys(name string) []string {
+func (s *Store) acquireKeys(name string) []string {
 	return []string{s.lockKey(name), s.fenceKey(name), s.abandonedKey(name)}
 }
 
@@ -323,7 +323,7 @@ const abandonMemory = 10 * time.Minute
 
 // Abandon implements lock.Store. A call whose outcome is unknown is handed
 // to the reaper, which repeats it until Redis answers.
-func (s *Redis) Abandon(ctx context.Context, name, requestID string) error {
+func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 	_, err := s.abandon(ctx, name, requestID)
 	if outcomeUnknown(err) {
 		s.ghosts.add(name, requestID)
@@ -334,13 +334,13 @@ func (s *Redis) Abandon(ctx context.Context, name, requestID string) error {
 	return nil
 }
 
-func (s *Redis) abandon(ctx context.Context, name, requestID string) (int64, error) {
+func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
 	return s.run(ctx, "abandon", abandonScript, s.acquireKeys(name),
 		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
 }
 
 // Renew implements lock.Store.
-func (s *Redis) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
+func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
 	cmd, confirmed := s.write(ctx, "renew", renewScript, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish)
 	res, err := cmd.Slice()
@@ -363,7 +363,7 @@ func (s *Redis) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 }
 
 // Release implements lock.Store.
-func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
+func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
 	name := ref.Lock
 	allArg := "0"
 	if all {
@@ -393,7 +393,7 @@ func (s *Redis) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 }
 
 // Inspect implements lock.Store.
-func (s *Redis) Inspect(ctx context.Context, name string) (lock.State, error) {
+func (s *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
 	res, err := s.run(ctx, "inspect", inspectScript, s.keys(name)).Slice()
 	if err != nil {
 		return lock.State{}, storeError(err)
@@ -421,7 +421,7 @@ func stateOf(name string, r *replyReader) (lock.State, error) {
 }
 
 // ForceRelease implements lock.Store.
-func (s *Redis) ForceRelease(ctx context.Context, name string) (bool, error) {
+func (s *Store) ForceRelease(ctx context.Context, name string) (bool, error) {
 	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish).Int()
 	if err != nil {
 		return false, storeError(err)
@@ -435,7 +435,7 @@ func (s *Redis) ForceRelease(ctx context.Context, name string) (bool, error) {
 // or may not appear. On Redis Cluster it walks every master in turn, in the
 // order of the slots they serve; the cursor names the shard (by its first
 // slot) and the cursor within it.
-func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
+func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
 	limit := req.Limit
@@ -506,11 +506,11 @@ func (s *Redis) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 // a cluster).
 type shard struct {
 	firstSlot int
-	client    redis.Cmdable
+	client    goredis.Cmdable
 }
 
 // shards returns the masters to list, in slot order.
-func (s *Redis) shards(ctx context.Context) ([]shard, error) {
+func (s *Store) shards(ctx context.Context) ([]shard, error) {
 	if s.cluster == nil {
 		return []shard{{client: s.rdb}}, nil
 	}
@@ -592,7 +592,7 @@ func isNoScript(err error) bool {
 
 // Watch implements lock.Store: it returns once this process's pub/sub
 // connection is subscribed to the lock's channel.
-func (s *Redis) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {
+func (s *Store) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {
 	w, err := s.hub.Watch(ctx, name, kind)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -605,12 +605,12 @@ func (s *Redis) Watch(ctx context.Context, name string, kind lock.WatchKind) (lo
 
 // Ping implements lock.Store: the master (the current one, behind Sentinel),
 // or every master of a cluster, answers PING within the call deadline.
-func (s *Redis) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
 	var err error
 	if s.cluster != nil {
-		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
 			return c.Ping(ctx).Err()
 		})
 		if err == nil {
@@ -629,7 +629,7 @@ func (s *Redis) Ping(ctx context.Context) error {
 // clusterCovered reports an error unless every slot has a master that
 // answers: a shard whose master died and has no replica to take over yet
 // leaves its slots uncovered.
-func (s *Redis) clusterCovered(ctx context.Context) error {
+func (s *Store) clusterCovered(ctx context.Context) error {
 	info, err := s.cluster.ClusterInfo(ctx).Result()
 	if err != nil {
 		return err
@@ -642,7 +642,7 @@ func (s *Redis) clusterCovered(ctx context.Context) error {
 
 // Close stops the pub/sub connection and the reaper. It does not close the
 // Redis client.
-func (s *Redis) Close() error {
+func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
 	}
@@ -652,18 +652,18 @@ func (s *Redis) Close() error {
 }
 
 // Reconnects counts how often a pub/sub connection failed and was redialled.
-func (s *Redis) Reconnects() int64 { return s.listener.stats().reconnects }
+func (s *Store) Reconnects() int64 { return s.listener.stats().reconnects }
 
 // MasterSwitches counts how often the pub/sub connection moved to a new
 // Sentinel master.
-func (s *Redis) MasterSwitches() int64 { return s.listener.stats().masterSwitches }
+func (s *Store) MasterSwitches() int64 { return s.listener.stats().masterSwitches }
 
 // Ghosts returns how many acquires with an unknown outcome were abandoned,
 // and how many wait to be.
-func (s *Redis) Ghosts() (abandoned, pending int64) { return s.ghosts.stats() }
+func (s *Store) Ghosts() (abandoned, pending int64) { return s.ghosts.stats() }
 
 // WatcherCount returns the number of registered waiters and watchers.
-func (s *Redis) WatcherCount() int { return s.hub.Len() }
+func (s *Store) WatcherCount() int { return s.hub.Len() }
 
 // storeError classifies a go-redis error. Connection trouble and Redis states
 // that pass (loading, failover, cluster down) are "unavailable"; a client that
@@ -672,7 +672,7 @@ func storeError(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	var rerr redis.Error
+	var rerr goredis.Error
 	if errors.As(err, &rerr) && !transientReply(err) {
 		return &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
 	}

@@ -1,10 +1,10 @@
-package store
+package redis
 
 import (
 	"context"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
@@ -16,7 +16,7 @@ import (
 func TestScripts_pinned(t *testing.T) {
 	pinned := []struct {
 		name   string
-		script *redis.Script
+		script *goredis.Script
 		sha    string
 	}{
 		{"acquire.lua", acquireScript, "aa7bd19751f872528dc3ce522c632a1a108a2bd4"},
@@ -48,7 +48,7 @@ func TestScripts_pinned(t *testing.T) {
 // CROSSSLOT.
 func TestKeys_share_one_cluster_slot(t *testing.T) {
 	for _, prefix := range []string{"lockapi:", "team:a:", "x"} {
-		s := &Redis{keyspace: keyspace{prefix}}
+		s := &Store{keyspace: keyspace{prefix}}
 		for _, name := range []string{"a", "deploy:prod", "payments:orders:42", "x.y_z@w~v-1"} {
 			lockSlot, fenceSlot := clusterSlot(s.lockKey(name)), clusterSlot(s.fenceKey(name))
 			if lockSlot != fenceSlot || lockSlot != clusterSlot("{"+name+"}") {
@@ -56,7 +56,7 @@ func TestKeys_share_one_cluster_slot(t *testing.T) {
 			}
 		}
 	}
-	if _, err := NewRedis(nil, RedisOptions{Prefix: "bad{"}); err == nil {
+	if _, err := New(nil, Options{Prefix: "bad{"}); err == nil {
 		t.Error("a prefix with a brace was accepted")
 	}
 }

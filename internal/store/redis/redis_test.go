@@ -1,4 +1,4 @@
-package store_test
+package redis_test
 
 import (
 	"context"
@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // commandCalls reads INFO commandstats as command -> calls.
-func commandCalls(t *testing.T, rdb *redis.Client) map[string]int64 {
+func commandCalls(t *testing.T, rdb *goredis.Client) map[string]int64 {
 	t.Helper()
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
@@ -41,7 +41,7 @@ func commandCalls(t *testing.T, rdb *redis.Client) map[string]int64 {
 
 // commandsSince counts the commands run since before, leaving out the INFO
 // and CLIENT calls this test makes to observe.
-func commandsSince(t *testing.T, rdb *redis.Client, before map[string]int64) map[string]int64 {
+func commandsSince(t *testing.T, rdb *goredis.Client, before map[string]int64) map[string]int64 {
 	t.Helper()
 	diff := map[string]int64{}
 	for name, n := range commandCalls(t, rdb) {
@@ -56,7 +56,7 @@ func commandsSince(t *testing.T, rdb *redis.Client, before map[string]int64) map
 }
 
 // waitForCalls waits until Redis has run command at least n times.
-func waitForCalls(t *testing.T, rdb *redis.Client, command string, n int64) {
+func waitForCalls(t *testing.T, rdb *goredis.Client, command string, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for commandCalls(t, rdb)[command] < n {
@@ -67,7 +67,7 @@ func waitForCalls(t *testing.T, rdb *redis.Client, command string, n int64) {
 	}
 }
 
-func pubsubClients(t *testing.T, rdb *redis.Client) int {
+func pubsubClients(t *testing.T, rdb *goredis.Client) int {
 	t.Helper()
 	list, err := rdb.ClientList(ctx).Result()
 	if err != nil {
@@ -214,9 +214,9 @@ func TestRedis_unavailable(t *testing.T) {
 	if !srv.CanRestart() {
 		t.Skip("needs a Redis this test can stop")
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer rdb.Close()
-	s, err := store.NewRedis(rdb, store.RedisOptions{})
+	s, err := redisstore.New(rdb, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store
+package redis
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // sentinelConfig is what the store needs to follow a Sentinel-managed master
@@ -17,18 +17,18 @@ import (
 type sentinelConfig struct {
 	addrs      []string
 	masterName string
-	options    func(addr string) *redis.Options // for a sentinel
+	options    func(addr string) *goredis.Options // for a sentinel
 	// master returns options for a client of the master at addr, with the
 	// data nodes' credentials and TLS.
-	master func(addr string) *redis.Options
+	master func(addr string) *goredis.Options
 }
 
-func newSentinelConfig(o *redis.FailoverOptions) *sentinelConfig {
+func newSentinelConfig(o *goredis.FailoverOptions) *sentinelConfig {
 	return &sentinelConfig{
 		addrs:      o.SentinelAddrs,
 		masterName: o.MasterName,
-		options: func(addr string) *redis.Options {
-			return &redis.Options{
+		options: func(addr string) *goredis.Options {
+			return &goredis.Options{
 				Addr:        addr,
 				Username:    o.SentinelUsername,
 				Password:    o.SentinelPassword,
@@ -38,8 +38,8 @@ func newSentinelConfig(o *redis.FailoverOptions) *sentinelConfig {
 				MaxRetries:  -1,
 			}
 		},
-		master: func(addr string) *redis.Options {
-			return &redis.Options{
+		master: func(addr string) *goredis.Options {
+			return &goredis.Options{
 				Addr:        addr,
 				Username:    o.Username,
 				Password:    o.Password,
@@ -53,7 +53,7 @@ func newSentinelConfig(o *redis.FailoverOptions) *sentinelConfig {
 }
 
 // masterAddr asks one sentinel for the master's address.
-func (c *sentinelConfig) masterAddr(ctx context.Context, sc *redis.SentinelClient) (string, error) {
+func (c *sentinelConfig) masterAddr(ctx context.Context, sc *goredis.SentinelClient) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	hp, err := sc.GetMasterAddrByName(ctx, c.masterName).Result()
@@ -79,7 +79,7 @@ func (c *sentinelConfig) follow(ctx context.Context, changed func(addr string)) 
 	}
 	backoff := 50 * time.Millisecond
 	for i := 0; ctx.Err() == nil; i++ {
-		sc := redis.NewSentinelClient(c.options(c.addrs[i%len(c.addrs)]))
+		sc := goredis.NewSentinelClient(c.options(c.addrs[i%len(c.addrs)]))
 		ps := sc.Subscribe(ctx, "+switch-master")
 		if _, err := ps.Receive(ctx); err == nil { // the subscribe confirmation
 			if addr, err := c.masterAddr(ctx, sc); err == nil {
@@ -96,7 +96,7 @@ func (c *sentinelConfig) follow(ctx context.Context, changed func(addr string)) 
 					}
 					break
 				}
-				if m, ok := msg.(*redis.Message); ok {
+				if m, ok := msg.(*goredis.Message); ok {
 					// "<master name> <old ip> <old port> <new ip> <new port>"
 					f := strings.Fields(m.Payload)
 					if len(f) == 5 && f[0] == c.masterName {

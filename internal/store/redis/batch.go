@@ -1,11 +1,11 @@
-package store
+package redis
 
 import (
 	"context"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // batcher sends concurrent script calls to Redis together, in pipelines: a
@@ -17,7 +17,7 @@ import (
 // Each call is still one script, atomic on its own; a pipeline only shares
 // the round trip. Nothing is retried, as with plain calls.
 type batcher struct {
-	rdb     redis.UniversalClient
+	rdb     goredis.UniversalClient
 	timeout time.Duration // bounds one pipeline's round trip
 	calls   chan *scriptCall
 	done    chan struct{}
@@ -29,10 +29,10 @@ type batcher struct {
 }
 
 type scriptCall struct {
-	script *redis.Script
+	script *goredis.Script
 	keys   []string
 	args   []any
-	cmd    *redis.Cmd
+	cmd    *goredis.Cmd
 	ready  chan struct{}
 }
 
@@ -46,7 +46,7 @@ const (
 // newBatcher returns a batcher whose pipelines time out after timeout, the
 // store's call deadline. Callers wait for their answer rather than their own
 // context: a script that ran must be answered, or a grant would be lost.
-func newBatcher(rdb redis.UniversalClient, timeout time.Duration) *batcher {
+func newBatcher(rdb goredis.UniversalClient, timeout time.Duration) *batcher {
 	b := &batcher{rdb: rdb, timeout: timeout, calls: make(chan *scriptCall, 1024), done: make(chan struct{})}
 	for range batchWorkers {
 		go b.work()
@@ -55,7 +55,7 @@ func newBatcher(rdb redis.UniversalClient, timeout time.Duration) *batcher {
 }
 
 // run queues one script call and waits for its answer.
-func (b *batcher) run(script *redis.Script, keys []string, args []any) *redis.Cmd {
+func (b *batcher) run(script *goredis.Script, keys []string, args []any) *goredis.Cmd {
 	c := &scriptCall{script: script, keys: keys, args: args, ready: make(chan struct{})}
 	b.mu.RLock()
 	if b.closed {
@@ -70,8 +70,8 @@ func (b *batcher) run(script *redis.Script, keys []string, args []any) *redis.Cm
 }
 
 func (c *scriptCall) fail() {
-	c.cmd = redis.NewCmd(context.Background())
-	c.cmd.SetErr(redis.ErrClosed)
+	c.cmd = goredis.NewCmd(context.Background())
+	c.cmd.SetErr(goredis.ErrClosed)
 	close(c.ready)
 }
 
@@ -133,7 +133,7 @@ func (b *batcher) send(batch []*scriptCall) {
 // cmd. A script Redis does not have (it restarted, or failed over) answers
 // NOSCRIPT; that call is run again on its own with Script.Run, which falls
 // back to EVAL. Every cmd carries its own error.
-func runPipelined(ctx context.Context, rdb redis.UniversalClient, calls []*scriptCall) {
+func runPipelined(ctx context.Context, rdb goredis.UniversalClient, calls []*scriptCall) {
 	pipe := rdb.Pipeline()
 	for _, c := range calls {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)

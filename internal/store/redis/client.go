@@ -1,4 +1,4 @@
-package store
+package redis
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // Redis deployment modes.
@@ -37,12 +37,12 @@ type ClientConfig struct {
 // Client is a go-redis client set up the way the store needs it, with what
 // the store must know of the deployment behind it.
 type Client struct {
-	redis.UniversalClient
+	goredis.UniversalClient
 	Mode string
 	// sentinel is set in sentinel mode: where to follow the master from.
 	sentinel *sentinelConfig
 	// seeds are the cluster's seed nodes, as configured.
-	seeds  []*redis.Options
+	seeds  []*goredis.Options
 	closed chan struct{} // closed by Close; nil outside single mode
 	once   sync.Once
 }
@@ -80,7 +80,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	switch cfg.Mode {
 	case "", ModeSingle:
-		o, err := redis.ParseURL(cfg.URL)
+		o, err := goredis.ParseURL(cfg.URL)
 		if err != nil {
 			return nil, err
 		}
@@ -90,10 +90,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
 		closed := make(chan struct{})
 		o.Dialer = fastRecoveryDialer(o.DialTimeout, o.TLSConfig, closed)
-		c := &Client{UniversalClient: redis.NewClient(o), Mode: ModeSingle, closed: closed}
+		c := &Client{UniversalClient: goredis.NewClient(o), Mode: ModeSingle, closed: closed}
 		return c, nil
 	case ModeSentinel:
-		o, err := redis.ParseFailoverURL(cfg.URL)
+		o, err := goredis.ParseFailoverURL(cfg.URL)
 		if err != nil {
 			return nil, err
 		}
@@ -105,12 +105,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
 		return &Client{
-			UniversalClient: redis.NewFailoverClient(o),
+			UniversalClient: goredis.NewFailoverClient(o),
 			Mode:            ModeSentinel,
 			sentinel:        newSentinelConfig(o),
 		}, nil
 	case ModeCluster:
-		o, err := redis.ParseClusterURL(cfg.URL)
+		o, err := goredis.ParseClusterURL(cfg.URL)
 		if err != nil {
 			return nil, err
 		}
@@ -118,9 +118,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil, err
 		}
 		o.MaxRetries, o.MaxRedirects, o.DialerRetries, o.ContextTimeoutEnabled = -1, -1, 1, true
-		c := &Client{UniversalClient: redis.NewClusterClient(o), Mode: ModeCluster}
+		c := &Client{UniversalClient: goredis.NewClusterClient(o), Mode: ModeCluster}
 		for _, addr := range o.Addrs {
-			c.seeds = append(c.seeds, &redis.Options{
+			c.seeds = append(c.seeds, &goredis.Options{
 				Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 				DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1,
 			})
@@ -220,11 +220,11 @@ func CheckTopology(ctx context.Context, c *Client, minReplicas int) error {
 	if minReplicas <= 0 {
 		return nil
 	}
-	where := func(m *redis.Client) string { return "the master at " + m.Options().Addr }
+	where := func(m *goredis.Client) string { return "the master at " + m.Options().Addr }
 	if c.sentinel != nil {
-		where = func(*redis.Client) string { return fmt.Sprintf("the master %q", c.sentinel.masterName) }
+		where = func(*goredis.Client) string { return fmt.Sprintf("the master %q", c.sentinel.masterName) }
 	}
-	check := func(ctx context.Context, m *redis.Client) error {
+	check := func(ctx context.Context, m *goredis.Client) error {
 		info, err := m.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
@@ -241,9 +241,9 @@ func CheckTopology(ctx context.Context, c *Client, minReplicas int) error {
 		return nil
 	}
 	switch u := c.UniversalClient.(type) {
-	case *redis.ClusterClient:
+	case *goredis.ClusterClient:
 		return u.ForEachMaster(ctx, check)
-	case *redis.Client:
+	case *goredis.Client:
 		return check(ctx, u)
 	}
 	return nil
@@ -266,13 +266,13 @@ func checkMode(ctx context.Context, c *Client) error {
 	case ModeSentinel:
 		var lastErr error
 		for _, addr := range c.sentinel.addrs {
-			sc := redis.NewSentinelClient(c.sentinel.options(addr))
+			sc := goredis.NewSentinelClient(c.sentinel.options(addr))
 			_, err := c.sentinel.masterAddr(ctx, sc)
 			_ = sc.Close()
 			switch {
 			case err == nil:
 				return nil
-			case errors.Is(err, redis.Nil) || strings.Contains(err.Error(), "No such master"):
+			case errors.Is(err, goredis.Nil) || strings.Contains(err.Error(), "No such master"):
 				return &TopologyError{fmt.Sprintf("the sentinel at %s monitors no master named %q (master_name in the URL)", addr, c.sentinel.masterName)}
 			case strings.Contains(err.Error(), "unknown command"):
 				return &TopologyError{fmt.Sprintf("%s is not a sentinel: in sentinel mode the URL names sentinels", addr)}
@@ -283,7 +283,7 @@ func checkMode(ctx context.Context, c *Client) error {
 	case ModeCluster:
 		var lastErr error
 		for _, o := range c.seeds {
-			node := redis.NewClient(o)
+			node := goredis.NewClient(o)
 			info, err := node.ClusterInfo(ctx).Result()
 			_ = node.Close()
 			if err != nil && strings.Contains(err.Error(), "cluster support disabled") {

@@ -1,0 +1,21 @@
+// Package redis implements lock.Store on Redis, the production store: hash
+// locks driven by the Lua scripts in scripts/, on a single Redis, a
+// Sentinel-managed master or a Cluster. NewClient connects the way the store
+// needs (no client retries, deadlines on the sockets) and New opens the store
+// on that client. The conformance suite (internal/store/storetest) runs on
+// all three topologies, as it does on the memory store.
+//
+// Redis keys of one lock all carry the hash tag {name}, so that the scripts,
+// which touch the lock hash and its fence hash together, run unchanged on
+// Redis Cluster:
+//
+//	<prefix>{<name>}:lock       hash: the current lease; expires with it
+//	<prefix>{<name>}:fence      hash: last token, last released lease, version; never expires
+//	<prefix>{<name>}:abandoned  set: request ids abandoned after an unknown outcome; expires
+//	                            after abandonMemory
+//	<prefix>{<name>}:unlock     pub/sub channel: "r" when the lock became free, "c:<ttl ms>" on a
+//	                            grant or renewal, "c" on other changes
+//
+// Callers import it as redisstore, since go-redis (imported here as goredis)
+// owns the name redis.
+package redis
