@@ -9,12 +9,13 @@
 // which touch the lock hash and its fence hash together, run unchanged on
 // Redis Cluster:
 //
-//	<prefix>{<name>}:lock       hash: the current lease; expires with it
+//	<prefix>{<name>}:lock       hash: the current lease, its latest acquire (op), the last
+//	                            idempotency key, settled requests (s:<id>); expires with it
 //	<prefix>{<name>}:fence      hash: last token, last released lease, version; never expires
 //	<prefix>{<name>}:abandoned  set: request ids abandoned after an unknown outcome; expires
 //	                            after abandonMemory
-//	<prefix>{<name>}:unlock     pub/sub channel: "r" when the lock became free, "c:<ttl ms>" on a
-//	                            grant or renewal, "c" on other changes
+//	<prefix>{<name>}:unlock     pub/sub channel (sharded on Cluster): "r" when the lock became
+//	                            free, "c:<ttl ms>" on a grant or renewal, "c" on other changes
 //
 // Callers import it as redisstore, since go-redis (imported here as goredis)
 // owns the name redis.
