@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -527,13 +528,23 @@ func (s *Store) shards(ctx context.Context) ([]shard, error) {
 			first[r.Nodes[0].Addr] = r.Start
 		}
 	}
+	var mu sync.Mutex
 	var out []shard
-	for _, f := range first {
-		c, err := s.cluster.MasterForKey(ctx, slotKey(f))
-		if err != nil {
-			return nil, err
+	err = s.cluster.ForEachMaster(ctx, func(_ context.Context, c *goredis.Client) error {
+		f, ok := first[c.Options().Addr]
+		if !ok {
+			return nil // serves no slot (yet)
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		out = append(out, shard{firstSlot: f, client: c})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != len(first) {
+		return nil, errors.New("store: the client's view of the cluster's masters differs from CLUSTER SLOTS; try again")
 	}
 	slices.SortFunc(out, func(a, b shard) int { return a.firstSlot - b.firstSlot })
 	return out, nil
@@ -574,16 +585,6 @@ func parseListCursor(raw string, shards []shard) (int, uint64, error) {
 		return 0, 0, bad // a plain SCAN cursor is never 0 mid-listing
 	}
 	return i, cursor, nil
-}
-
-// slotKey returns a key that hashes to slot, for routing to its master.
-func slotKey(slot int) string {
-	for i := 0; ; i++ {
-		k := strconv.Itoa(i)
-		if clusterSlot(k) == slot {
-			return k
-		}
-	}
 }
 
 func isNoScript(err error) bool {
