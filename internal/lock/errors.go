@@ -16,7 +16,13 @@ const (
 	CodeInvalid     Code = "invalid"     // the input is malformed (400)
 	CodeForbidden   Code = "forbidden"   // the caller may not do this (403)
 	CodeUnavailable Code = "unavailable" // the store cannot be reached (503)
-	CodeInternal    Code = "internal"    // anything else: a bug (500)
+	// CodeLimitMismatch: the acquire's limit (or lack of one) differs from
+	// the held lock's (409).
+	CodeLimitMismatch Code = "limit-mismatch"
+	// CodeUpgrade: a shared holder asked for the exclusive lock, which would
+	// wait for itself (409).
+	CodeUpgrade  Code = "upgrade-refused"
+	CodeInternal Code = "internal" // anything else: a bug (500)
 )
 
 // Error is lockapi's one error type. Detail is safe to show to clients; Err,
@@ -33,9 +39,18 @@ type Error struct {
 
 // HeldBy is what a refused acquirer learns of the holder.
 type HeldBy struct {
-	Owner     string
-	Token     uint64
+	// Owner and Token describe a lease in the way; Owner is "" when only
+	// the queue is (the lock is free but others arrived first).
+	Owner string
+	Token uint64
+	// ExpiresIn is when to look again at the latest: the lease in the way
+	// ends then, or the queue's head must have renewed its place.
 	ExpiresIn time.Duration
+	// Queue is the number of queued waiters.
+	Queue int
+	// Queued is true when the acquire holds a place in the queue, which its
+	// waiter must keep renewing (see QueueRenewal).
+	Queued bool
 }
 
 // FieldError names one invalid input.
@@ -105,4 +120,24 @@ func Invalid(fields ...FieldError) *Error {
 		detail = fmt.Sprintf("%d invalid fields", len(fields))
 	}
 	return &Error{Code: CodeInvalid, Detail: detail, Fields: fields}
+}
+
+// LimitMismatch builds the error for an acquire whose limit differs from
+// the held lock's.
+func LimitMismatch(name string, want, held int) *Error {
+	have := "a lock, not a semaphore"
+	if held > 0 {
+		have = fmt.Sprintf("a semaphore with %d permits", held)
+	}
+	asked := "a lock"
+	if want > 0 {
+		asked = fmt.Sprintf("a semaphore with %d permits", want)
+	}
+	return &Error{Code: CodeLimitMismatch, Detail: fmt.Sprintf("%q is held as %s; this acquire asked for %s. The limit is fixed while any lease is held", name, have, asked)}
+}
+
+// UpgradeRefused builds the error for a shared holder asking for the
+// exclusive lock.
+func UpgradeRefused(name, owner string) *Error {
+	return &Error{Code: CodeUpgrade, Detail: fmt.Sprintf("owner %q holds a shared lease of %q and may not also take it exclusively: it would wait for itself. Release the shared lease first", owner, name)}
 }

@@ -18,11 +18,11 @@ func ComputeIndex(version uint64, s State) string {
 	}
 	put(version)
 	put(s.LastToken)
-	if s.Held {
-		put(1)
-		put(s.Holder.Token)
-		put(uint64(s.Holder.HoldCount))
-		put(uint64(s.Holder.ExpiresAt.UnixMilli()))
+	put(uint64(s.Queue))
+	for _, hd := range s.Holders {
+		put(hd.Token)
+		put(uint64(hd.HoldCount))
+		put(uint64(hd.ExpiresAt.UnixMilli()))
 	}
 	return strconv.FormatUint(h.Sum64(), 36)
 }

@@ -13,7 +13,11 @@ import (
 // Lease is one holder's claim on a lock. A reentrant acquire by the same
 // principal and owner returns the same lease with a higher HoldCount.
 type Lease struct {
-	Lock      string
+	Lock string
+	// Mode is Exclusive or Shared. A semaphore permit is Exclusive with Limit
+	// set: permits are counted, not shared.
+	Mode      Mode
+	Limit     int    // the semaphore's number of permits; 0 for a lock
 	ID        string // ULID, chosen by the store at the fresh grant
 	Owner     string
 	Principal string // who acquired it; "" when the server runs open
@@ -30,6 +34,8 @@ type Lease struct {
 // Holder is what anyone may see of a lock's current lease: everything but the
 // lease id, which is the holder's capability to renew and release.
 type Holder struct {
+	// Mode is the mode of this holder's lease: Exclusive or Shared.
+	Mode       Mode
 	Owner      string
 	Principal  string
 	Token      uint64
@@ -43,11 +49,25 @@ type Holder struct {
 	Metadata  map[string]string
 }
 
-// State is a lock's current state. A free lock has Held false and Holder nil.
+// State is a lock's current state. A free lock has Held false, Holder nil and
+// no Holders.
 type State struct {
-	Lock   string
-	Held   bool
+	Lock string
+	Held bool
+	// Kind says how the lock is held: KindExclusive, KindShared or
+	// KindSemaphore; "" when free.
+	Kind Kind
+	// Holder is the exclusive lease, when there is one (a semaphore's
+	// permits are in Holders only).
 	Holder *Holder
+	// Holders lists every live lease: the exclusive one, shared ones, or a
+	// semaphore's permits, in the order they were granted.
+	Holders []Holder
+	// Limit is the semaphore's number of permits; 0 for a lock.
+	Limit int
+	// Queue counts the waiters queued for the lock (fair waiters, and
+	// exclusive waiters that readers hold off).
+	Queue int
 	// LastToken is the last fencing token ever issued for this lock (0 if never).
 	LastToken uint64
 	// Index is opaque and changes whenever the state changes; blocking
@@ -71,7 +91,38 @@ type AcquireRequest struct {
 	// acquire with the same key, owner and principal, while the lease lives,
 	// returns the lease as it is instead of adding a hold.
 	IdempotencyKey string
+
+	// Mode is Exclusive (the default, "") or Shared.
+	Mode Mode
+	// Limit, when positive, makes the name a semaphore with Limit permits:
+	// each acquire takes one permit. Every acquire of a held semaphore must
+	// give the same limit.
+	Limit int
+	// Fair asks for arrival order: a waiting acquire (WaiterID set) joins the
+	// lock's queue and is granted only at its head.
+	Fair bool
+	// WaiterID names a waiting acquire in the lock's queue; AcquireWait sets
+	// it, "" for a try. Its first byte encodes how the entry queues (see
+	// NewWaiterID), so that a store reads it without another lookup.
+	WaiterID string
 }
+
+// Mode is how a lease holds a lock.
+type Mode string
+
+const (
+	Exclusive Mode = "exclusive"
+	Shared    Mode = "shared"
+)
+
+// Kind is how a lock is held at a moment.
+type Kind string
+
+const (
+	KindExclusive Kind = "exclusive" // one exclusive lease (perhaps with its owner's shared ones)
+	KindShared    Kind = "shared"    // shared leases only
+	KindSemaphore Kind = "semaphore" // permits of a semaphore
+)
 
 // Grant is the answer to a successful acquire.
 type Grant struct {
@@ -138,6 +189,9 @@ type Store interface {
 	// for grants whose answer never reached the caller; it is safe to call
 	// for an acquire that never ran, and to call again.
 	Abandon(ctx context.Context, name, requestID string) error
+	// Leave takes a waiter out of the lock's queue (it gave up or was
+	// cancelled). It is safe to call for a waiter that never queued.
+	Leave(ctx context.Context, name, waiterID string) error
 	// ForceRelease frees a lock whoever holds it. It reports whether the lock
 	// was held.
 	ForceRelease(ctx context.Context, name string) (bool, error)
@@ -172,6 +226,10 @@ type Watcher interface {
 	// PassOn gives a wake-up the watcher consumed but could not act on (its
 	// try failed, or its caller left) to the next waiter.
 	PassOn()
+	// Join tells the watcher the id its waiter holds in the lock's queue: a
+	// notice that names that id as the queue's head wakes this watcher,
+	// whichever waiter of the process came first.
+	Join(waiterID string)
 	// Close unregisters. A wake-up the watcher received but did not read is
 	// passed to the next waiter.
 	Close()

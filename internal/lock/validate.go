@@ -128,6 +128,8 @@ func (r AcquireRequest) Validate() error {
 		CheckOwner("owner", r.Owner),
 		CheckMetadata("metadata", r.Metadata),
 		CheckIdempotencyKey("Idempotency-Key", r.IdempotencyKey),
+		CheckMode("mode", r.Mode),
+		CheckLimit("limit", r.Limit, r.Mode),
 	} {
 		if fe != nil {
 			fields = append(fields, *fe)
@@ -138,6 +140,31 @@ func (r AcquireRequest) Validate() error {
 	}
 	if len(fields) > 0 {
 		return Invalid(fields...)
+	}
+	return nil
+}
+
+// MaxLimit bounds a semaphore's permits.
+const MaxLimit = 10000
+
+// CheckMode returns a field error for a mode that is not "", "exclusive" or
+// "shared".
+func CheckMode(field string, m Mode) *FieldError {
+	switch m {
+	case "", Exclusive, Shared:
+		return nil
+	}
+	return &FieldError{Field: field, Detail: `must be "exclusive" or "shared"`}
+}
+
+// CheckLimit returns a field error for a semaphore limit out of range, or
+// one given with shared mode (a permit is not shared).
+func CheckLimit(field string, limit int, m Mode) *FieldError {
+	if limit < 0 || limit > MaxLimit {
+		return &FieldError{Field: field, Detail: fmt.Sprintf("a semaphore has 1-%d permits", MaxLimit)}
+	}
+	if limit > 0 && m == Shared {
+		return &FieldError{Field: field, Detail: `a semaphore's permits are not shared: "limit" goes with mode "exclusive" only`}
 	}
 	return nil
 }

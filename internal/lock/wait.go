@@ -30,10 +30,21 @@ const storeCallTimeout = 5 * time.Second
 // a backoff (25 ms doubling to 1 s) until the wait ends, and then answers
 // with the last error. Only the first try, before any waiting, fails at once.
 func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
+	if wait > 0 && req.WaiterID == "" {
+		req.WaiterID = NewWaiterID(req)
+	}
 	g, err := tryAcquire(ctx, s, req)
 	if wait <= 0 || ErrorCode(err) != CodeHeld {
 		return g, err
 	}
+	// queued: the waiter may hold a place in the lock's queue, which it must
+	// give up when it leaves without the lock.
+	queued := heldBy(err).Queued
+	defer func() {
+		if queued {
+			leave(ctx, s, req)
+		}
+	}()
 
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -42,6 +53,7 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 		return Grant{}, err
 	}
 	defer w.Close()
+	w.Join(req.WaiterID)
 	// woken: the last try was made because of a wake-up, which nobody has
 	// acted on if that try failed; leaving then, pass it on.
 	woken := false
@@ -55,11 +67,23 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 		case e != nil && e.Code == CodeHeld:
 			w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
 			woken, backoff = false, minUnavailableBackoff
+			if e.HeldBy.Queued {
+				// Trying again is what renews the queue place.
+				queued = true
+				retry = time.After(QueueRenewal)
+			}
 		case e != nil && e.Code == CodeUnavailable:
 			retry = time.After(backoff)
 			backoff = min(2*backoff, maxUnavailableBackoff)
 		default: // granted, or an error that waiting will not mend
-			if err != nil && woken {
+			if err == nil {
+				queued = false // a grant takes the waiter out of the queue
+				if woken && (g.Lease.Mode == Shared || g.Lease.Limit > 0) {
+					// The release that woke this waiter may admit more
+					// than one: another reader, another permit.
+					w.PassOn()
+				}
+			} else if woken {
 				w.PassOn()
 			}
 			return g, err
@@ -80,6 +104,23 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 			return Grant{}, ctx.Err()
 		}
 	}
+}
+
+// heldBy returns the HeldBy of a CodeHeld error, or an empty one.
+func heldBy(err error) HeldBy {
+	var e *Error
+	if errors.As(err, &e) && e.HeldBy != nil {
+		return *e.HeldBy
+	}
+	return HeldBy{}
+}
+
+// leave gives up a waiter's queue place on a context its caller cannot
+// cancel: the place would otherwise hold up the queue until it lapses.
+func leave(ctx context.Context, s Store, req AcquireRequest) {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	_ = s.Leave(callCtx, req.Lock, req.WaiterID)
 }
 
 // The backoff of a waiter whose tries find the store unavailable.

@@ -63,8 +63,9 @@ type entry struct {
 	name     string
 	ready    chan struct{} // closed once the subscription is confirmed or failed
 	isReady  bool
-	err      error      // why the subscription failed; set before ready is closed
-	waiters  []*Watcher // WaitForRelease, in arrival order
+	err      error               // why the subscription failed; set before ready is closed
+	waiters  []*Watcher          // WaitForRelease, in arrival order
+	queued   map[string]*Watcher // waiters by their queue id (Watcher.Join)
 	watchers map[*Watcher]struct{}
 	expiry   *time.Timer
 }
@@ -75,6 +76,7 @@ type Watcher struct {
 	entry *entry
 	kind  lock.WatchKind
 	c     chan struct{}
+	queue string // the waiter's queue id, "" until it joins
 }
 
 // New returns a Hub. sub may be nil for an in-process source.
@@ -245,18 +247,25 @@ func (h *Hub) Confirmed(name string) {
 }
 
 // Notify delivers a change of name. released says the lock became free: it
-// wakes one release-waiter. Every change watcher wakes either way. ttl, when
-// positive, is the holder's new TTL (a grant or a renewal): the lock's expiry
-// timer moves to it, so that a lease renewed shorter than before is not waited
-// out at its old expiry.
-func (h *Hub) Notify(name string, released bool, ttl time.Duration) {
+// wakes one release-waiter. head, when set, names the waiter at the head of
+// the lock's queue, which may now be granted: it wakes that waiter if it is
+// in this process, and nobody else (the queue holds off everyone else).
+// Every change watcher wakes either way. ttl, when positive, is the holder's
+// new TTL (a grant or a renewal): the lock's expiry timer moves to it, so
+// that a lease renewed shorter than before is not waited out at its old
+// expiry.
+func (h *Hub) Notify(name string, released bool, ttl time.Duration, head string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.entries[name]
 	if e == nil {
 		return
 	}
-	if released {
+	if head != "" {
+		if w := e.queued[head]; w != nil {
+			w.signal()
+		}
+	} else if released {
 		e.wakeOne(nil)
 	} else if ttl > 0 && len(e.waiters) > 0 {
 		h.expireAt(e, time.Now().Add(ttl))
@@ -327,6 +336,22 @@ func (h *Hub) expireAt(e *entry, at time.Time) {
 	}
 }
 
+// Join implements lock.Watcher.
+func (w *Watcher) Join(id string) {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := w.entry
+	if id == "" || w.kind != lock.WaitForRelease || h.entries[e.name] != e {
+		return
+	}
+	if e.queued == nil {
+		e.queued = make(map[string]*Watcher)
+	}
+	w.queue = id
+	e.queued[id] = w
+}
+
 // PassOn implements lock.Watcher: a waiter that was woken but leaves without
 // trying the lock gives the wake-up to the next waiter.
 func (w *Watcher) PassOn() {
@@ -358,6 +383,9 @@ func (w *Watcher) Close() {
 	defer h.mu.Unlock()
 	e := w.entry
 	if w.kind == lock.WaitForRelease {
+		if w.queue != "" {
+			delete(e.queued, w.queue)
+		}
 		for i, x := range e.waiters {
 			if x == w {
 				e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)

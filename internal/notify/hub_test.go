@@ -38,11 +38,11 @@ func TestHub_release_wakes_one_waiter_and_every_watcher(t *testing.T) {
 	x, y := mustWatch(t, h, "l", lock.WatchChanges), mustWatch(t, h, "l", lock.WatchChanges)
 	other := mustWatch(t, h, "other", lock.WaitForRelease)
 
-	h.Notify("l", true, 0)
+	h.Notify("l", true, 0, "")
 	if !woken(a) || woken(b) || !woken(x) || !woken(y) || woken(other) {
 		t.Fatal("a release must wake the first waiter and every watcher of that lock only")
 	}
-	h.Notify("l", false, 0)
+	h.Notify("l", false, 0, "")
 	if woken(a) || woken(b) || !woken(x) || !woken(y) {
 		t.Fatal("a change that is not a release must wake watchers, not waiters")
 	}
@@ -51,7 +51,7 @@ func TestHub_release_wakes_one_waiter_and_every_watcher(t *testing.T) {
 func TestHub_unconsumed_wakeup_passes_on(t *testing.T) {
 	h := New(nil)
 	a, b := mustWatch(t, h, "l", lock.WaitForRelease), mustWatch(t, h, "l", lock.WaitForRelease)
-	h.Notify("l", true, 0)
+	h.Notify("l", true, 0, "")
 	a.Close() // a leaves without acting on its wake-up
 	if !woken(b) {
 		t.Fatal("the wake-up a did not consume was lost")
@@ -204,7 +204,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestHub_consumed_wakeup_is_passed_on(t *testing.T) {
 	h := New(nil)
 	a, b := mustWatch(t, h, "l", lock.WaitForRelease), mustWatch(t, h, "l", lock.WaitForRelease)
-	h.Notify("l", true, 0)
+	h.Notify("l", true, 0, "")
 	if !woken(a) { // a reads its wake-up...
 		t.Fatal("a was not woken")
 	}
@@ -218,7 +218,7 @@ func TestHub_new_ttl_moves_the_expiry(t *testing.T) {
 	h := New(nil)
 	a := mustWatch(t, h, "l", lock.WaitForRelease)
 	a.ExpectExpiry(time.Now().Add(time.Hour))
-	h.Notify("l", false, 20*time.Millisecond) // renewed shorter
+	h.Notify("l", false, 20*time.Millisecond, "") // renewed shorter
 	select {
 	case <-a.C():
 	case <-time.After(5 * time.Second):
@@ -301,8 +301,8 @@ func TestHub_slow_subscribe_stalls_only_its_name(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		h.Notify("fast", true, 0)
-		h.Notify("slow", true, 0)
+		h.Notify("fast", true, 0, "")
+		h.Notify("slow", true, 0, "")
 		if !woken(w) {
 			t.Error("a release of fast did not wake its waiter")
 		}

@@ -145,7 +145,7 @@ func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		f.version++
 		g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
 		m.mu.Unlock()
-		m.hub.Notify(req.Lock, false, req.TTL)
+		m.hub.Notify(req.Lock, false, req.TTL, "")
 		return g, nil
 	}
 	token, err := fencing.Next(f.token, now)
@@ -173,7 +173,7 @@ func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	m.locks[req.Lock] = l
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
 	m.mu.Unlock()
-	m.hub.Notify(req.Lock, false, req.TTL)
+	m.hub.Notify(req.Lock, false, req.TTL, "")
 	return g, nil
 }
 
@@ -198,7 +198,7 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	m.fence(name).version++
 	out := copyLease(&l.Lease)
 	m.mu.Unlock()
-	m.hub.Notify(name, false, out.TTL)
+	m.hub.Notify(name, false, out.TTL, "")
 	return out, nil
 }
 
@@ -230,13 +230,13 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		l.HoldCount--
 		res.HoldCount = l.HoldCount
 		m.mu.Unlock()
-		m.hub.Notify(name, false, 0)
+		m.hub.Notify(name, false, 0, "")
 		return res, nil
 	}
 	delete(m.locks, name)
 	f.released, f.releasedBy = leaseID, l.Principal
 	m.mu.Unlock()
-	m.hub.Notify(name, true, 0)
+	m.hub.Notify(name, true, 0, "")
 	res.Released = true
 	return res, nil
 }
@@ -301,7 +301,7 @@ func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 		delete(m.locks, name)
 	}
 	m.mu.Unlock()
-	m.hub.Notify(name, freed, 0)
+	m.hub.Notify(name, freed, 0, "")
 	return nil
 }
 
@@ -316,7 +316,7 @@ func (m *Store) ForceRelease(ctx context.Context, name string) (bool, error) {
 	delete(m.locks, name)
 	m.fence(name).version++
 	m.mu.Unlock()
-	m.hub.Notify(name, true, 0)
+	m.hub.Notify(name, true, 0, "")
 	return true, nil
 }
 
@@ -388,3 +388,6 @@ func copyLease(l *lock.Lease) lock.Lease {
 
 // WatcherCount returns the number of registered waiters and watchers.
 func (m *Store) WatcherCount() int { return m.hub.Len() }
+
+// Leave implements lock.Store.
+func (m *Store) Leave(ctx context.Context, name, waiterID string) error { return nil }

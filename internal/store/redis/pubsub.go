@@ -193,23 +193,27 @@ func deliver(hub *notify.Hub, keys keyspace, msg any) {
 		}
 	case *goredis.Message:
 		if name, ok := keys.nameOfChannel(m.Channel); ok {
-			released, ttl := parseNotice(m.Payload)
-			hub.Notify(name, released, ttl)
+			released, ttl, head := parseNotice(m.Payload)
+			hub.Notify(name, released, ttl, head)
 		}
 	}
 }
 
 // parseNotice reads an unlock-channel message: "r" when the lock became
 // free, "c:<ttl ms>" when it was granted or renewed with that TTL, "c" for
-// other changes.
-func parseNotice(payload string) (released bool, ttl time.Duration) {
+// other changes, and "q:<waiter id>" when the queue's head may now be
+// granted.
+func parseNotice(payload string) (released bool, ttl time.Duration, head string) {
 	if payload == "r" {
-		return true, 0
+		return true, 0, ""
+	}
+	if id, ok := strings.CutPrefix(payload, "q:"); ok {
+		return false, 0, id
 	}
 	if ms, ok := strings.CutPrefix(payload, "c:"); ok {
 		if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
-			return false, time.Duration(n) * time.Millisecond
+			return false, time.Duration(n) * time.Millisecond, ""
 		}
 	}
-	return false, 0
+	return false, 0, ""
 }

@@ -691,3 +691,6 @@ func transientReply(err error) bool {
 	}
 	return false
 }
+
+// Leave implements lock.Store.
+func (s *Store) Leave(ctx context.Context, name, waiterID string) error { return nil }
