@@ -1,0 +1,285 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// MaxMultiLocks bounds the names of one multi-lock.
+const MaxMultiLocks = 64
+
+// maxRetryJitter bounds the pause of a woken multi-lock before it tries its
+// whole set again: multi-locks woken together by one release spread out, so
+// that they do not keep taking and giving back each other's names.
+const maxRetryJitter = 10 * time.Millisecond
+
+// LockError is an error about one lock of several: AcquireAll's refusal
+// names the lock that was in the way. Err is the store's error, so
+// ErrorCode and AsError see through it.
+type LockError struct {
+	Lock string
+	Err  error
+}
+
+func (e *LockError) Error() string { return fmt.Sprintf("lock %q: %v", e.Lock, e.Err) }
+
+func (e *LockError) Unwrap() error { return e.Err }
+
+// ValidateAll checks the requests of a multi-lock: 1 to MaxMultiLocks
+// distinct valid names (the field "locks"), each request as Validate checks
+// it, and none of what a multi-lock cannot do: fair queueing, semaphore
+// limits, idempotency keys (a replayed grant could not be given back).
+// A problem shared by several requests is reported once.
+func ValidateAll(reqs []AcquireRequest) error {
+	var fields []FieldError
+	add := func(fe FieldError) {
+		if !slices.Contains(fields, fe) {
+			fields = append(fields, fe)
+		}
+	}
+	names := make([]string, len(reqs))
+	for i, r := range reqs {
+		names[i] = r.Lock
+	}
+	if fe := CheckLocks("locks", names); fe != nil {
+		add(*fe)
+	}
+	for _, r := range reqs {
+		if r.Fair || r.WaiterID != "" {
+			add(FieldError{Field: "fair", Detail: "a multi-lock does not queue"})
+		}
+		if r.Limit != 0 {
+			add(FieldError{Field: "limit", Detail: "a multi-lock takes locks, not semaphore permits"})
+		}
+		if r.IdempotencyKey != "" {
+			add(FieldError{Field: "Idempotency-Key", Detail: "not supported on a multi-lock"})
+		}
+		if err := r.Validate(); err != nil {
+			for _, fe := range AsError(err).Fields {
+				if fe.Field != "name" { // CheckLocks reported it as "locks"
+					add(fe)
+				}
+			}
+		}
+	}
+	if len(fields) > 0 {
+		return Invalid(fields...)
+	}
+	return nil
+}
+
+// CheckLocks returns a field error unless names holds 1 to MaxMultiLocks
+// valid lock names, none twice.
+func CheckLocks(field string, names []string) *FieldError {
+	if len(names) < 1 || len(names) > MaxMultiLocks {
+		return &FieldError{Field: field, Detail: fmt.Sprintf("give 1-%d lock names (got %d)", MaxMultiLocks, len(names))}
+	}
+	seen := make(map[string]bool, len(names))
+	for i, name := range names {
+		if fe := CheckName(field, name); fe != nil {
+			return &FieldError{Field: field, Detail: fmt.Sprintf("item %d: %s", i, fe.Detail)}
+		}
+		if seen[name] {
+			return &FieldError{Field: field, Detail: fmt.Sprintf("%q appears more than once", name)}
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// AcquireAll acquires every lock of reqs or none, waiting up to wait for
+// them; with wait <= 0 it tries once. The grants are in the order of reqs.
+//
+// The names are taken one at a time in byte order of the name, the one
+// order every multi-lock follows. A multi-lock never holds part of its set
+// while it waits: when a name is held, it gives back exactly the holds it
+// took (Abandon), waits for that name's release, and tries the whole set
+// again. So overlapping multi-locks cannot deadlock, and the names need not
+// share a store shard.
+//
+// The watch on the name in the way is registered before the next try, so a
+// release in between is not missed. A refusal answers the error of the name
+// in the way, as a *LockError.
+//
+// A caller whose ctx is cancelled keeps no grant: each try runs on a
+// context the caller cannot cancel half-way, and the holds taken are given
+// back. As for AcquireWait, a store that is briefly unavailable while
+// waiting does not end the wait; only the first try fails at once.
+func AcquireAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Duration) ([]Grant, error) {
+	if err := ValidateAll(reqs); err != nil {
+		return nil, err
+	}
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		switch {
+		case reqs[a].Lock < reqs[b].Lock:
+			return -1
+		case reqs[a].Lock > reqs[b].Lock:
+			return 1
+		}
+		return 0
+	})
+
+	grants, err := takeAll(ctx, s, reqs, order)
+	if wait <= 0 || ErrorCode(err) != CodeHeld {
+		return grants, err
+	}
+
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	// w watches the name in the way, watching; woken: the last try was made
+	// because of a wake-up of w, which nobody has acted on if that try
+	// failed short of the name; leaving then, pass it on.
+	var w Watcher
+	var watching string
+	woken := false
+	defer func() {
+		if w != nil {
+			if woken {
+				w.PassOn()
+			}
+			w.Close()
+		}
+	}()
+	backoff := minUnavailableBackoff
+	for {
+		var e *Error
+		errors.As(err, &e)
+		var le *LockError
+		errors.As(err, &le)
+		var retry <-chan time.Time
+		switch {
+		case e != nil && e.Code == CodeHeld && le == nil: // takeAll names the lock; never
+			return nil, err
+		case e != nil && e.Code == CodeHeld && le.Lock != watching:
+			// Another name is in the way: watch it, then try again, so that
+			// its release between that try and the wait is not missed.
+			if w != nil {
+				if woken {
+					w.PassOn()
+				}
+				w.Close()
+				w, woken = nil, false
+			}
+			if w, err = s.Watch(ctx, le.Lock, WaitForRelease); err != nil {
+				return nil, err
+			}
+			watching = le.Lock
+			grants, err = takeAll(ctx, s, reqs, order)
+			if err == nil {
+				return grants, nil
+			}
+			continue
+		case e != nil && e.Code == CodeHeld:
+			// The name watched is still in the way: whoever took it will
+			// wake the watch when it lets go.
+			woken, backoff = false, minUnavailableBackoff
+			if e.HeldBy != nil {
+				w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
+			}
+		case e != nil && e.Code == CodeUnavailable:
+			retry = time.After(backoff)
+			backoff = min(2*backoff, maxUnavailableBackoff)
+		default: // an error that waiting will not mend
+			return nil, err
+		}
+		select {
+		case <-w.C():
+			woken = true
+			if !pause(ctx, deadline.C, rand.N(maxRetryJitter)) {
+				return nil, leaveErr(ctx, err)
+			}
+		case <-retry:
+		case <-deadline.C:
+			return nil, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		grants, err = takeAll(ctx, s, reqs, order)
+		if err == nil {
+			if woken && passesOn(grants, reqs, watching) {
+				// The release that woke this waiter may admit more than
+				// one: another reader, another permit.
+				w.PassOn()
+			}
+			woken = false
+			return grants, nil
+		}
+	}
+}
+
+// leaveErr is the error of a wait that ended during a pause: the caller's
+// cancellation, or else the last refusal.
+func leaveErr(ctx context.Context, last error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return last
+}
+
+// pause sleeps for d unless ctx is cancelled or deadline fires first,
+// which it reports as false.
+func pause(ctx context.Context, deadline <-chan time.Time, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-deadline:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// passesOn reports whether the grant of name admits others after it too.
+func passesOn(grants []Grant, reqs []AcquireRequest, name string) bool {
+	for i, r := range reqs {
+		if r.Lock == name {
+			return grants[i].Lease.Mode == Shared || grants[i].Lease.Limit > 0
+		}
+	}
+	return false
+}
+
+// takeAll makes one pass over the names in order. On a refusal it gives
+// back exactly the holds it took and answers the refusal as a *LockError;
+// a caller whose ctx is cancelled keeps nothing.
+func takeAll(ctx context.Context, s Store, reqs []AcquireRequest, order []int) ([]Grant, error) {
+	grants := make([]Grant, len(reqs))
+	for n, i := range order {
+		g, err := tryAcquire(ctx, s, reqs[i])
+		if err != nil {
+			giveBack(ctx, s, reqs, grants, order[:n])
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, &LockError{Lock: reqs[i].Lock, Err: err}
+		}
+		grants[i] = g
+	}
+	if err := ctx.Err(); err != nil {
+		giveBack(ctx, s, reqs, grants, order)
+		return nil, err
+	}
+	return grants, nil
+}
+
+// giveBack abandons the grants of the requests taken, newest first, on a
+// context the caller cannot cancel: a hold left behind would keep its name
+// until the lease's TTL. A store that cannot be reached undoes them later
+// (the Redis store's reaper retries an abandon until Redis answers).
+func giveBack(ctx context.Context, s Store, reqs []AcquireRequest, grants []Grant, taken []int) {
+	for _, i := range slices.Backward(taken) {
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		_ = s.Abandon(callCtx, reqs[i].Lock, grants[i].RequestID)
+		cancel()
+	}
+}
