@@ -157,7 +157,7 @@ func TestOpenAPI_ProblemTypes(t *testing.T) {
 		got = append(got, v.(string))
 	}
 	var want []string
-	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "lease-lost", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "unavailable", "internal"} {
+	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "unavailable", "internal"} {
 		want = append(want, "https://lockapi.dev/problems/"+name)
 		if !strings.Contains(doc.Info.Description, "https://lockapi.dev/problems/"+name) {
 			t.Errorf("info.description does not list problem type %s", name)

@@ -32,12 +32,52 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for LeaseMode.
+const (
+	LeaseModeExclusive LeaseMode = "exclusive"
+	LeaseModeShared    LeaseMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the LeaseMode enum.
+func (e LeaseMode) Valid() bool {
+	switch e {
+	case LeaseModeExclusive:
+		return true
+	case LeaseModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LockMode.
+const (
+	LockModeExclusive LockMode = "exclusive"
+	LockModeSemaphore LockMode = "semaphore"
+	LockModeShared    LockMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the LockMode enum.
+func (e LockMode) Valid() bool {
+	switch e {
+	case LockModeExclusive:
+		return true
+	case LockModeSemaphore:
+		return true
+	case LockModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemType.
 const (
 	HTTPSLockapiDevProblemsForbidden            ProblemType = "https://lockapi.dev/problems/forbidden"
 	HTTPSLockapiDevProblemsInternal             ProblemType = "https://lockapi.dev/problems/internal"
 	HTTPSLockapiDevProblemsInvalidRequest       ProblemType = "https://lockapi.dev/problems/invalid-request"
 	HTTPSLockapiDevProblemsLeaseLost            ProblemType = "https://lockapi.dev/problems/lease-lost"
+	HTTPSLockapiDevProblemsLimitMismatch        ProblemType = "https://lockapi.dev/problems/limit-mismatch"
 	HTTPSLockapiDevProblemsLockHeld             ProblemType = "https://lockapi.dev/problems/lock-held"
 	HTTPSLockapiDevProblemsMethodNotAllowed     ProblemType = "https://lockapi.dev/problems/method-not-allowed"
 	HTTPSLockapiDevProblemsNotFound             ProblemType = "https://lockapi.dev/problems/not-found"
@@ -46,6 +86,7 @@ const (
 	HTTPSLockapiDevProblemsUnauthorized         ProblemType = "https://lockapi.dev/problems/unauthorized"
 	HTTPSLockapiDevProblemsUnavailable          ProblemType = "https://lockapi.dev/problems/unavailable"
 	HTTPSLockapiDevProblemsUnsupportedMediaType ProblemType = "https://lockapi.dev/problems/unsupported-media-type"
+	HTTPSLockapiDevProblemsUpgradeRefused       ProblemType = "https://lockapi.dev/problems/upgrade-refused"
 )
 
 // Valid indicates whether the value is a known member of the ProblemType enum.
@@ -58,6 +99,8 @@ func (e ProblemType) Valid() bool {
 	case HTTPSLockapiDevProblemsInvalidRequest:
 		return true
 	case HTTPSLockapiDevProblemsLeaseLost:
+		return true
+	case HTTPSLockapiDevProblemsLimitMismatch:
 		return true
 	case HTTPSLockapiDevProblemsLockHeld:
 		return true
@@ -74,6 +117,8 @@ func (e ProblemType) Valid() bool {
 	case HTTPSLockapiDevProblemsUnavailable:
 		return true
 	case HTTPSLockapiDevProblemsUnsupportedMediaType:
+		return true
+	case HTTPSLockapiDevProblemsUpgradeRefused:
 		return true
 	default:
 		return false
@@ -99,6 +144,16 @@ func (e ReadyStatus) Valid() bool {
 //
 // Example: {"metadata":{"job":"nightly"},"owner":"worker-7","ttl_ms":30000,"wait_ms":0}
 type AcquireRequest struct {
+	// Fair Wait in arrival order: with `wait_ms`, the acquire joins the lock's queue and is granted only at its head. While the queue is not empty, the lock is granted to its head only. Default false.
+	//
+	// Example: true
+	Fair *bool `json:"fair,omitempty"`
+
+	// Limit Makes the name a semaphore with this many permits and takes one. Absent: a lock. Every acquire of a held semaphore must give the same limit, and an acquire of a held lock none (else 409 `limit-mismatch`). Not with `mode: shared`.
+	//
+	// Example: 5
+	Limit *int32 `json:"limit,omitempty"`
+
 	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
 	//
 	// Example: {"job":"nightly"}
@@ -108,6 +163,11 @@ type AcquireRequest struct {
 	//
 	// Example: 1
 	MinReplicas *int64 `json:"min_replicas,omitempty"`
+
+	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+	//
+	// Example: exclusive
+	Mode *LeaseMode `json:"mode,omitempty"`
 
 	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
 	//
@@ -184,9 +244,9 @@ type HeldBy struct {
 	Owner Owner `json:"owner"`
 }
 
-// Holder What anyone may see of the current lease; never its `lease_id`.
+// Holder What anyone may see of a live lease; never its `lease_id`.
 //
-// Example: {"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{"job":"nightly"},"owner":"worker-7"}
+// Example: {"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{"job":"nightly"},"mode":"exclusive","owner":"worker-7"}
 type Holder struct {
 	// AcquiredAt Example: 2025-11-22T14:02:00Z
 	AcquiredAt time.Time `json:"acquired_at"`
@@ -207,6 +267,11 @@ type Holder struct {
 	// Example: {"job":"nightly"}
 	Metadata Metadata `json:"metadata"`
 
+	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+	//
+	// Example: exclusive
+	Mode LeaseMode `json:"mode"`
+
 	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
@@ -215,7 +280,7 @@ type Holder struct {
 
 // Lease A holder's lease. `lease_id` is the capability to renew and release it.
 //
-// Example: {"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8N","lock":"deploy:prod","metadata":{"job":"nightly"},"owner":"worker-7","release_url":"/v1/locks/deploy:prod/leases/01JD3Z8Q6W9M4T5R2K7X1B0C8N/release?exp=1795435320\u0026sig=2sXfYl0m2mQ2xv3b8m9u7Q0c1x4d2e5f6a7b8c9d0e1","ttl_ms":30000}
+// Example: {"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8N","limit":0,"lock":"deploy:prod","metadata":{"job":"nightly"},"mode":"exclusive","owner":"worker-7","release_url":"/v1/locks/deploy:prod/leases/01JD3Z8Q6W9M4T5R2K7X1B0C8N/release?exp=1795435320\u0026sig=2sXfYl0m2mQ2xv3b8m9u7Q0c1x4d2e5f6a7b8c9d0e1","ttl_ms":30000}
 type Lease struct {
 	// AcquiredAt When the fresh grant happened (the store's clock).
 	//
@@ -242,6 +307,11 @@ type Lease struct {
 	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
 	LeaseID LeaseID `json:"lease_id"`
 
+	// Limit The semaphore's number of permits; 0 for a lock.
+	//
+	// Example: 0
+	Limit int32 `json:"limit"`
+
 	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
 	//
 	// Example: deploy:prod
@@ -251,6 +321,11 @@ type Lease struct {
 	//
 	// Example: {"job":"nightly"}
 	Metadata Metadata `json:"metadata"`
+
+	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+	//
+	// Example: exclusive
+	Mode LeaseMode `json:"mode"`
 
 	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
 	//
@@ -273,7 +348,12 @@ type Lease struct {
 // Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
 type LeaseID = string
 
-// LockList Example: {"locks":[{"fencing_token":42,"held":true,"holder":{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{},"owner":"worker-7"},"index":"1732284120000-42","lock":"deploy:prod"}],"next_cursor":null}
+// LeaseMode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+//
+// Example: exclusive
+type LeaseMode string
+
+// LockList Example: {"locks":[{"fencing_token":42,"held":true,"holder":{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{},"mode":"exclusive","owner":"worker-7"},"holders":[{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{},"mode":"exclusive","owner":"worker-7"}],"index":"1732284120000-42","limit":0,"lock":"deploy:prod","mode":"exclusive","queue_length":0}],"next_cursor":null}
 type LockList struct {
 	Locks []LockState `json:"locks"`
 
@@ -281,14 +361,19 @@ type LockList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
+// LockMode How a lock is held: `exclusive` (one writer, perhaps with its own shared leases), `shared` (readers only) or `semaphore` (permits).
+//
+// Example: exclusive
+type LockMode string
+
 // LockName 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
 //
 // Example: deploy:prod
 type LockName = string
 
-// LockState A lock's state. A free lock has `held` false and `holder` null.
+// LockState A lock's state. A free lock has `held` false, `mode` and `holder` null and no `holders`.
 //
-// Example: {"fencing_token":42,"held":true,"holder":{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{"job":"nightly"},"owner":"worker-7"},"index":"1732284120000-42","lock":"deploy:prod"}
+// Example: {"fencing_token":42,"held":true,"holder":{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{"job":"nightly"},"mode":"exclusive","owner":"worker-7"},"holders":[{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{"job":"nightly"},"mode":"exclusive","owner":"worker-7"}],"index":"1732284120000-42","limit":0,"lock":"deploy:prod","mode":"exclusive","queue_length":0}
 type LockState struct {
 	// FencingToken The last fencing token issued for this lock; 0 if never.
 	//
@@ -298,18 +383,34 @@ type LockState struct {
 	// Held Example: true
 	Held bool `json:"held"`
 
-	// Holder The current holder; null when the lock is free.
+	// Holder The exclusive lease, when there is one; null when the lock is free, held by readers only, or a semaphore. `holders` lists every lease.
 	Holder *Holder `json:"holder"`
+
+	// Holders Every live lease, in the order they were granted: the exclusive one, readers' shared ones, or a semaphore's permits. Empty when the lock is free.
+	Holders []Holder `json:"holders"`
 
 	// Index Opaque; changes whenever the state changes. Pass it as `index` for a blocking query. Also sent as the `X-Lock-Index` header.
 	//
 	// Example: 1732284120000-42
 	Index string `json:"index"`
 
+	// Limit The semaphore's number of permits; 0 for a lock.
+	//
+	// Example: 0
+	Limit int32 `json:"limit"`
+
 	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
+
+	// Mode How the lock is held; null when it is free.
+	Mode *LockMode `json:"mode"`
+
+	// QueueLength Waiters queued for the lock: fair waiters, and writers that readers keep waiting (new readers queue behind them).
+	//
+	// Example: 0
+	QueueLength int32 `json:"queue_length"`
 }
 
 // Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
@@ -325,9 +426,9 @@ type MetricsText = string
 // Example: worker-7
 type Owner = string
 
-// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Problem struct {
 	// Detail What went wrong in this occurrence; safe to show.
 	//
@@ -337,15 +438,21 @@ type Problem struct {
 	// Errors The offending inputs of an `invalid-request` problem.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
-	// Holder What a refused acquirer learns of the holder.
-	//
-	// Example: {"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"}
+	// Holder The lease in the way of a `lock-held`; absent when the lock is free but queued waiters come first.
 	Holder *HeldBy `json:"holder,omitempty"`
 
 	// Instance The request path of this occurrence.
 	//
 	// Example: /v1/locks/deploy:prod/leases
 	Instance *string `json:"instance,omitempty"`
+
+	// Lock The lock a conflict is about; for a multi-lock, the one in the way.
+	Lock *LockName `json:"lock,omitempty"`
+
+	// QueueLength The lock's queued waiters, on `lock-held`.
+	//
+	// Example: 0
+	QueueLength *int32 `json:"queue_length,omitempty"`
 
 	// Status The HTTP status code.
 	//
@@ -444,59 +551,59 @@ type ReleaseSig = string
 // WatchWaitMs defines model for WatchWaitMs.
 type WatchWaitMs = int64
 
-// Forbidden An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// Forbidden An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Forbidden = Problem
 
-// Internal An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// Internal An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Internal = Problem
 
-// InvalidRequest An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// InvalidRequest An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type InvalidRequest = Problem
 
-// LeaseLost An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// LeaseLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type LeaseLost = Problem
 
-// LockHeld An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// LockHeld An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type LockHeld = Problem
 
-// NotFound An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// NotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type NotFound = Problem
 
-// PayloadTooLarge An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// PayloadTooLarge An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type PayloadTooLarge = Problem
 
-// RateLimited An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// RateLimited An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type RateLimited = Problem
 
-// Unauthorized An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// Unauthorized An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unauthorized = Problem
 
-// Unavailable An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// Unavailable An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unavailable = Problem
 
-// UnsupportedMediaType An RFC 9457 problem detail, sent as `application/problem+json`. `holder` is present for `lock-held`, `errors` for `invalid-request`.
+// UnsupportedMediaType An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
 //
-// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type UnsupportedMediaType = Problem
 
 // ListLocksParams defines parameters for ListLocks.
@@ -690,6 +797,15 @@ type ClientInterface interface {
 	// `owner` the server picks a fresh unique owner, so such acquires are
 	// never reentrant.
 	//
+	// `mode: shared` takes a reader's lease of a read-write lock: readers
+	// share the name, a writer (`exclusive`) has it alone. A reader may
+	// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+	// permit of a semaphore with N permits; every acquire of a held
+	// semaphore must give the same limit (409 `limit-mismatch`), and
+	// permits are never reentrant: each acquire takes another one, 201.
+	// `fair: true` with `wait_ms` waits in arrival order. See
+	// `docs/LOCK_KINDS.md`.
+	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
@@ -717,6 +833,15 @@ type ClientInterface interface {
 	// `fencing_token`, `hold_count` incremented and the TTL reset. Without
 	// `owner` the server picks a fresh unique owner, so such acquires are
 	// never reentrant.
+	//
+	// `mode: shared` takes a reader's lease of a read-write lock: readers
+	// share the name, a writer (`exclusive`) has it alone. A reader may
+	// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+	// permit of a semaphore with N permits; every acquire of a held
+	// semaphore must give the same limit (409 `limit-mismatch`), and
+	// permits are never reentrant: each acquire takes another one, 201.
+	// `fair: true` with `wait_ms` waits in arrival order. See
+	// `docs/LOCK_KINDS.md`.
 	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
@@ -925,6 +1050,15 @@ func (c *Client) GetLock(ctx context.Context, name LockName, params *GetLockPara
 // `owner` the server picks a fresh unique owner, so such acquires are
 // never reentrant.
 //
+// `mode: shared` takes a reader's lease of a read-write lock: readers
+// share the name, a writer (`exclusive`) has it alone. A reader may
+// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+// permit of a semaphore with N permits; every acquire of a held
+// semaphore must give the same limit (409 `limit-mismatch`), and
+// permits are never reentrant: each acquire takes another one, 201.
+// `fair: true` with `wait_ms` waits in arrival order. See
+// `docs/LOCK_KINDS.md`.
+//
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
@@ -962,6 +1096,15 @@ func (c *Client) AcquireLeaseWithBody(ctx context.Context, name LockName, params
 // `fencing_token`, `hold_count` incremented and the TTL reset. Without
 // `owner` the server picks a fresh unique owner, so such acquires are
 // never reentrant.
+//
+// `mode: shared` takes a reader's lease of a read-write lock: readers
+// share the name, a writer (`exclusive`) has it alone. A reader may
+// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+// permit of a semaphore with N permits; every acquire of a held
+// semaphore must give the same limit (409 `limit-mismatch`), and
+// permits are never reentrant: each acquire takes another one, 201.
+// `fair: true` with `wait_ms` waits in arrival order. See
+// `docs/LOCK_KINDS.md`.
 //
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every
@@ -1760,6 +1903,15 @@ type ClientWithResponsesInterface interface {
 	// `owner` the server picks a fresh unique owner, so such acquires are
 	// never reentrant.
 	//
+	// `mode: shared` takes a reader's lease of a read-write lock: readers
+	// share the name, a writer (`exclusive`) has it alone. A reader may
+	// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+	// permit of a semaphore with N permits; every acquire of a held
+	// semaphore must give the same limit (409 `limit-mismatch`), and
+	// permits are never reentrant: each acquire takes another one, 201.
+	// `fair: true` with `wait_ms` waits in arrival order. See
+	// `docs/LOCK_KINDS.md`.
+	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
@@ -1787,6 +1939,15 @@ type ClientWithResponsesInterface interface {
 	// `fencing_token`, `hold_count` incremented and the TTL reset. Without
 	// `owner` the server picks a fresh unique owner, so such acquires are
 	// never reentrant.
+	//
+	// `mode: shared` takes a reader's lease of a read-write lock: readers
+	// share the name, a writer (`exclusive`) has it alone. A reader may
+	// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+	// permit of a semaphore with N permits; every acquire of a held
+	// semaphore must give the same limit (409 `limit-mismatch`), and
+	// permits are never reentrant: each acquire takes another one, 201.
+	// `fair: true` with `wait_ms` waits in arrival order. See
+	// `docs/LOCK_KINDS.md`.
 	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
@@ -3255,6 +3416,15 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, name Lock
 // `owner` the server picks a fresh unique owner, so such acquires are
 // never reentrant.
 //
+// `mode: shared` takes a reader's lease of a read-write lock: readers
+// share the name, a writer (`exclusive`) has it alone. A reader may
+// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+// permit of a semaphore with N permits; every acquire of a held
+// semaphore must give the same limit (409 `limit-mismatch`), and
+// permits are never reentrant: each acquire takes another one, 201.
+// `fair: true` with `wait_ms` waits in arrival order. See
+// `docs/LOCK_KINDS.md`.
+//
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
@@ -3288,6 +3458,15 @@ func (c *ClientWithResponses) AcquireLeaseWithBodyWithResponse(ctx context.Conte
 // `fencing_token`, `hold_count` incremented and the TTL reset. Without
 // `owner` the server picks a fresh unique owner, so such acquires are
 // never reentrant.
+//
+// `mode: shared` takes a reader's lease of a read-write lock: readers
+// share the name, a writer (`exclusive`) has it alone. A reader may
+// not become the writer (409 `upgrade-refused`). `limit: N` takes one
+// permit of a semaphore with N permits; every acquire of a held
+// semaphore must give the same limit (409 `limit-mismatch`), and
+// permits are never reentrant: each acquire takes another one, 201.
+// `fair: true` with `wait_ms` waits in arrival order. See
+// `docs/LOCK_KINDS.md`.
 //
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every

@@ -34,6 +34,8 @@ var (
 	kindNotFound     = problemKind{http.StatusNotFound, "not-found", "Not found"}
 	kindMethod       = problemKind{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed"}
 	kindHeld         = problemKind{http.StatusConflict, "lock-held", "Lock held"}
+	kindLimit        = problemKind{http.StatusConflict, "limit-mismatch", "Limit mismatch"}
+	kindUpgrade      = problemKind{http.StatusConflict, "upgrade-refused", "Upgrade refused"}
 	kindLeaseLost    = problemKind{http.StatusGone, "lease-lost", "Lease lost"}
 	kindTooLarge     = problemKind{http.StatusRequestEntityTooLarge, "payload-too-large", "Payload too large"}
 	kindMediaType    = problemKind{http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type"}
@@ -46,12 +48,14 @@ var (
 
 // codeKinds maps the domain's error codes to problem types.
 var codeKinds = map[lock.Code]problemKind{
-	lock.CodeInvalid:     kindInvalid,
-	lock.CodeForbidden:   kindForbidden,
-	lock.CodeHeld:        kindHeld,
-	lock.CodeLeaseLost:   kindLeaseLost,
-	lock.CodeUnavailable: kindUnavailable,
-	lock.CodeInternal:    kindInternal,
+	lock.CodeInvalid:       kindInvalid,
+	lock.CodeForbidden:     kindForbidden,
+	lock.CodeHeld:          kindHeld,
+	lock.CodeLimitMismatch: kindLimit,
+	lock.CodeUpgrade:       kindUpgrade,
+	lock.CodeLeaseLost:     kindLeaseLost,
+	lock.CodeUnavailable:   kindUnavailable,
+	lock.CodeInternal:      kindInternal,
 }
 
 // httpError is a failure of the HTTP exchange itself, which the domain has
@@ -69,13 +73,20 @@ var errShuttingDown = &lock.Error{Code: lock.CodeUnavailable, Detail: "server is
 
 // Problem is an RFC 9457 problem detail, the body of every error response.
 type Problem struct {
-	Type     string         `json:"type"`
-	Title    string         `json:"title"`
-	Status   int            `json:"status"`
-	Detail   string         `json:"detail"`
-	Instance string         `json:"instance,omitempty"`
-	Holder   *ProblemHolder `json:"holder,omitempty"`
-	Errors   []FieldError   `json:"errors,omitempty"`
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail"`
+	Instance string `json:"instance,omitempty"`
+	// Lock names the lock of a conflict (lock-held, limit-mismatch,
+	// upgrade-refused): of several, the one in the way.
+	Lock string `json:"lock,omitempty"`
+	// Holder is the lease in the way of a lock-held problem; absent when
+	// only queued waiters are.
+	Holder *ProblemHolder `json:"holder,omitempty"`
+	// QueueLength counts the lock's queued waiters, on lock-held.
+	QueueLength *int         `json:"queue_length,omitempty"`
+	Errors      []FieldError `json:"errors,omitempty"`
 }
 
 // ProblemHolder is the holder extension of a lock-held problem.
@@ -117,17 +128,27 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 			kind = kindInternal
 		}
 		p.Detail = e.Detail
+		if kind.status == http.StatusConflict {
+			if le, ok := errors.AsType[*lock.LockError](err); ok {
+				p.Lock = le.Lock
+			}
+		}
 		switch kind {
 		case kindInvalid:
 			for _, f := range e.Fields {
 				p.Errors = append(p.Errors, FieldError{Field: f.Field, Detail: f.Detail})
 			}
 		case kindHeld:
-			if e.HeldBy != nil {
-				p.Holder = &ProblemHolder{
-					Owner:        e.HeldBy.Owner,
-					FencingToken: e.HeldBy.Token,
-					ExpiresInMs:  max(e.HeldBy.ExpiresIn.Milliseconds(), 0),
+			if by := e.HeldBy; by != nil {
+				p.QueueLength = &by.Queue
+				if by.Owner != "" {
+					p.Holder = &ProblemHolder{
+						Owner:        by.Owner,
+						FencingToken: by.Token,
+						ExpiresInMs:  max(by.ExpiresIn.Milliseconds(), 0),
+					}
+				} else {
+					p.Detail = queuedDetail(p.Lock, by.Queue)
 				}
 			}
 			w.Header().Set("Retry-After", strconv.FormatInt(retryAfter(e), 10))
@@ -157,8 +178,20 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// queuedDetail describes a refusal that no lease caused: the lock is free,
+// but waiters that arrived first (fair ones, or a writer that readers held
+// off) come first.
+func queuedDetail(name string, queue int) string {
+	what := "the lock"
+	if name != "" {
+		what = fmt.Sprintf("lock %q", name)
+	}
+	return fmt.Sprintf("%s is not held, but %d queued waiters come before this acquire", what, queue)
+}
+
 // retryAfter is the Retry-After of a lock-held answer: when the holder's
-// lease ends, in whole seconds rounded up, and at least 1.
+// lease ends (or the queue's head must have renewed its place), in whole
+// seconds rounded up, and at least 1.
 func retryAfter(e *lock.Error) int64 {
 	if e.HeldBy == nil {
 		return 1

@@ -163,6 +163,15 @@ func FuzzAcquireBody(f *testing.F) {
 		{"%zz", fuzzJSON, `{}`},
 		{"", fuzzJSON, `{}`},
 		{"fresh", fuzzJSON, `{"owner":"` + strings.Repeat("x", lockhttp.MaxBodyBytes) + `"}`},
+		{"fresh", fuzzJSON, `{"owner":"a","mode":"shared"}`},
+		{"fresh", fuzzJSON, `{"owner":"a","limit":3}`},
+		{"fresh", fuzzJSON, `{"owner":"a","fair":true,"wait_ms":5}`},
+		{"busy", fuzzJSON, `{"owner":"holder","mode":"shared"}`},
+		{"busy", fuzzJSON, `{"owner":"other","limit":2}`},
+		{"fresh", fuzzJSON, `{"mode":"upgrade"}`},
+		{"fresh", fuzzJSON, `{"limit":0}`},
+		{"fresh", fuzzJSON, `{"mode":"shared","limit":2}`},
+		{"fresh", fuzzJSON, `{"fair":"yes"}`},
 	} {
 		f.Add(c.name, c.ct, []byte(c.body))
 	}
@@ -207,8 +216,16 @@ func (e *fuzzEnv) checkGrant(t *testing.T, target string, rec *httptest.Response
 	if !st.Held && time.Until(l.ExpiresAt) < time.Millisecond {
 		return // a short TTL ran out already (expires_at is in milliseconds)
 	}
-	if !st.Held || st.Holder.Owner != l.Owner || st.Holder.Token != l.FencingToken || st.Holder.HoldCount != l.HoldCount {
-		t.Fatalf("POST %q: %d %s, but the store holds %+v", target, rec.Code, rec.Body, st.Holder)
+	// The lease among the lock's holders: a shared lease or a permit is not
+	// the exclusive Holder.
+	h := st.Holder
+	for i := range st.Holders {
+		if st.Holders[i].Token == l.FencingToken {
+			h = &st.Holders[i]
+		}
+	}
+	if !st.Held || h == nil || h.Owner != l.Owner || h.Token != l.FencingToken || h.HoldCount != l.HoldCount {
+		t.Fatalf("POST %q: %d %s, but the store holds %+v", target, rec.Code, rec.Body, st.Holders)
 	}
 	fresh := rec.Code == http.StatusCreated
 	if fresh != (l.HoldCount == 1) || (!fresh && l.Lock == "busy" && l.LeaseID != e.busy.ID) {

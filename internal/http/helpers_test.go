@@ -177,13 +177,15 @@ func Decode[T any](tb testing.TB, resp Response) T {
 
 // Problem is a decoded problem+json body.
 type Problem struct {
-	Type     string                  `json:"type"`
-	Title    string                  `json:"title"`
-	Status   int                     `json:"status"`
-	Detail   string                  `json:"detail"`
-	Instance string                  `json:"instance"`
-	Holder   *lockhttp.ProblemHolder `json:"holder"`
-	Errors   []lockhttp.FieldError   `json:"errors"`
+	Type        string                  `json:"type"`
+	Title       string                  `json:"title"`
+	Status      int                     `json:"status"`
+	Detail      string                  `json:"detail"`
+	Instance    string                  `json:"instance"`
+	Lock        string                  `json:"lock"`
+	Holder      *lockhttp.ProblemHolder `json:"holder"`
+	QueueLength *int                    `json:"queue_length"`
+	Errors      []lockhttp.FieldError   `json:"errors"`
 }
 
 // WantProblem fails the test unless resp is a problem of the given status
@@ -211,10 +213,18 @@ func WantProblem(tb testing.TB, resp Response, status int, slug string) Problem 
 // Unwatched, and the optional funcs replace methods to inject faults.
 type HookStore struct {
 	lock.Store
-	Watching  chan lock.WatchKind
-	Unwatched chan struct{}
-	OnInspect func(ctx context.Context, name string) (lock.State, error)
-	OnPing    func(ctx context.Context) error
+	Watching     chan lock.WatchKind
+	Unwatched    chan struct{}
+	OnInspect    func(ctx context.Context, name string) (lock.State, error)
+	OnPing       func(ctx context.Context) error
+	OnTryAcquire func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error)
+}
+
+func (h *HookStore) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	if h.OnTryAcquire != nil {
+		return h.OnTryAcquire(ctx, req)
+	}
+	return h.Store.TryAcquire(ctx, req)
 }
 
 func (h *HookStore) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {

@@ -32,6 +32,8 @@ type Lease struct {
 	Lock         string            `json:"lock"`
 	LeaseID      string            `json:"lease_id"`
 	Owner        string            `json:"owner"`
+	Mode         lock.Mode         `json:"mode"`
+	Limit        int               `json:"limit"` // 0 for a lock
 	FencingToken uint64            `json:"fencing_token"`
 	HoldCount    int               `json:"hold_count"`
 	TTLMs        int64             `json:"ttl_ms"`
@@ -47,6 +49,8 @@ func (s *Server) newLease(l lock.Lease) Lease {
 		Lock:         l.Lock,
 		LeaseID:      l.ID,
 		Owner:        l.Owner,
+		Mode:         mode(l.Mode),
+		Limit:        l.Limit,
 		FencingToken: l.Token,
 		HoldCount:    l.HoldCount,
 		TTLMs:        l.TTL.Milliseconds(),
@@ -55,6 +59,14 @@ func (s *Server) newLease(l lock.Lease) Lease {
 		Metadata:     metadata(l.Metadata),
 		ReleaseURL:   s.releaseURL(l),
 	}
+}
+
+// mode is never "" in JSON: a lease without a mode is exclusive.
+func mode(m lock.Mode) lock.Mode {
+	if m == "" {
+		return lock.Exclusive
+	}
+	return m
 }
 
 // metadata is never null in JSON.
@@ -76,6 +88,7 @@ type ReleaseResult struct {
 // Holder is the JSON form of lock.Holder: never the lease id.
 type Holder struct {
 	Owner        string            `json:"owner"`
+	Mode         lock.Mode         `json:"mode"`
 	FencingToken uint64            `json:"fencing_token"`
 	HoldCount    int               `json:"hold_count"`
 	AcquiredAt   string            `json:"acquired_at"`
@@ -83,26 +96,52 @@ type Holder struct {
 	Metadata     map[string]string `json:"metadata"`
 }
 
-// LockState is the JSON form of lock.State.
+func newHolder(h lock.Holder) Holder {
+	return Holder{
+		Owner:        h.Owner,
+		Mode:         mode(h.Mode),
+		FencingToken: h.Token,
+		HoldCount:    h.HoldCount,
+		AcquiredAt:   formatTime(h.AcquiredAt),
+		ExpiresAt:    formatTime(h.ExpiresAt),
+		Metadata:     metadata(h.Metadata),
+	}
+}
+
+// LockState is the JSON form of lock.State. Mode and Holder are null when
+// the lock is free, Holders is then empty; Holder is the exclusive lease
+// only, as it was before shared leases and semaphores.
 type LockState struct {
-	Lock         string  `json:"lock"`
-	Held         bool    `json:"held"`
-	Holder       *Holder `json:"holder"`
-	FencingToken uint64  `json:"fencing_token"`
-	Index        string  `json:"index"`
+	Lock         string     `json:"lock"`
+	Held         bool       `json:"held"`
+	Mode         *lock.Kind `json:"mode"`
+	Holder       *Holder    `json:"holder"`
+	Holders      []Holder   `json:"holders"`
+	Limit        int        `json:"limit"` // 0 for a lock
+	QueueLength  int        `json:"queue_length"`
+	FencingToken uint64     `json:"fencing_token"`
+	Index        string     `json:"index"`
 }
 
 func newLockState(st lock.State) LockState {
-	out := LockState{Lock: st.Lock, Held: st.Held, FencingToken: st.LastToken, Index: st.Index}
-	if h := st.Holder; st.Held && h != nil {
-		out.Holder = &Holder{
-			Owner:        h.Owner,
-			FencingToken: h.Token,
-			HoldCount:    h.HoldCount,
-			AcquiredAt:   formatTime(h.AcquiredAt),
-			ExpiresAt:    formatTime(h.ExpiresAt),
-			Metadata:     metadata(h.Metadata),
-		}
+	out := LockState{
+		Lock:         st.Lock,
+		Held:         st.Held,
+		Holders:      make([]Holder, 0, len(st.Holders)),
+		Limit:        st.Limit,
+		QueueLength:  st.Queue,
+		FencingToken: st.LastToken,
+		Index:        st.Index,
+	}
+	if st.Held && st.Kind != "" {
+		out.Mode = &st.Kind
+	}
+	if st.Held && st.Holder != nil {
+		h := newHolder(*st.Holder)
+		out.Holder = &h
+	}
+	for _, h := range st.Holders {
+		out.Holders = append(out.Holders, newHolder(h))
 	}
 	return out
 }

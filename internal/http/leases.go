@@ -22,6 +22,9 @@ type acquireBody struct {
 	WaitMs      *int64            `json:"wait_ms"`
 	Metadata    map[string]string `json:"metadata"`
 	MinReplicas *int64            `json:"min_replicas"`
+	Mode        *string           `json:"mode"`
+	Limit       *int64            `json:"limit"`
+	Fair        *bool             `json:"fair"`
 }
 
 // renewBody is the body of POST /v1/locks/{name}/leases/{lease_id}/renew.
@@ -66,7 +69,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
 	}
 	if err != nil {
-		Error(w, r, err)
+		Error(w, r, &lock.LockError{Lock: req.Lock, Err: err})
 		return
 	}
 
@@ -96,18 +99,11 @@ func waitOutcome(err error) string {
 	return "error"
 }
 
-// acquireRequest validates an acquire and fills in its defaults. An absent
-// owner becomes a fresh ULID, so such acquires are never reentrant.
+// acquireRequest validates an acquire and fills in its defaults.
 // idempotencyKeys are the request's Idempotency-Key headers: none, or one.
 func (s *Server) acquireRequest(name string, b acquireBody, idempotencyKeys []string) (lock.AcquireRequest, time.Duration, error) {
-	req := lock.AcquireRequest{Lock: name, TTL: s.cfg.DefaultTTL, Metadata: b.Metadata, MinReplicas: s.cfg.MinReplicas}
-	if b.Owner != nil {
-		req.Owner = *b.Owner
-	} else {
-		req.Owner = ulid.Make().String()
-	}
-
-	var fields []lock.FieldError
+	req, wait, fields := s.newAcquire(b)
+	req.Lock = name
 	switch len(idempotencyKeys) {
 	case 0:
 	case 1:
@@ -117,6 +113,45 @@ func (s *Server) acquireRequest(name string, b acquireBody, idempotencyKeys []st
 		}
 	default:
 		fields = append(fields, lock.FieldError{Field: "Idempotency-Key", Detail: "give one Idempotency-Key header, not several"})
+	}
+	if err := req.Validate(); err != nil {
+		fields = slices.Concat(lock.AsError(err).Fields, fields)
+	}
+	if len(fields) > 0 {
+		return req, 0, lock.Invalid(fields...)
+	}
+	return req, wait, nil
+}
+
+// newAcquire turns the fields of an acquire body into a request with the
+// server's defaults, and reports what breaks the server's limits; the
+// domain's rules are left to lock.AcquireRequest.Validate. An absent owner
+// becomes a fresh ULID, so such acquires are never reentrant.
+func (s *Server) newAcquire(b acquireBody) (lock.AcquireRequest, time.Duration, []lock.FieldError) {
+	req := lock.AcquireRequest{TTL: s.cfg.DefaultTTL, Metadata: b.Metadata, MinReplicas: s.cfg.MinReplicas}
+	if b.Owner != nil {
+		req.Owner = *b.Owner
+	} else {
+		req.Owner = ulid.Make().String()
+	}
+	if b.Fair != nil {
+		req.Fair = *b.Fair
+	}
+
+	// To the domain, mode "" and limit 0 are the defaults (an exclusive
+	// lock); the API takes them only as absent members.
+	var fields []lock.FieldError
+	if b.Mode != nil {
+		if req.Mode = lock.Mode(*b.Mode); req.Mode == "" {
+			fields = append(fields, lock.FieldError{Field: "mode", Detail: `must be "exclusive" or "shared"`})
+		}
+	}
+	if b.Limit != nil {
+		if n := *b.Limit; n < 1 || n > lock.MaxLimit {
+			fields = append(fields, lock.FieldError{Field: "limit", Detail: fmt.Sprintf("a semaphore has 1-%d permits", lock.MaxLimit)})
+		} else {
+			req.Limit = int(n)
+		}
 	}
 	if b.TTLMs != nil {
 		ttl, fe := s.checkTTL(*b.TTLMs)
@@ -144,14 +179,7 @@ func (s *Server) acquireRequest(name string, b acquireBody, idempotencyKeys []st
 			wait = time.Duration(ms) * time.Millisecond
 		}
 	}
-
-	if err := req.Validate(); err != nil {
-		fields = slices.Concat(lock.AsError(err).Fields, fields)
-	}
-	if len(fields) > 0 {
-		return req, 0, lock.Invalid(fields...)
-	}
-	return req, wait, nil
+	return req, wait, fields
 }
 
 // checkTTL converts a ttl_ms that must lie between lock.MinTTL and MaxTTL.

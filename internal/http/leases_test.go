@@ -28,6 +28,9 @@ func TestAcquire(t *testing.T) {
 		if l.FencingToken == 0 || len(l.LeaseID) != 26 {
 			t.Errorf("token %d, lease id %q", l.FencingToken, l.LeaseID)
 		}
+		if l.Mode != lock.Exclusive || l.Limit != 0 || !strings.Contains(string(resp.Body), `"limit":0`) {
+			t.Errorf("a plain lock's lease has mode %q and limit %d: %s", l.Mode, l.Limit, resp.Body)
+		}
 		if got, want := resp.Header.Get("Location"), "/v1/locks/deploy:prod/leases/"+l.LeaseID; got != want {
 			t.Errorf("Location = %q, want %q", got, want)
 		}
@@ -49,7 +52,7 @@ func TestAcquire(t *testing.T) {
 		for _, tc := range []struct{ name, body, ct string }{
 			{"NoBody", "", ""},
 			{"EmptyObject", "{}", "application/json"},
-			{"NullFields", `{"owner":null,"ttl_ms":null,"wait_ms":null,"metadata":null}`, "application/json; charset=utf-8"},
+			{"NullFields", `{"owner":null,"ttl_ms":null,"wait_ms":null,"metadata":null,"mode":null,"limit":null,"fair":null}`, "application/json; charset=utf-8"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				e := e.For(t)
@@ -65,7 +68,7 @@ func TestAcquire(t *testing.T) {
 					t.Fatalf("status = %d; %s", resp.StatusCode, resp.Body)
 				}
 				l := Decode[lockhttp.Lease](t, resp)
-				if l.TTLMs != 30000 || len(l.Owner) != 26 || l.Metadata == nil || len(l.Metadata) != 0 {
+				if l.TTLMs != 30000 || len(l.Owner) != 26 || l.Metadata == nil || len(l.Metadata) != 0 || l.Mode != lock.Exclusive || l.Limit != 0 {
 					t.Errorf("lease = %+v", l)
 				}
 				if !strings.Contains(string(resp.Body), `"metadata":{}`) {
@@ -167,8 +170,8 @@ func TestAcquire(t *testing.T) {
 		if ra := resp.Header.Get("Retry-After"); ra != "3" {
 			t.Errorf("Retry-After = %q, want 3 (2.5s rounded up)", ra)
 		}
-		if p.Instance != "/v1/locks/busy/leases" {
-			t.Errorf("instance = %q", p.Instance)
+		if p.Instance != "/v1/locks/busy/leases" || p.Lock != "busy" || p.QueueLength == nil || *p.QueueLength != 0 {
+			t.Errorf("instance = %q, lock %q, queue_length %v", p.Instance, p.Lock, p.QueueLength)
 		}
 	})
 

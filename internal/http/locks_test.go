@@ -26,8 +26,10 @@ func TestInspect(t *testing.T) {
 		if st.Lock != "never" || st.Held || st.Holder != nil || st.FencingToken != 0 || st.Index == "" {
 			t.Fatalf("state = %+v", st)
 		}
-		if !strings.Contains(string(resp.Body), `"holder":null`) {
-			t.Errorf("holder not null: %s", resp.Body)
+		for _, want := range []string{`"holder":null`, `"mode":null`, `"holders":[]`, `"queue_length":0`, `"limit":0`} {
+			if !strings.Contains(string(resp.Body), want) {
+				t.Errorf("a free lock's state lacks %s: %s", want, resp.Body)
+			}
 		}
 		if got := resp.Header.Get("X-Lock-Index"); got != st.Index {
 			t.Errorf("X-Lock-Index = %q, index = %q", got, st.Index)

@@ -57,6 +57,14 @@ func TestMalformed(t *testing.T) {
 		{"WaitHuge400", "POST", "/v1/locks/fresh/leases", `{"wait_ms":1e30}`, json, 400, "invalid-request", "wait_ms"},
 		{"MetadataValueNumber400", "POST", "/v1/locks/fresh/leases", `{"metadata":{"a":1}}`, json, 400, "invalid-request", "metadata"},
 		{"MetadataArray400", "POST", "/v1/locks/fresh/leases", `{"metadata":["a"]}`, json, 400, "invalid-request", "metadata"},
+		{"FairString400", "POST", "/v1/locks/fresh/leases", `{"fair":"yes"}`, json, 400, "invalid-request", "fair"},
+		{"FairNumber400", "POST", "/v1/locks/fresh/leases", `{"fair":1}`, json, 400, "invalid-request", "fair"},
+		{"ModeNumber400", "POST", "/v1/locks/fresh/leases", `{"mode":1}`, json, 400, "invalid-request", "mode"},
+		{"LimitString400", "POST", "/v1/locks/fresh/leases", `{"limit":"5"}`, json, 400, "invalid-request", "limit"},
+		{"LimitFraction400", "POST", "/v1/locks/fresh/leases", `{"limit":2.5}`, json, 400, "invalid-request", "limit"},
+		{"LimitOverflowsInt64400", "POST", "/v1/locks/fresh/leases", `{"limit":99999999999999999999}`, json, 400, "invalid-request", "limit"},
+		{"ModeTwice400", "POST", "/v1/locks/fresh/leases", `{"mode":"shared","mode":"exclusive"}`, json, 400, "invalid-request", "mode"},
+		{"ModeCaseMismatch400", "POST", "/v1/locks/fresh/leases", `{"Mode":"shared"}`, json, 400, "invalid-request", "Mode"},
 
 		// Values out of range.
 		{"TTLNegative400", "POST", "/v1/locks/fresh/leases", `{"ttl_ms":-1}`, json, 400, "invalid-request", "ttl_ms"},
@@ -72,6 +80,15 @@ func TestMalformed(t *testing.T) {
 		{"MetadataTooManyKeys400", "POST", "/v1/locks/fresh/leases", metadata17, json, 400, "invalid-request", "metadata"},
 		{"MetadataEmptyKey400", "POST", "/v1/locks/fresh/leases", `{"metadata":{"":"v"}}`, json, 400, "invalid-request", "metadata"},
 		{"MetadataTooBig400", "POST", "/v1/locks/fresh/leases", `{"metadata":{"k":"` + strings.Repeat("v", 5000) + `"}}`, json, 400, "invalid-request", "metadata"},
+		{"ModeUpgrade400", "POST", "/v1/locks/fresh/leases", `{"mode":"upgrade"}`, json, 400, "invalid-request", "mode"},
+		{"ModeUpperCase400", "POST", "/v1/locks/fresh/leases", `{"mode":"SHARED"}`, json, 400, "invalid-request", "mode"},
+		{"ModeEmpty400", "POST", "/v1/locks/fresh/leases", `{"mode":""}`, json, 400, "invalid-request", "mode"},
+		{"LimitZero400", "POST", "/v1/locks/fresh/leases", `{"limit":0}`, json, 400, "invalid-request", "limit"},
+		{"LimitNegative400", "POST", "/v1/locks/fresh/leases", `{"limit":-1}`, json, 400, "invalid-request", "limit"},
+		{"Limit10001_400", "POST", "/v1/locks/fresh/leases", `{"limit":10001}`, json, 400, "invalid-request", "limit"},
+		{"LimitMaxInt64_400", "POST", "/v1/locks/fresh/leases", `{"limit":9223372036854775807}`, json, 400, "invalid-request", "limit"},
+		{"LimitShared400", "POST", "/v1/locks/fresh/leases", `{"mode":"shared","limit":3}`, json, 400, "invalid-request", "limit"},
+		{"LimitOnHeldLock400", "POST", "/v1/locks/busy/leases", `{"owner":"a","limit":0}`, json, 400, "invalid-request", "limit"},
 
 		// Bad lock names.
 		{"NameUnicode400", "POST", "/v1/locks/%C3%A9t%C3%A9/leases", "", "", 400, "invalid-request", "name"},
