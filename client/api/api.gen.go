@@ -421,6 +421,74 @@ type Metadata map[string]string
 // MetricsText Prometheus text exposition format.
 type MetricsText = string
 
+// MultiAcquireRequest Several locks at once, all or none. The other fields apply to every lock, as in acquireLease.
+//
+// Example: {"locks":["deploy:prod","db:migrations"],"owner":"worker-7","wait_ms":10000}
+type MultiAcquireRequest struct {
+	// Locks The locks to take, 1 to 64, none twice.
+	//
+	// Example: ["deploy:prod","db:migrations"]
+	Locks []LockName `json:"locks"`
+
+	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
+	//
+	// Example: {"job":"nightly"}
+	Metadata *Metadata `json:"metadata,omitempty"`
+
+	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+	//
+	// Example: exclusive
+	Mode *LeaseMode `json:"mode,omitempty"`
+
+	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	//
+	// Example: worker-7
+	Owner *Owner `json:"owner,omitempty"`
+
+	// TTLMs Every lease's TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (default 86400000).
+	//
+	// Example: 30000
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
+
+	// WaitMs How long to wait for all the locks, in milliseconds. Default 0: try once. A longer wait is clamped to the server's maximum wait (default 60000).
+	//
+	// Example: 10000
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
+// MultiLeases The leases of a multi-lock, in the order of its `locks`.
+type MultiLeases struct {
+	Leases []Lease `json:"leases"`
+}
+
+// MultiReleaseItem What became of one lease. `released` is true when its holds are gone: by this release, or by an earlier one of it (a retry). Otherwise `problem` says why not, as the single release would have answered (`lease-lost`, `forbidden`, `unavailable`).
+type MultiReleaseItem struct {
+	// LeaseID A lease's id, a 26-character ULID.
+	//
+	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
+	LeaseID LeaseID `json:"lease_id"`
+
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	//
+	// Example: deploy:prod
+	Lock LockName `json:"lock"`
+
+	// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+	//
+	// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+	Problem *Problem `json:"problem,omitempty"`
+
+	// Released Example: true
+	Released bool `json:"released"`
+}
+
+// MultiReleaseResult One result per `id`, in their order.
+//
+// Example: {"results":[{"lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8N","lock":"deploy:prod","released":true},{"lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8P","lock":"db:migrations","problem":{"detail":"lease \"01JD3Z8Q6W9M4T5R2K7X1B0C8P\" no longer holds lock \"db:migrations\": it expired, was released or force-released, or never existed","status":410,"title":"Lease lost","type":"https://lockapi.dev/problems/lease-lost"},"released":false}]}
+type MultiReleaseResult struct {
+	Results []MultiReleaseItem `json:"results"`
+}
+
 // Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
 //
 // Example: worker-7
@@ -533,6 +601,9 @@ type Index = string
 // Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
 type LeaseIDPath = LeaseID
 
+// LeaseRefs defines model for LeaseRefs.
+type LeaseRefs = []string
+
 // Limit defines model for Limit.
 type Limit = int
 
@@ -606,6 +677,12 @@ type Unavailable = Problem
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type UnsupportedMediaType = Problem
 
+// ReleaseLeasesParams defines parameters for ReleaseLeases.
+type ReleaseLeasesParams struct {
+	// ID A lease to release, `<lock>/<lease id>`; repeat the parameter for each (1 to 64, none twice).
+	ID LeaseRefs `form:"id" json:"id"`
+}
+
 // ListLocksParams defines parameters for ListLocks.
 type ListLocksParams struct {
 	// Prefix List only locks whose names start with this; empty lists all.
@@ -647,6 +724,9 @@ type ReleaseBySignedURLParams struct {
 	// Sig Base64url HMAC-SHA256 over the lock name, lease id and expiry.
 	Sig ReleaseSig `form:"sig" json:"sig"`
 }
+
+// AcquireLeasesJSONRequestBody defines body for AcquireLeases for application/json ContentType.
+type AcquireLeasesJSONRequestBody = MultiAcquireRequest
 
 // AcquireLeaseJSONRequestBody defines body for AcquireLease for application/json ContentType.
 type AcquireLeaseJSONRequestBody = AcquireRequest
@@ -751,6 +831,74 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseLeases Release several leases
+	//
+	// Releases every hold of each lease named by an `id`,
+	// `<lock>/<lease id>` (a lease id alone does not say which lock it
+	// belongs to), and answers 200 with one result per `id`, in their
+	// order. A lease that cannot be released (it expired or was released
+	// already, or belongs to another principal) is reported in its result
+	// with a `problem`, and the others are released all the same. A
+	// malformed `id` is a 400 and releases nothing; so is a lock name
+	// outside the API key's patterns (403).
+	//
+	// Corresponds with DELETE /v1/leases (the `ReleaseLeases` operationId).
+	ReleaseLeases(ctx context.Context, params *ReleaseLeasesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireLeasesWithBody Acquire several locks, all or none
+	//
+	// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+	// for them, and answers 201 with their leases in the order of `locks`.
+	// Each lease is then renewed and released on its own (or all at once
+	// with releaseLeases); a lease that was already held by the same owner
+	// comes back with `hold_count` incremented, as for a single acquire.
+	//
+	// The names are taken one at a time in one global order (byte order
+	// of the name). A multi-lock never holds part of its set while it
+	// waits: when a name is held, it gives back exactly the holds it took,
+	// waits for that name's release and tries the whole set again. So
+	// overlapping multi-locks cannot deadlock, and the names need not
+	// share a Redis Cluster slot. Because the leases are granted one
+	// after another, an observer may see some names held before the
+	// others; the request answers only once all are held, or none.
+	//
+	// When a name stays held, the answer is 409 naming it in `lock`, with
+	// its `holder` (see acquireLease); none of the names is then held by
+	// this request. `fair` and `limit` are not accepted here, nor is an
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+	AcquireLeasesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireLeases Acquire several locks, all or none
+	//
+	// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+	// for them, and answers 201 with their leases in the order of `locks`.
+	// Each lease is then renewed and released on its own (or all at once
+	// with releaseLeases); a lease that was already held by the same owner
+	// comes back with `hold_count` incremented, as for a single acquire.
+	//
+	// The names are taken one at a time in one global order (byte order
+	// of the name). A multi-lock never holds part of its set while it
+	// waits: when a name is held, it gives back exactly the holds it took,
+	// waits for that name's release and tries the whole set again. So
+	// overlapping multi-locks cannot deadlock, and the names need not
+	// share a Redis Cluster slot. Because the leases are granted one
+	// after another, an observer may see some names held before the
+	// others; the request answers only once all are held, or none.
+	//
+	// When a name stays held, the answer is 409 naming it in `lock`, with
+	// its `holder` (see acquireLease); none of the names is then held by
+	// this request. `fair` and `limit` are not accepted here, nor is an
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+	AcquireLeases(ctx context.Context, body AcquireLeasesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLocks List held locks
 	//
@@ -965,6 +1113,104 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 // Corresponds with GET /readyz (the `GetReady` operationId).
 func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseLeases Release several leases
+//
+// Releases every hold of each lease named by an `id`,
+// `<lock>/<lease id>` (a lease id alone does not say which lock it
+// belongs to), and answers 200 with one result per `id`, in their
+// order. A lease that cannot be released (it expired or was released
+// already, or belongs to another principal) is reported in its result
+// with a `problem`, and the others are released all the same. A
+// malformed `id` is a 400 and releases nothing; so is a lock name
+// outside the API key's patterns (403).
+//
+// Corresponds with DELETE /v1/leases (the `ReleaseLeases` operationId).
+func (c *Client) ReleaseLeases(ctx context.Context, params *ReleaseLeasesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseLeasesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireLeasesWithBody Acquire several locks, all or none
+//
+// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+// for them, and answers 201 with their leases in the order of `locks`.
+// Each lease is then renewed and released on its own (or all at once
+// with releaseLeases); a lease that was already held by the same owner
+// comes back with `hold_count` incremented, as for a single acquire.
+//
+// The names are taken one at a time in one global order (byte order
+// of the name). A multi-lock never holds part of its set while it
+// waits: when a name is held, it gives back exactly the holds it took,
+// waits for that name's release and tries the whole set again. So
+// overlapping multi-locks cannot deadlock, and the names need not
+// share a Redis Cluster slot. Because the leases are granted one
+// after another, an observer may see some names held before the
+// others; the request answers only once all are held, or none.
+//
+// When a name stays held, the answer is 409 naming it in `lock`, with
+// its `holder` (see acquireLease); none of the names is then held by
+// this request. `fair` and `limit` are not accepted here, nor is an
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+func (c *Client) AcquireLeasesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLeasesRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireLeases Acquire several locks, all or none
+//
+// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+// for them, and answers 201 with their leases in the order of `locks`.
+// Each lease is then renewed and released on its own (or all at once
+// with releaseLeases); a lease that was already held by the same owner
+// comes back with `hold_count` incremented, as for a single acquire.
+//
+// The names are taken one at a time in one global order (byte order
+// of the name). A multi-lock never holds part of its set while it
+// waits: when a name is held, it gives back exactly the holds it took,
+// waits for that name's release and tries the whole set again. So
+// overlapping multi-locks cannot deadlock, and the names need not
+// share a Redis Cluster slot. Because the leases are granted one
+// after another, an observer may see some names held before the
+// others; the request answers only once all are held, or none.
+//
+// When a name stays held, the answer is 409 naming it in `lock`, with
+// its `holder` (see acquireLease); none of the names is then held by
+// this request. `fair` and `limit` are not accepted here, nor is an
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+func (c *Client) AcquireLeases(ctx context.Context, body AcquireLeasesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireLeasesRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1323,6 +1569,100 @@ func NewGetReadyRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewReleaseLeasesRequest constructs an http.Request for the ReleaseLeases method
+func NewReleaseLeasesRequest(server string, params *ReleaseLeasesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/leases")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ID != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "id", params.ID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAcquireLeasesRequest calls the generic AcquireLeases builder with application/json body
+func NewAcquireLeasesRequest(server string, body AcquireLeasesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquireLeasesRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAcquireLeasesRequestWithBody constructs an http.Request for the AcquireLeases method, with any body, and a specified content type
+func NewAcquireLeasesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/leases")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -1852,6 +2192,76 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyResponse, error)
 
+	// ReleaseLeasesWithResponse Release several leases
+	//
+	// Releases every hold of each lease named by an `id`,
+	// `<lock>/<lease id>` (a lease id alone does not say which lock it
+	// belongs to), and answers 200 with one result per `id`, in their
+	// order. A lease that cannot be released (it expired or was released
+	// already, or belongs to another principal) is reported in its result
+	// with a `problem`, and the others are released all the same. A
+	// malformed `id` is a 400 and releases nothing; so is a lock name
+	// outside the API key's patterns (403).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/leases (the `ReleaseLeases` operationId).
+	ReleaseLeasesWithResponse(ctx context.Context, params *ReleaseLeasesParams, reqEditors ...RequestEditorFn) (*ReleaseLeasesResponse, error)
+
+	// AcquireLeasesWithBodyWithResponse Acquire several locks, all or none
+	//
+	// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+	// for them, and answers 201 with their leases in the order of `locks`.
+	// Each lease is then renewed and released on its own (or all at once
+	// with releaseLeases); a lease that was already held by the same owner
+	// comes back with `hold_count` incremented, as for a single acquire.
+	//
+	// The names are taken one at a time in one global order (byte order
+	// of the name). A multi-lock never holds part of its set while it
+	// waits: when a name is held, it gives back exactly the holds it took,
+	// waits for that name's release and tries the whole set again. So
+	// overlapping multi-locks cannot deadlock, and the names need not
+	// share a Redis Cluster slot. Because the leases are granted one
+	// after another, an observer may see some names held before the
+	// others; the request answers only once all are held, or none.
+	//
+	// When a name stays held, the answer is 409 naming it in `lock`, with
+	// its `holder` (see acquireLease); none of the names is then held by
+	// this request. `fair` and `limit` are not accepted here, nor is an
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+	AcquireLeasesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLeasesResponse, error)
+
+	// AcquireLeasesWithResponse Acquire several locks, all or none
+	//
+	// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+	// for them, and answers 201 with their leases in the order of `locks`.
+	// Each lease is then renewed and released on its own (or all at once
+	// with releaseLeases); a lease that was already held by the same owner
+	// comes back with `hold_count` incremented, as for a single acquire.
+	//
+	// The names are taken one at a time in one global order (byte order
+	// of the name). A multi-lock never holds part of its set while it
+	// waits: when a name is held, it gives back exactly the holds it took,
+	// waits for that name's release and tries the whole set again. So
+	// overlapping multi-locks cannot deadlock, and the names need not
+	// share a Redis Cluster slot. Because the leases are granted one
+	// after another, an observer may see some names held before the
+	// others; the request answers only once all are held, or none.
+	//
+	// When a name stays held, the answer is 409 naming it in `lock`, with
+	// its `holder` (see acquireLease); none of the names is then held by
+	// this request. `fair` and `limit` are not accepted here, nor is an
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+	AcquireLeasesWithResponse(ctx context.Context, body AcquireLeasesJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLeasesResponse, error)
+
 	// ListLocksWithResponse List held locks
 	//
 	// Pages through the held locks whose names start with `prefix`. Pass
@@ -2234,6 +2644,319 @@ func (r GetReadyResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReadyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseLeasesResponse200Headers the declared response headers of an HTTP 200 response for ReleaseLeases
+type ReleaseLeasesResponse200Headers struct {
+	XRequestID *string
+}
+
+// ReleaseLeasesResponse400Headers the declared response headers of an HTTP 400 response for ReleaseLeases
+type ReleaseLeasesResponse400Headers struct {
+	XRequestID *string
+}
+
+// ReleaseLeasesResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLeases
+type ReleaseLeasesResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestID      *string
+}
+
+// ReleaseLeasesResponse403Headers the declared response headers of an HTTP 403 response for ReleaseLeases
+type ReleaseLeasesResponse403Headers struct {
+	XRequestID *string
+}
+
+// ReleaseLeasesResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLeases
+type ReleaseLeasesResponse429Headers struct {
+	RetryAfter *int
+	XRequestID *string
+}
+
+// ReleaseLeasesResponse503Headers the declared response headers of an HTTP 503 response for ReleaseLeases
+type ReleaseLeasesResponse503Headers struct {
+	RetryAfter *int
+	XRequestID *string
+}
+
+// ReleaseLeasesResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseLeases
+type ReleaseLeasesResponseDefaultHeaders struct {
+	XRequestID *string
+}
+
+type ReleaseLeasesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MultiReleaseResult
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReleaseLeasesResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleaseLeasesResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseLeasesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleaseLeasesResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseLeasesResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseLeasesResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ReleaseLeasesResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseLeasesResponse) GetJSON200() *MultiReleaseResult {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseLeasesResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseLeasesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseLeasesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseLeasesResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseLeasesResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReleaseLeasesResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseLeasesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseLeasesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseLeasesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseLeasesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquireLeasesResponse201Headers the declared response headers of an HTTP 201 response for AcquireLeases
+type AcquireLeasesResponse201Headers struct {
+	XRequestID *string
+}
+
+// AcquireLeasesResponse400Headers the declared response headers of an HTTP 400 response for AcquireLeases
+type AcquireLeasesResponse400Headers struct {
+	XRequestID *string
+}
+
+// AcquireLeasesResponse401Headers the declared response headers of an HTTP 401 response for AcquireLeases
+type AcquireLeasesResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestID      *string
+}
+
+// AcquireLeasesResponse403Headers the declared response headers of an HTTP 403 response for AcquireLeases
+type AcquireLeasesResponse403Headers struct {
+	XRequestID *string
+}
+
+// AcquireLeasesResponse409Headers the declared response headers of an HTTP 409 response for AcquireLeases
+type AcquireLeasesResponse409Headers struct {
+	RetryAfter *int
+	XRequestID *string
+}
+
+// AcquireLeasesResponse413Headers the declared response headers of an HTTP 413 response for AcquireLeases
+type AcquireLeasesResponse413Headers struct {
+	XRequestID *string
+}
+
+// AcquireLeasesResponse415Headers the declared response headers of an HTTP 415 response for AcquireLeases
+type AcquireLeasesResponse415Headers struct {
+	XRequestID *string
+}
+
+// AcquireLeasesResponse429Headers the declared response headers of an HTTP 429 response for AcquireLeases
+type AcquireLeasesResponse429Headers struct {
+	RetryAfter *int
+	XRequestID *string
+}
+
+// AcquireLeasesResponse503Headers the declared response headers of an HTTP 503 response for AcquireLeases
+type AcquireLeasesResponse503Headers struct {
+	RetryAfter *int
+	XRequestID *string
+}
+
+// AcquireLeasesResponseDefaultHeaders the declared response headers of an HTTP default response for AcquireLeases
+type AcquireLeasesResponseDefaultHeaders struct {
+	XRequestID *string
+}
+
+type AcquireLeasesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *MultiLeases
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *LockHeld
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *AcquireLeasesResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AcquireLeasesResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireLeasesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquireLeasesResponse403Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AcquireLeasesResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *AcquireLeasesResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *AcquireLeasesResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireLeasesResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireLeasesResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *AcquireLeasesResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AcquireLeasesResponse) GetJSON201() *MultiLeases {
+	return r.JSON201
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON409() *LockHeld {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquireLeasesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquireLeasesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquireLeasesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquireLeasesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3347,6 +4070,94 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 	return ParseGetReadyResponse(rsp)
 }
 
+// ReleaseLeasesWithResponse Release several leases
+//
+// Releases every hold of each lease named by an `id`,
+// `<lock>/<lease id>` (a lease id alone does not say which lock it
+// belongs to), and answers 200 with one result per `id`, in their
+// order. A lease that cannot be released (it expired or was released
+// already, or belongs to another principal) is reported in its result
+// with a `problem`, and the others are released all the same. A
+// malformed `id` is a 400 and releases nothing; so is a lock name
+// outside the API key's patterns (403).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/leases (the `ReleaseLeases` operationId).
+func (c *ClientWithResponses) ReleaseLeasesWithResponse(ctx context.Context, params *ReleaseLeasesParams, reqEditors ...RequestEditorFn) (*ReleaseLeasesResponse, error) {
+	rsp, err := c.ReleaseLeases(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseLeasesResponse(rsp)
+}
+
+// AcquireLeasesWithBodyWithResponse Acquire several locks, all or none
+//
+// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+// for them, and answers 201 with their leases in the order of `locks`.
+// Each lease is then renewed and released on its own (or all at once
+// with releaseLeases); a lease that was already held by the same owner
+// comes back with `hold_count` incremented, as for a single acquire.
+//
+// The names are taken one at a time in one global order (byte order
+// of the name). A multi-lock never holds part of its set while it
+// waits: when a name is held, it gives back exactly the holds it took,
+// waits for that name's release and tries the whole set again. So
+// overlapping multi-locks cannot deadlock, and the names need not
+// share a Redis Cluster slot. Because the leases are granted one
+// after another, an observer may see some names held before the
+// others; the request answers only once all are held, or none.
+//
+// When a name stays held, the answer is 409 naming it in `lock`, with
+// its `holder` (see acquireLease); none of the names is then held by
+// this request. `fair` and `limit` are not accepted here, nor is an
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+func (c *ClientWithResponses) AcquireLeasesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireLeasesResponse, error) {
+	rsp, err := c.AcquireLeasesWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireLeasesResponse(rsp)
+}
+
+// AcquireLeasesWithResponse Acquire several locks, all or none
+//
+// Grants every lock named in `locks`, or none, waiting up to `wait_ms`
+// for them, and answers 201 with their leases in the order of `locks`.
+// Each lease is then renewed and released on its own (or all at once
+// with releaseLeases); a lease that was already held by the same owner
+// comes back with `hold_count` incremented, as for a single acquire.
+//
+// The names are taken one at a time in one global order (byte order
+// of the name). A multi-lock never holds part of its set while it
+// waits: when a name is held, it gives back exactly the holds it took,
+// waits for that name's release and tries the whole set again. So
+// overlapping multi-locks cannot deadlock, and the names need not
+// share a Redis Cluster slot. Because the leases are granted one
+// after another, an observer may see some names held before the
+// others; the request answers only once all are held, or none.
+//
+// When a name stays held, the answer is 409 naming it in `lock`, with
+// its `holder` (see acquireLease); none of the names is then held by
+// this request. `fair` and `limit` are not accepted here, nor is an
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/leases (the `AcquireLeases` operationId).
+func (c *ClientWithResponses) AcquireLeasesWithResponse(ctx context.Context, body AcquireLeasesJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLeasesResponse, error) {
+	rsp, err := c.AcquireLeases(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireLeasesResponse(rsp)
+}
+
 // ListLocksWithResponse List held locks
 //
 // Pages through the held locks whose names start with `prefix`. Pass
@@ -3775,6 +4586,388 @@ func ParseGetReadyResponse(rsp *http.Response) (*GetReadyResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers GetReadyResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseLeasesResponse parses an HTTP response from a ReleaseLeasesWithResponse call
+func ParseReleaseLeasesResponse(rsp *http.Response) (*ReleaseLeasesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseLeasesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MultiReleaseResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReleaseLeasesResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleaseLeasesResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleaseLeasesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleaseLeasesResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseLeasesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseLeasesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ReleaseLeasesResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquireLeasesResponse parses an HTTP response from a AcquireLeasesWithResponse call
+func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquireLeasesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest MultiLeases
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest LockHeld
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers AcquireLeasesResponse201Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers AcquireLeasesResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireLeasesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquireLeasesResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 409:
+		var headers AcquireLeasesResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers AcquireLeasesResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers AcquireLeasesResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireLeasesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireLeasesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers AcquireLeasesResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -108,15 +108,35 @@ type FieldError struct {
 // internal and unavailable errors, with their cause. Internal errors are
 // answered with a generic detail.
 func Error(w http.ResponseWriter, r *http.Request, err error) {
-	logger := zerolog.Ctx(r.Context())
-
 	// A client that went away reads no answer; record it for the access log.
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		w.WriteHeader(StatusClientClosedRequest)
 		return
 	}
 
-	p := Problem{Instance: r.URL.EscapedPath()}
+	p, retryAfter := newProblem(r, err)
+	p.Instance = r.URL.EscapedPath()
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(retryAfter, 10))
+	}
+	if p.Status == kindRateLimited.status && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
+
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	if err := json.NewEncoder(w).Encode(p); err != nil {
+		zerolog.Ctx(r.Context()).Debug().Err(err).Msg("write problem")
+	}
+}
+
+// newProblem maps err to its problem, without an instance, and the seconds
+// of its Retry-After (0 for none). It logs internal and unavailable errors:
+// Error for a response, and the answers of several operations in one
+// response, each with its own problem.
+func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
+	logger := zerolog.Ctx(r.Context())
 	var kind problemKind
 	var he *httpError
 	if errors.As(err, &he) {
@@ -151,10 +171,10 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 					p.Detail = queuedDetail(p.Lock, by.Queue)
 				}
 			}
-			w.Header().Set("Retry-After", strconv.FormatInt(retryAfter(e), 10))
+			retryAfterSecs = retryAfter(e)
 		case kindUnavailable:
 			logger.Warn().Err(e.Err).Str("detail", e.Detail).Msg("unavailable")
-			w.Header().Set("Retry-After", "1")
+			retryAfterSecs = 1
 		case kindInternal:
 			ev := logger.Error().Err(e.Err).Str("code", string(e.Code)).Str("detail", e.Detail)
 			var pe *panicError
@@ -166,16 +186,7 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	p.Type, p.Title, p.Status = ProblemTypeBase+kind.slug, kind.title, kind.status
-	if kind == kindRateLimited && w.Header().Get("Retry-After") == "" {
-		w.Header().Set("Retry-After", "1")
-	}
-
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(kind.status)
-	if err := json.NewEncoder(w).Encode(p); err != nil {
-		logger.Debug().Err(err).Msg("write problem")
-	}
+	return p, retryAfterSecs
 }
 
 // queuedDetail describes a refusal that no lease caused: the lock is free,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -327,6 +328,62 @@ func FuzzQuery(f *testing.F) {
 					t.Fatalf("GET %q: 200 %s (%v) with X-Lock-Index %q", target, rec.Body, err, rec.Header().Get("X-Lock-Index"))
 				}
 			}
+		}
+	})
+}
+
+// FuzzMultiBody fuzzes POST /v1/leases and DELETE /v1/leases: the body of
+// a multi-lock and the query of a multi-release ("{L}" stands for busy's
+// lease). Besides the invariants of every answer, a multi-lock is all or
+// nothing: a 201 holds every lease it answers, anything else holds none.
+func FuzzMultiBody(f *testing.F) {
+	for _, c := range []struct{ body, query string }{
+		{`{"locks":["fresh","fresh:2"],"owner":"a"}`, "id=busy/{L}"},
+		{`{"locks":["fresh","busy"],"owner":"a","wait_ms":1}`, "id=busy/{L}&id=zeta/{L}"},
+		{`{"locks":["busy","zeta"],"owner":"holder","mode":"exclusive"}`, "id=busy/{L}&id=busy/{L}"},
+		{`{"locks":["fresh"],"mode":"shared","ttl_ms":1000,"metadata":{"k":"v"}}`, "id=busy"},
+		{`{"locks":["fresh","fresh"]}`, "id=busy/01JD3Z8Q6W9M4T5R2K7X1B0C8N"},
+		{`{"locks":[]}`, ""},
+		{`{"locks":["fresh"],"fair":true}`, "id=%zz"},
+		{`{"locks":["fresh"],"limit":2}`, "id=bad%20name/{L}"},
+		{`{"locks":"fresh"}`, "id=fresh:2/{L}"},
+		{`{"locks":["a","b"],"locks":["c"]}`, "id="},
+		{``, "id=busy/{L}/x"},
+	} {
+		f.Add([]byte(c.body), c.query)
+	}
+	names := []string{"fresh", "fresh:2", "a", "b", "c"}
+	f.Fuzz(func(t *testing.T, body []byte, query string) {
+		e := newFuzzEnv(t)
+		check := append(slices.Clone(fuzzHeld), names...)
+		before := e.snapshot(t, check...)
+		rec, ok := e.serve(http.MethodPost, "/v1/leases", fuzzJSON, body)
+		if !ok {
+			return
+		}
+		checkAnswer(t, http.MethodPost, "/v1/leases", rec, before, e.snapshot(t, check...))
+		if rec.Code == http.StatusCreated {
+			var out struct{ Leases []fuzzLease }
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Leases) == 0 {
+				t.Fatalf("POST /v1/leases: 201 %s (%v)", rec.Body, err)
+			}
+			for _, l := range out.Leases {
+				st, err := e.mem.Inspect(context.Background(), l.Lock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !st.Held && time.Until(l.ExpiresAt) >= time.Millisecond {
+					t.Fatalf("POST /v1/leases: 201 %s, but %s is free", rec.Body, l.Lock)
+				}
+			}
+		} else if !maps.Equal(before, e.snapshot(t, check...)) {
+			t.Fatalf("POST /v1/leases: %d %s changed the store", rec.Code, rec.Body)
+		}
+
+		target := "/v1/leases?" + strings.ReplaceAll(query, "{L}", e.busy.ID)
+		before = e.snapshot(t, check...)
+		if rec, ok = e.serve(http.MethodDelete, target, "", nil); ok {
+			checkAnswer(t, http.MethodDelete, target, rec, before, e.snapshot(t, check...))
 		}
 	})
 }

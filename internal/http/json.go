@@ -85,6 +85,28 @@ type ReleaseResult struct {
 	Released  bool   `json:"released"`
 }
 
+// MultiLeases is the answer to POST /v1/leases: the leases in the order of
+// the request's locks.
+type MultiLeases struct {
+	Leases []Lease `json:"leases"`
+}
+
+// MultiReleaseResult is the answer to DELETE /v1/leases: one item per id,
+// in the order of the ids.
+type MultiReleaseResult struct {
+	Results []MultiReleaseItem `json:"results"`
+}
+
+// MultiReleaseItem is what became of one lease. Released is true when its
+// holds are gone, by this release or an earlier one of it (a retry);
+// otherwise Problem says why not.
+type MultiReleaseItem struct {
+	Lock     string   `json:"lock"`
+	LeaseID  string   `json:"lease_id"`
+	Released bool     `json:"released"`
+	Problem  *Problem `json:"problem,omitempty"`
+}
+
 // Holder is the JSON form of lock.Holder: never the lease id.
 type Holder struct {
 	Owner        string            `json:"owner"`

@@ -116,6 +116,19 @@ func TestMalformed(t *testing.T) {
 		{"InspectWaitNegative400", "GET", "/v1/locks/busy?index=x&wait_ms=-1", "", "", 400, "invalid-request", "wait_ms"},
 		{"InspectWaitText400", "GET", "/v1/locks/busy?index=x&wait_ms=soon", "", "", 400, "invalid-request", "wait_ms"},
 
+		// Bad multi-releases: "busy" stays held by {L}.
+		{"ReleaseAllNoID400", "DELETE", "/v1/leases", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAllEmptyID400", "DELETE", "/v1/leases?id=", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAllNoSlash400", "DELETE", "/v1/leases?id={L}", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAllBadLeaseID400", "DELETE", "/v1/leases?id=busy/{L}&id=busy/not-a-ulid", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAllBadName400", "DELETE", "/v1/leases?id=busy/{L}&id=b%20usy/{L}", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAllTwoSlashes400", "DELETE", "/v1/leases?id=busy/{L}/x", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAllDuplicate400", "DELETE", "/v1/leases?id=busy/{L}&id=busy/{L}", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAll65_400", "DELETE", "/v1/leases?" + strings.Repeat("id=busy/{L}&", 64) + "id=fresh/{L}", "", "", 400, "invalid-request", "id"},
+		{"ReleaseAllBadQueryEscape400", "DELETE", "/v1/leases?id=busy/{L}&x=%zz", "", "", 400, "invalid-request", "query"},
+		{"AcquireAllUnknownField400", "POST", "/v1/leases", `{"locks":["fresh"],"fair":false}`, json, 400, "invalid-request", "fair"},
+		{"AcquireAllHeldAndDuplicate400", "POST", "/v1/leases", `{"locks":["fresh","busy","fresh"],"owner":"a"}`, json, 400, "invalid-request", "locks"},
+
 		// Bodies the server will not read.
 		{"OversizedBody413", "POST", "/v1/locks/fresh/leases", `{"owner":"` + strings.Repeat("a", 10<<20) + `"}`, json, 413, "payload-too-large", ""},
 		{"JustOverLimit413", "POST", "/v1/locks/fresh/leases", `{"owner":"` + strings.Repeat("a", 64<<10) + `"}`, json, 413, "payload-too-large", ""},
@@ -132,6 +145,7 @@ func TestMalformed(t *testing.T) {
 		{"GetLeases405", "GET", "/v1/locks/busy/leases", "", "", 405, "method-not-allowed", ""},
 		{"PostHealthz405", "POST", "/healthz", "", "", 405, "method-not-allowed", ""},
 		{"PatchLease405", "PATCH", "/v1/locks/busy/leases/{L}", `{"ttl_ms":100}`, json, 405, "method-not-allowed", ""},
+		{"GetMultiLeases405", "GET", "/v1/leases", "", "", 405, "method-not-allowed", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := e.For(t)
@@ -189,6 +203,7 @@ func TestMethodNotAllowed_Allow(t *testing.T) {
 		{"PUT", "/v1/locks/x", "GET, DELETE"},
 		{"GET", "/v1/locks/x/leases", "POST"},
 		{"POST", "/v1/locks", "GET"},
+		{"GET", "/v1/leases", "POST, DELETE"},
 	} {
 		resp := e.Do(tc.method, tc.path, "")
 		WantProblem(t, resp, http.StatusMethodNotAllowed, "method-not-allowed")

@@ -146,6 +146,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		r.Get("/v1/locks/{name}", s.handleInspect)
 		r.Delete("/v1/locks/{name}", s.handleForceRelease)
 		r.Get("/v1/locks", s.handleList)
+		r.Post("/v1/leases", s.handleAcquireAll)
+		r.Delete("/v1/leases", s.handleReleaseAll)
 	})
 	// The signed release URL carries its own authorization.
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
