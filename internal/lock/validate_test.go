@@ -134,18 +134,3 @@ func FuzzCheckMetadata(f *testing.F) {
 		}
 	})
 }
-
-func TestStableWaiterID(t *testing.T) {
-	req := AcquireRequest{Lock: "l", Owner: "o", IdempotencyKey: "k", Fair: true, Mode: Shared}
-	a, b := StableWaiterID(req), StableWaiterID(req)
-	if a != b || len(a) != len(NewWaiterID(req)) {
-		t.Fatalf("ids %q, %q: want equal and as long as a fresh one", a, b)
-	}
-	if fair, shared, ok := WaiterFlags(a); !fair || !shared || !ok {
-		t.Fatalf("flags of %q: fair %v shared %v ok %v", a, fair, shared, ok)
-	}
-	req.IdempotencyKey = "k2"
-	if StableWaiterID(req) == a {
-		t.Fatal("another key gave the same id")
-	}
-}
