@@ -245,16 +245,16 @@ if way_owner or held_off then
 		has_place = 1
 	end
 	-- 10. When to look again: when the lease in the way ends, or when the
-	-- queue's head must have renewed its place.
+	-- queue's head must have renewed its place (unless this is the head).
 	local n = redis.call('ZCARD', KEYS[6])
-	if n > 0 then
-		local head = redis.call('ZSCORE', KEYS[7], queue_head())
-		local left = tonumber(head) - now
+	local head = queue_head()
+	if head and head ~= waiter then
+		local left = tonumber(redis.call('ZSCORE', KEYS[7], head)) - now
 		if not way_ms or left < way_ms then
 			way_ms = left
 		end
 	end
-	return {0, way_owner or '', way_token or '0', way_ms, n, has_place}
+	return {0, way_owner or '', way_token or '0', way_ms or QUEUE_TTL, n, has_place}
 end
 
 -- A fresh grant.
