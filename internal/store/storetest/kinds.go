@@ -27,9 +27,9 @@ var kindBehaviours = []behaviour{
 		const name = "rw:together"
 		var leases []lock.Lease
 		for i, ttl := range []time.Duration{time.Minute, 30 * time.Second, 2 * time.Minute} {
-			g := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: fmt.Sprint("r", i), Mode: lock.Shared, TTL: ttl})
+			g := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: fmt.Sprint("r", i), Mode: lock.Shared, TTL: ttl, Metadata: map[string]string{"reader": fmt.Sprint(i)}})
 			l := g.Lease
-			if !g.Fresh || l.Mode != lock.Shared || l.Limit != 0 || l.HoldCount != 1 || l.TTL != ttl || l.Owner != fmt.Sprint("r", i) || l.Token > fencing.MaxToken {
+			if !g.Fresh || l.Mode != lock.Shared || l.Limit != 0 || l.HoldCount != 1 || l.TTL != ttl || l.Owner != fmt.Sprint("r", i) || l.Token > fencing.MaxToken || l.Metadata["reader"] != fmt.Sprint(i) {
 				t.Fatalf("shared grant #%d = %+v", i, g)
 			}
 			for _, prev := range leases {
@@ -44,6 +44,11 @@ var kindBehaviours = []behaviour{
 			t.Fatalf("state = %+v", st)
 		}
 		wantHolders(t, st, leases...)
+		for i, h := range st.Holders {
+			if h.Metadata["reader"] != fmt.Sprint(i) {
+				t.Fatalf("holder #%d's metadata = %v", i, h.Metadata)
+			}
+		}
 
 		renewed, err := s.Renew(ctx, lock.LeaseRef{Lock: name, ID: leases[1].ID}, time.Hour)
 		if err != nil || renewed.ID != leases[1].ID || renewed.Token != leases[1].Token || renewed.Mode != lock.Shared || renewed.TTL != time.Hour {
@@ -265,6 +270,33 @@ var kindBehaviours = []behaviour{
 		if st.Kind != lock.KindExclusive || st.Holder == nil || st.Holder.Owner != "writer" || st.Queue != 0 {
 			t.Fatalf("state after the writer's grant = %+v", st)
 		}
+	}},
+	// A shared lease whose holder died ends with its TTL and lets the writer
+	// in; the dead reader's lease is lost.
+	{"Expired_shared_lease_frees_the_writer", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		const name = "rw:expire"
+		r := shared(t, s, name, "r", 200*time.Millisecond)
+		start := time.Now()
+		g, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: name, Owner: "w", TTL: time.Minute}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited < 150*time.Millisecond || waited > 3*time.Second {
+			t.Fatalf("the writer was granted after %v; the reader's TTL was 200ms", waited)
+		}
+		if g.Lease.Mode != lock.Exclusive || g.Lease.Token <= r.Token {
+			t.Fatalf("writer's grant = %+v", g)
+		}
+		_, err = s.Release(ctx, lock.LeaseRef{Lock: name, ID: r.ID}, false)
+		WantCode(t, err, lock.CodeLeaseLost)
+		_, err = s.Renew(ctx, lock.LeaseRef{Lock: name, ID: r.ID}, time.Hour)
+		WantCode(t, err, lock.CodeLeaseLost)
+		st := Inspect(t, s, name)
+		if st.Kind != lock.KindExclusive || st.Queue != 0 {
+			t.Fatalf("state = %+v", st)
+		}
+		wantHolders(t, st, g.Lease)
 	}},
 	// A writer's release wakes one waiting reader, whose grant passes the
 	// wake-up on: every waiting reader gets in (a notice, not the writer's
@@ -501,6 +533,25 @@ var kindBehaviours = []behaviour{
 		second := wantGranted(t, waiters, 5*time.Second)
 		if first.g.Lease.Owner == second.g.Lease.Owner || first.g.Lease.Token <= p2.Token || second.g.Lease.Token <= first.g.Lease.Token {
 			t.Fatalf("grants %+v then %+v", first.g.Lease, second.g.Lease)
+		}
+	}},
+	// A permit renewed to a shorter TTL is waited out at its new expiry: the
+	// renewal's notice moves the waiters' timers, as for a lock.
+	{"Waiter_sees_a_shortened_permit", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		const name = "sem:short"
+		p := permit(t, s, name, "p", 1, 30*time.Second)
+		w := startWait(t, s, lock.AcquireRequest{Lock: name, Owner: "w", Limit: 1}, 20*time.Second)
+		WaitForWaiters(t, s, 1)
+		time.Sleep(50 * time.Millisecond) // let w make its try and time the 30s expiry
+		renewed := time.Now()
+		if _, err := s.Renew(ctx, lock.LeaseRef{Lock: name, ID: p.ID}, 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		got := wantGranted(t, w, 5*time.Second)
+		t.Logf("granted %v after the renewal to 100ms", got.at.Sub(renewed))
+		if got.g.Lease.Token <= p.Token {
+			t.Fatalf("grant = %+v", got.g)
 		}
 	}},
 	// Kind requests are validated by the store too; an invalid one changes
@@ -978,24 +1029,34 @@ var kindBehaviours = []behaviour{
 		}
 	}},
 	// A queue place that is not renewed lapses after QueueEntryTTL: the next
-	// waiter, renewing, finds itself at the head soon after, and Inspect no
-	// longer counts the dead place.
+	// waiter, renewing, finds itself at the head soon after; a plain waiter
+	// the dead place held off looks again when it would lapse (its refusal's
+	// ExpiresIn); and Inspect no longer counts the dead place.
 	{"Unrenewed_queue_place_lapses", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		const name, counted = "fair:lapse", "fair:lapse-count"
+		const name, plain, counted = "fair:lapse", "fair:lapse-plain", "fair:lapse-count"
 		a := Acquire(t, s, name, "a", 5*time.Minute)
+		pa := Acquire(t, s, plain, "a", 5*time.Minute)
 		Acquire(t, s, counted, "a", 5*time.Minute)
 		joined := time.Now()
-		joinQueue(t, s, lock.AcquireRequest{Lock: name, Owner: "dead", Fair: true})
-		joinQueue(t, s, lock.AcquireRequest{Lock: counted, Owner: "dead", Fair: true})
+		for _, n := range []string{name, plain, counted} {
+			joinQueue(t, s, lock.AcquireRequest{Lock: n, Owner: "dead", Fair: true})
+		}
 		c := startWait(t, s, lock.AcquireRequest{Lock: name, Owner: "c", Fair: true}, 10*time.Second)
 		waitQueue(t, s, name, 2)
 		release(t, s, name, a.ID, false)
-		got := wantGranted(t, c, 5*time.Second)
-		after := got.at.Sub(joined)
-		t.Logf("the next waiter was granted %v after the dead place was taken", after)
-		if after < lock.QueueEntryTTL-100*time.Millisecond || after > 2500*time.Millisecond {
-			t.Fatalf("granted %v after a dead waiter joined ahead; its place lasts %v", after, lock.QueueEntryTTL)
+		release(t, s, plain, pa.ID, false)
+		b := startWait(t, s, lock.AcquireRequest{Lock: plain, Owner: "b"}, 10*time.Second)
+		for _, w := range []struct {
+			who string
+			c   <-chan waited
+		}{{"the next fair waiter", c}, {"a plain waiter", b}} {
+			got := wantGranted(t, w.c, 5*time.Second)
+			after := got.at.Sub(joined)
+			t.Logf("%s was granted %v after the dead place was taken", w.who, after)
+			if after < lock.QueueEntryTTL-100*time.Millisecond || after > 2500*time.Millisecond {
+				t.Fatalf("%s was granted %v after a dead waiter joined ahead; its place lasts %v", w.who, after, lock.QueueEntryTTL)
+			}
 		}
 		if st := Inspect(t, s, counted); st.Queue != 0 {
 			t.Fatalf("a lapsed place is still counted: queue = %d", st.Queue)
