@@ -417,10 +417,14 @@ func (m *Store) refuse(n *memName, f *memFence, req lock.AcquireRequest, now tim
 	if first != nil {
 		by.Owner, by.Token, by.ExpiresIn = first.Owner, first.Token, first.ExpiresAt.Sub(now)
 	}
-	if len(n.queue) > 0 {
+	// The queue's head must renew its place by its deadline; a request
+	// that is the head times only the lease in its way.
+	if len(n.queue) > 0 && n.queue[0].id != req.WaiterID {
 		if head := n.queue[0].deadline.Sub(now); first == nil || head < by.ExpiresIn {
 			by.ExpiresIn = head
 		}
+	} else if first == nil {
+		by.ExpiresIn = lock.QueueEntryTTL
 	}
 	return lock.Held(req.Lock, by)
 }
