@@ -183,7 +183,13 @@ func WaitChange(ctx context.Context, s Store, name, index string, wait time.Dura
 			return st, err
 		}
 		if st.Held {
-			w.ExpectExpiry(time.Now().Add(st.Holder.ExpiresIn))
+			// The first lease to end changes the state; readers and
+			// permits have no Holder.
+			next := st.Holders[0].ExpiresIn
+			for _, h := range st.Holders[1:] {
+				next = min(next, h.ExpiresIn)
+			}
+			w.ExpectExpiry(time.Now().Add(next))
 		}
 		select {
 		case <-w.C():

@@ -342,7 +342,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		}
 		f.version++
 		g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
-		return g, n.granted(req), nil
+		return g, n.admit(req), nil
 	}
 	if len(inTheWay) > 0 || (!skipQueue && n.heldOff(req)) {
 		return lock.Grant{}, nil, m.refuse(n, f, req, now, inTheWay, joins)
@@ -377,13 +377,13 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		n.shared[l.ID] = l
 	}
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
-	return g, n.granted(req), nil
+	return g, n.admit(req), nil
 }
 
-// granted takes a granted request's place out of the queue (rule 11) and
+// admit takes a granted request's place out of the queue (rule 11) and
 // returns the grant's notices: "c:<ttl>", and "q:<new head>" when it took
 // a place out of a queue that is still not empty.
-func (n *memName) granted(req lock.AcquireRequest) []notice {
+func (n *memName) admit(req lock.AcquireRequest) []notice {
 	ns := []notice{granted(req.TTL)}
 	if n.leave(req.WaiterID) >= 0 && len(n.queue) > 0 {
 		ns = append(ns, notice{head: n.head()})
@@ -417,10 +417,14 @@ func (m *Store) refuse(n *memName, f *memFence, req lock.AcquireRequest, now tim
 	if first != nil {
 		by.Owner, by.Token, by.ExpiresIn = first.Owner, first.Token, first.ExpiresAt.Sub(now)
 	}
-	if len(n.queue) > 0 {
+	// The queue's head must renew its place by its deadline; a request
+	// that is the head times only the lease in its way.
+	if len(n.queue) > 0 && n.queue[0].id != req.WaiterID {
 		if head := n.queue[0].deadline.Sub(now); first == nil || head < by.ExpiresIn {
 			by.ExpiresIn = head
 		}
+	} else if first == nil {
+		by.ExpiresIn = lock.QueueEntryTTL
 	}
 	return lock.Held(req.Lock, by)
 }
