@@ -915,6 +915,11 @@ var kindBehaviours = []behaviour{
 		if hb := refusal(t, err); hb.Owner != "a" || hb.Token != a.Token || hb.Queue != 1 || hb.ExpiresIn <= 0 || hb.ExpiresIn > lock.QueueEntryTTL {
 			t.Fatalf("refusal while held and queued = %+v, want a, and the head's place as ExpiresIn", hb)
 		}
+		// The head itself is timed by the lease in its way, not its own place.
+		_, err = s.TryAcquire(ctx, head)
+		if hb := refusal(t, err); hb.Owner != "a" || !hb.Queued || hb.Queue != 1 || hb.ExpiresIn <= 50*time.Second || hb.ExpiresIn > time.Minute {
+			t.Fatalf("the head's own refusal = %+v, want a's remaining TTL as ExpiresIn", hb)
+		}
 		release(t, s, name, a.ID, false)
 		before := Inspect(t, s, name)
 		if before.Held || before.Queue != 1 {
@@ -1165,6 +1170,57 @@ var kindBehaviours = []behaviour{
 				t.Fatalf("queue after the writer gave up = %d", st.Queue)
 			}
 			shared(t, s, name, "r2", time.Minute) // no writer left to wait behind
+		})
+	}},
+	// A fair wait with an Idempotency-Key that runs out keeps its place for a
+	// repeat of the request (a wait longer than the server's longest), which
+	// takes it up where it was; a cancelled one gives it up.
+	{"Keyed_fair_waiter_keeps_its_place_across_repeats", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		t.Run("repeat", func(t *testing.T) {
+			const name = "fair:repeat"
+			a := Acquire(t, s, name, "a", 5*time.Minute)
+			req := lock.AcquireRequest{Lock: name, Owner: "w1", Fair: true, IdempotencyKey: "wait-1", TTL: time.Minute}
+			_, err := lock.AcquireWait(ctx, s, req, 300*time.Millisecond)
+			WantCode(t, err, lock.CodeHeld)
+			if st := Inspect(t, s, name); st.Queue != 1 {
+				t.Fatalf("queue after a keyed wait ran out = %d, want its place kept", st.Queue)
+			}
+			w2 := startWait(t, s, lock.AcquireRequest{Lock: name, Owner: "w2", Fair: true}, 10*time.Second)
+			waitQueue(t, s, name, 2)
+			w1 := startWait(t, s, req, 10*time.Second) // the repeat, within the place's second
+			WaitForWaiters(t, s, 2)
+			if st := Inspect(t, s, name); st.Queue != 2 {
+				t.Fatalf("queue after the repeat = %d, want its old place taken up", st.Queue)
+			}
+			release(t, s, name, a.ID, false)
+			grants := merge(w1, w2)
+			first := wantGranted(t, grants, 5*time.Second).g.Lease
+			if first.Owner != "w1" {
+				t.Fatalf("%s was granted first; w1's repeat kept the place ahead of w2", first.Owner)
+			}
+			release(t, s, name, first.ID, false)
+			if second := wantGranted(t, grants, 5*time.Second).g.Lease; second.Owner != "w2" {
+				t.Fatalf("second grant = %+v", second)
+			}
+		})
+		t.Run("cancelled", func(t *testing.T) {
+			const name = "fair:repeat-cancel"
+			Acquire(t, s, name, "a", 5*time.Minute)
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := lock.AcquireWait(cctx, s, lock.AcquireRequest{Lock: name, Owner: "w", Fair: true, IdempotencyKey: "k", TTL: time.Minute}, 20*time.Second)
+				done <- err
+			}()
+			waitQueue(t, s, name, 1)
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled wait returned %v", err)
+			}
+			if st := Inspect(t, s, name); st.Queue != 0 {
+				t.Fatalf("queue after a keyed waiter was cancelled = %d", st.Queue)
+			}
 		})
 	}},
 	// Re-entering is never held off by the queue, nor is a downgrade.
