@@ -87,6 +87,7 @@ func (c *client) close() { c.tr.CloseIdleConnections() }
 // what net/http itself does. Not safe for concurrent use.
 type session struct {
 	c      *client
+	multi  int    // names per multi-lock acquire; 0 for single acquires
 	body   []byte // the acquire body
 	rd     bytes.Reader
 	buf    bytes.Buffer
@@ -96,24 +97,50 @@ type session struct {
 
 // newSession returns a session whose acquires send body.
 func (c *client) newSession(body []byte) *session {
+	return c.newKindSession(body, lockKind{})
+}
+
+// newKindSession returns a session whose acquires send body, as kind says.
+func (c *client) newKindSession(body []byte, kind lockKind) *session {
 	h, bare := http.Header{"Content-Type": {"application/json"}}, http.Header{}
 	if c.auth != "" {
 		h.Set("Authorization", c.auth)
 		bare.Set("Authorization", c.auth)
 	}
-	return &session{c: c, body: body, header: h, bare: bare}
+	s := &session{c: c, body: body, header: h, bare: bare}
+	if kind.name == "multi" {
+		s.multi = kind.names
+	}
+	return s
 }
 
 // acquireBody is the JSON of an acquire: a distinct owner per client, so that
 // two clients picking the same name collide (409) instead of re-entering each
-// other's lease.
-func acquireBody(owner string, ttl time.Duration, waitMs int64) []byte {
+// other's lease. kind adds what the lock kind under test needs.
+func acquireBody(owner string, ttl time.Duration, waitMs int64, kind lockKind) []byte {
 	b := map[string]any{"owner": owner, "ttl_ms": ttl.Milliseconds()}
 	if waitMs > 0 {
 		b["wait_ms"] = waitMs
 	}
+	switch kind.name {
+	case "shared":
+		b["mode"] = "shared"
+	case "semaphore":
+		b["limit"] = kind.limit
+	case "fair":
+		b["fair"] = true
+	}
 	out, _ := json.Marshal(b)
 	return out
+}
+
+// lockKind is the kind of lock a run takes (-kind): "lock", "shared",
+// "semaphore" (with limit permits), "fair", or "multi" (names names at once,
+// all or nothing, through POST /v1/leases).
+type lockKind struct {
+	name  string
+	limit int
+	names int
 }
 
 // reply is what a caller needs of a response. body is valid until the
@@ -124,8 +151,13 @@ type reply struct {
 	body    []byte
 }
 
-// acquire posts the session's body to acquire name.
+// acquire posts the session's body to acquire name. A multi-lock session
+// takes name:0, name:1, ... at once; its leaseID is then the query of the
+// release (id=name:0/<id>&...).
 func (s *session) acquire(ctx context.Context, name string) (reply, error) {
+	if s.multi > 0 {
+		return s.acquireMulti(ctx, name)
+	}
 	s.rd.Reset(s.body)
 	rep, err := s.do(ctx, http.MethodPost, "/v1/locks/"+name+"/leases", &s.rd, int64(len(s.body)))
 	if err != nil || (rep.status != http.StatusCreated && rep.status != http.StatusOK) {
@@ -138,8 +170,43 @@ func (s *session) acquire(ctx context.Context, name string) (reply, error) {
 	return rep, nil
 }
 
-// release deletes one hold of a lease.
+func (s *session) acquireMulti(ctx context.Context, name string) (reply, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"locks":[`)
+	for i := range s.multi {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"%s:%d"`, name, i)
+	}
+	b.WriteString("],")
+	b.Write(s.body[1:]) // the rest of the acquire body, after its '{'
+	rep, err := s.do(ctx, http.MethodPost, "/v1/leases", bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil || rep.status != http.StatusCreated {
+		return rep, err
+	}
+	var got struct {
+		Leases []struct {
+			Lock    string `json:"lock"`
+			LeaseID string `json:"lease_id"`
+		} `json:"leases"`
+	}
+	if err := json.Unmarshal(rep.body, &got); err != nil || len(got.Leases) != s.multi {
+		return rep, fmt.Errorf("multi-lock acquire %s: %d with %d leases: %s", name, rep.status, len(got.Leases), snippet(rep.body))
+	}
+	q := url.Values{}
+	for _, l := range got.Leases {
+		q.Add("id", l.Lock+"/"+l.LeaseID)
+	}
+	rep.leaseID = q.Encode()
+	return rep, nil
+}
+
+// release deletes one hold of a lease, or every lease of a multi-lock.
 func (s *session) release(ctx context.Context, name, leaseID string) (reply, error) {
+	if s.multi > 0 {
+		return s.do(ctx, http.MethodDelete, "/v1/leases?"+leaseID, nil, 0)
+	}
 	return s.do(ctx, http.MethodDelete, "/v1/locks/"+name+"/leases/"+leaseID, nil, 0)
 }
 

@@ -79,7 +79,7 @@ func runHandoff(ctx context.Context, cfg *config, log io.Writer) (*result, error
 	defer done()
 
 	name := cfg.prefix + "handoff"
-	holder := cl.newSession(acquireBody("lockbench-holder", cfg.ttl, 0))
+	holder := cl.newKindSession(acquireBody("lockbench-holder", cfg.ttl, 0, cfg.kind), cfg.kind)
 	rep, err := holder.acquire(ctx, name)
 	if err != nil {
 		return nil, transportError(err)
@@ -102,7 +102,7 @@ func runHandoff(ctx context.Context, cfg *config, log io.Writer) (*result, error
 	}
 	fmt.Fprintf(log, "lockbench: %d waiters on %s, %d hand-offs (+%d warm-up)\n", w, name, cfg.n, w)
 	for i := range w {
-		s := cl.newSession(acquireBody("lockbench-waiter-"+strconv.Itoa(i), cfg.ttl, cfg.waitMs))
+		s := cl.newKindSession(acquireBody("lockbench-waiter-"+strconv.Itoa(i), cfg.ttl, cfg.waitMs, cfg.kind), cfg.kind)
 		wg.Go(func() {
 			wctx := traceFirstWrite(ctx, &written)
 			for ctx.Err() == nil {

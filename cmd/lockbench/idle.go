@@ -68,7 +68,7 @@ func runIdle(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	// Redis command to what is measured.
 	name := cfg.prefix + "idle"
 	holdTTL := max(10*time.Minute, 3*(parkTimeout+cfg.window))
-	holder := cl.newSession(acquireBody("lockbench-idle-holder", holdTTL, 0))
+	holder := cl.newSession(acquireBody("lockbench-idle-holder", holdTTL, 0, lockKind{}))
 	rep, err := holder.acquire(ctx, name)
 	if err != nil {
 		return nil, transportError(err)
@@ -125,7 +125,7 @@ func runIdle(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 		if wctx.Err() != nil {
 			break
 		}
-		s := cl.newSession(acquireBody("lockbench-idle-"+strconv.Itoa(i), cfg.ttl, cfg.waitMs))
+		s := cl.newSession(acquireBody("lockbench-idle-"+strconv.Itoa(i), cfg.ttl, cfg.waitMs, lockKind{}))
 		wg.Go(func() {
 			connected := sync.OnceFunc(func() { <-dials })
 			defer connected()

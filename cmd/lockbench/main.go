@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,7 @@ type config struct {
 	cpuProfile        string
 	against           string
 	rounds            int
+	kind              lockKind
 }
 
 // modes lists the modes and what they measure, for -h and errors.
@@ -123,6 +125,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.against, "against", "", "throughput: a second server URL to compare -server with, in alternating rounds (e.g. metrics off): the cost of -server")
 	fs.IntVar(&cfg.rounds, "rounds", 4, "throughput -against: rounds on each server")
 	fs.StringVar(&cfg.vs, "vs", "", "with -record: compare this throughput run with the recorded run of that label (e.g. -label metrics-on -vs metrics-off: the metrics overhead)")
+	fs.StringVar(&cfg.kind.name, "kind", "lock", "throughput, rate, handoff: the kind of lock: lock, shared, semaphore (-limit), fair, or multi (-names at once)")
+	fs.IntVar(&cfg.kind.limit, "limit", 4, "-kind semaphore: permits per name (handoff uses 1, so that every grant is a hand-off)")
+	fs.IntVar(&cfg.kind.names, "names", 3, "-kind multi: names per multi-lock")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -155,6 +160,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-duration and -window must be positive; -warmup and -settle not negative")
 	case cfg.against != "" && (cfg.mode != "throughput" || cfg.rounds < 1):
 		return nil, errors.New("-against compares throughput: it goes with the throughput mode and -rounds of at least 1")
+	case !slices.Contains([]string{"lock", "shared", "semaphore", "fair", "multi"}, cfg.kind.name):
+		return nil, fmt.Errorf("-kind %q: want lock, shared, semaphore, fair or multi", cfg.kind.name)
+	case cfg.kind.limit < 1 || cfg.kind.limit > 10000 || cfg.kind.names < 1 || cfg.kind.names > 64:
+		return nil, errors.New("-limit is 1-10000 and -names 1-64")
 	case cfg.vs != "" && cfg.record == "":
 		return nil, errors.New("-vs compares with a recorded run: it needs -record")
 	}
@@ -212,7 +221,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "all":
 		res, err = runAll(ctx, cfg, stderr)
 	case "handoff":
-		res, err = runHandoff(ctx, cfg, stderr)
+		switch cfg.kind.name {
+		case "shared":
+			res, err = runSharedHandoff(ctx, cfg, stderr)
+		case "semaphore":
+			// One permit, so that every grant waits for a release.
+			cfg.kind.limit = 1
+			res, err = runHandoff(ctx, cfg, stderr)
+		default:
+			res, err = runHandoff(ctx, cfg, stderr)
+		}
 	case "idle":
 		res, err = runIdle(ctx, cfg, stderr)
 	}
@@ -235,6 +253,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func (cfg *config) newResult() *result {
 	r := &result{}
 	r.set("mode", cfg.mode)
+	if cfg.kind.name != "lock" {
+		r.set("kind", cfg.kind.name)
+	}
 	if cfg.label != "" {
 		r.set("label", cfg.label)
 	}

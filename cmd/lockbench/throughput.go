@@ -73,7 +73,7 @@ func transportError(err error) error {
 // preflight makes one cycle before a timed run, so that a wrong URL, key or
 // prefix fails at once with the server's explanation.
 func preflight(ctx context.Context, cl *client, cfg *config) error {
-	s := cl.newSession(acquireBody("lockbench-preflight", cfg.ttl, 0))
+	s := cl.newKindSession(acquireBody("lockbench-preflight", cfg.ttl, 0, cfg.kind), cfg.kind)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rep, err := s.get(ctx, "/healthz")
@@ -94,7 +94,7 @@ func preflight(ctx context.Context, cl *client, cfg *config) error {
 // owner lockbench-i.
 func httpCyclers(cl *client, cfg *config) func(i int) cycler {
 	return func(i int) cycler {
-		return &httpCycler{cl.newSession(acquireBody("lockbench-"+strconv.Itoa(i), cfg.ttl, 0))}
+		return &httpCycler{cl.newKindSession(acquireBody("lockbench-"+strconv.Itoa(i), cfg.ttl, 0, cfg.kind), cfg.kind)}
 	}
 }
 

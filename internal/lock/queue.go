@@ -1,6 +1,8 @@
 package lock
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -56,4 +58,14 @@ func WaiterFlags(id string) (fair, shared, ok bool) {
 func QueueBlocks(ahead string, fair bool, mode Mode) bool {
 	aFair, aShared, _ := WaiterFlags(ahead)
 	return fair || aFair || (mode == Shared && !aShared)
+}
+
+// StableWaiterID returns the queue id of a waiting acquire that carries an
+// Idempotency-Key: the same for every repeat of the request, so that a client
+// whose wait outlasts one request (the server's longest wait) asks again and
+// finds its place in the queue where it left it, if it comes back before the
+// place lapses.
+func StableWaiterID(req AcquireRequest) string {
+	h := sha256.Sum256([]byte(req.Lock + "\x00" + req.Principal + "\x00" + req.Owner + "\x00" + req.IdempotencyKey))
+	return NewWaiterID(req)[:1] + base32.StdEncoding.EncodeToString(h[:16])[:26]
 }

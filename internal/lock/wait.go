@@ -29,19 +29,33 @@ const storeCallTimeout = 5 * time.Second
 // switches masters, and those tries may fail. The waiter looks again after
 // a backoff (25 ms doubling to 1 s) until the wait ends, and then answers
 // with the last error. Only the first try, before any waiting, fails at once.
+//
+// A waiter may hold a place in the lock's queue (a fair acquire, or a writer
+// that readers keep out; see docs/LOCK_KINDS.md). It renews the place by
+// trying again every QueueRenewal, wakes when a notice names it the queue's
+// head, and gives the place up when it leaves without the lock. With an
+// Idempotency-Key the place is named after the key, and a wait that runs out
+// keeps it for a repeat of the request until it lapses.
 func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
+	// keep: the waiter's queue place outlives this call when its wait runs
+	// out, for a repeat of the request (same Idempotency-Key) to take up.
+	keep := false
 	if wait > 0 && req.WaiterID == "" {
 		req.WaiterID = NewWaiterID(req)
+		if req.IdempotencyKey != "" {
+			req.WaiterID, keep = StableWaiterID(req), true
+		}
 	}
 	g, err := tryAcquire(ctx, s, req)
 	if wait <= 0 || ErrorCode(err) != CodeHeld {
 		return g, err
 	}
-	// queued: the waiter may hold a place in the lock's queue, which it must
-	// give up when it leaves without the lock.
+	// queued: the waiter may hold a place in the lock's queue, which it
+	// gives up when it leaves without the lock, unless it keeps the place
+	// for its repeat (the place lapses unless renewed, see QueueEntryTTL).
 	queued := heldBy(err).Queued
 	defer func() {
-		if queued {
+		if queued && (!keep || ctx.Err() != nil) {
 			leave(ctx, s, req)
 		}
 	}()
@@ -169,7 +183,13 @@ func WaitChange(ctx context.Context, s Store, name, index string, wait time.Dura
 			return st, err
 		}
 		if st.Held {
-			w.ExpectExpiry(time.Now().Add(st.Holder.ExpiresIn))
+			// The first lease to end changes the state; readers and
+			// permits have no Holder.
+			next := st.Holders[0].ExpiresIn
+			for _, h := range st.Holders[1:] {
+				next = min(next, h.ExpiresIn)
+			}
+			w.ExpectExpiry(time.Now().Add(next))
 		}
 		select {
 		case <-w.C():

@@ -1,5 +1,8 @@
 // Package memory implements lock.Store in the process's memory: the embedded
 // store lockapi serves from when no Redis is configured.
+//
+// It follows docs/LOCK_KINDS.md ("Store rules, step by step") as the Redis
+// store's scripts do, one operation at a time under one mutex.
 package memory
 
 import (
@@ -28,29 +31,42 @@ type Store struct {
 	hub *notify.Hub
 
 	mu     sync.Mutex
-	locks  map[string]*memLock  // current leases; may be expired until swept
+	names  map[string]*memName  // leases and queues; may hold expired ones until swept
 	fences map[string]*memFence // never deleted, like the Redis fence hash
 	done   chan struct{}
 	closed bool
 }
 
-// memLock is a current lease with what the Redis store's acquire.lua keeps
-// beside it in the lock hash: the lease's latest acquire (op), the last
-// idempotency key and the acquire that used it, and which acquires' answers
-// were claimed by a replay ('c') or abandoned ('x').
-type memLock struct {
+// memName is what one lock name holds now: its exclusive lease, its shared
+// leases or semaphore permits, and its queue of waiters. A name with none of
+// them is dropped from Store.names.
+type memName struct {
+	excl *memLease
+	// shared holds the shared leases, or the permits of a semaphore (leases
+	// with Limit set), by lease id: the Redis store's {name}:lock:shared.
+	shared map[string]*memLease
+	queue  []queueEntry // in arrival order
+}
+
+// memLease is a current lease with what the Redis store's scripts keep beside
+// it: the lease's latest acquire (op), the last idempotency key and the
+// acquire that used it, and which acquires' answers were claimed by a replay
+// ('c') or abandoned ('x').
+type memLease struct {
 	lock.Lease
 	op, idem, idemOp string
 	settled          map[string]byte
 }
 
 // memFence is what outlives a lease: the last token, the last lease that
-// fully released (for idempotent release), and a change counter.
+// fully released (for idempotent release), a change counter, and the last
+// queue arrival number.
 type memFence struct {
 	token      uint64
 	released   string
 	releasedBy string // the principal of the released lease
 	version    uint64
+	arrivals   uint64
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -59,7 +75,7 @@ var _ lock.Store = (*Store)(nil)
 func New() *Store {
 	m := &Store{
 		hub:    notify.New(nil),
-		locks:  make(map[string]*memLock),
+		names:  make(map[string]*memName),
 		fences: make(map[string]*memFence),
 		done:   make(chan struct{}),
 	}
@@ -67,8 +83,8 @@ func New() *Store {
 	return m
 }
 
-// sweep drops expired leases so that abandoned locks do not pile up; reads
-// already treat an expired lease as absent.
+// sweep drops expired leases and lapsed queue places so that abandoned locks
+// do not pile up; every operation already treats them as absent.
 func (m *Store) sweep() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -78,25 +94,35 @@ func (m *Store) sweep() {
 			return
 		case now := <-t.C:
 			m.mu.Lock()
-			for name, l := range m.locks {
-				if !now.Before(l.ExpiresAt) {
-					delete(m.locks, name)
-				}
+			for name := range m.names {
+				m.live(name, now)
 			}
 			m.mu.Unlock()
 		}
 	}
 }
 
-// current returns the live lease of name, dropping an expired one. Callers
-// hold m.mu.
-func (m *Store) current(name string, now time.Time) *memLock {
-	l := m.locks[name]
-	if l != nil && !now.Before(l.ExpiresAt) {
-		delete(m.locks, name)
+// live returns what name holds at now, dropping expired leases and lapsed
+// queue places first (rule 2), or nil when that leaves nothing. Callers hold
+// m.mu.
+func (m *Store) live(name string, now time.Time) *memName {
+	n := m.names[name]
+	if n == nil {
 		return nil
 	}
-	return l
+	n.prune(now)
+	if n.empty() {
+		delete(m.names, name)
+		return nil
+	}
+	return n
+}
+
+// tidy drops name once it holds nothing. Callers hold m.mu.
+func (m *Store) tidy(name string) {
+	if n := m.names[name]; n != nil && n.empty() {
+		delete(m.names, name)
+	}
 }
 
 func (m *Store) fence(name string) *memFence {
@@ -106,6 +132,119 @@ func (m *Store) fence(name string) *memFence {
 		m.fences[name] = f
 	}
 	return f
+}
+
+func (n *memName) prune(now time.Time) {
+	if n.excl != nil && !now.Before(n.excl.ExpiresAt) {
+		n.excl = nil
+	}
+	for id, l := range n.shared {
+		if !now.Before(l.ExpiresAt) {
+			delete(n.shared, id)
+		}
+	}
+	n.pruneQueue(now)
+}
+
+func (n *memName) empty() bool { return !n.held() && len(n.queue) == 0 }
+
+func (n *memName) held() bool { return n.excl != nil || len(n.shared) > 0 }
+
+// leases yields every lease of the name: the exclusive one first, then the
+// shared leases or permits in no particular order.
+func (n *memName) leases(yield func(*memLease) bool) {
+	if n.excl != nil && !yield(n.excl) {
+		return
+	}
+	for _, l := range n.shared {
+		if !yield(l) {
+			return
+		}
+	}
+}
+
+// find returns the lease with id, or nil.
+func (n *memName) find(id string) *memLease {
+	if n.excl != nil && n.excl.ID == id {
+		return n.excl
+	}
+	return n.shared[id]
+}
+
+// drop ends lease l.
+func (n *memName) drop(l *memLease) {
+	if n.excl == l {
+		n.excl = nil
+		return
+	}
+	delete(n.shared, l.ID)
+}
+
+// limit returns the semaphore's number of permits while any permit is held,
+// and 0 otherwise.
+func (n *memName) limit() int {
+	for _, l := range n.shared {
+		return l.Limit // all permits share one limit; shared leases have none
+	}
+	return 0
+}
+
+func (l *memLease) ownedBy(req lock.AcquireRequest) bool {
+	return l.Owner == req.Owner && l.Principal == req.Principal
+}
+
+// ownShared returns the shared lease (not a permit) of req's owner, or nil.
+func (n *memName) ownShared(req lock.AcquireRequest) *memLease {
+	for _, l := range n.shared {
+		if l.Mode == lock.Shared && l.ownedBy(req) {
+			return l
+		}
+	}
+	return nil
+}
+
+// replay returns the lease whose latest keyed acquire req repeats (rule 3):
+// same idempotency key, owner and principal, and not abandoned.
+func (n *memName) replay(req lock.AcquireRequest) *memLease {
+	if req.IdempotencyKey == "" {
+		return nil
+	}
+	for l := range n.leases {
+		if l.idem == req.IdempotencyKey && l.ownedBy(req) && l.settled[l.idemOp] != 'x' {
+			return l
+		}
+	}
+	return nil
+}
+
+// notice is one hub.Notify call. Operations decide their notices under m.mu
+// and send them once it is unlocked: a waiter woken by one calls straight
+// back into the store.
+type notice struct {
+	released bool
+	ttl      time.Duration
+	head     string
+}
+
+// granted is "c:<ttl>": a grant or a renewal.
+func granted(ttl time.Duration) notice { return notice{ttl: ttl} }
+
+// changed is "c": a hold dropped, the lease still held.
+var changed = notice{}
+
+// ended is the notice of a lease that ended (released, abandoned,
+// force-released): "q:<head>" when the queue is not empty, else "r".
+func (n *memName) ended() notice {
+	if head := n.head(); head != "" {
+		return notice{head: head}
+	}
+	return notice{released: true}
+}
+
+func (m *Store) notify(name string, ns ...notice) {
+	for _, n := range ns {
+		m.hub.Notify(name, n.released, n.ttl, n.head)
+	}
 }
 
 var errNoReplicas = errors.New("store: the memory store has no replicas to confirm a grant")
@@ -118,23 +257,82 @@ func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if req.MinReplicas > 0 {
 		return lock.Grant{}, lock.Unavailable(errNoReplicas)
 	}
+	if req.Mode == "" {
+		req.Mode = lock.Exclusive
+	}
 	m.mu.Lock()
-	now := time.Now()
-	l := m.current(req.Lock, now)
+	g, ns, err := m.acquire(req, time.Now())
+	m.tidy(req.Lock)
+	m.mu.Unlock()
+	m.notify(req.Lock, ns...)
+	return g, err
+}
+
+// acquire decides an acquire by the store rules of docs/LOCK_KINDS.md, whose
+// numbers the comments cite. req.Mode is set. Callers hold m.mu and tidy the
+// name afterwards.
+func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []notice, error) {
+	n := m.live(req.Lock, now) // 2
+	if n == nil {
+		n = &memName{shared: make(map[string]*memLease)}
+		m.names[req.Lock] = n
+	}
+	if l := n.replay(req); l != nil { // 3
+		l.settle(l.idemOp, 'c')
+		return lock.Grant{Lease: copyLease(&l.Lease), Fresh: l.idemOp == l.ID, RequestID: l.idemOp, Replayed: true}, nil, nil
+	}
+	if held := n.limit(); held != req.Limit && (held > 0 || n.held()) { // 4
+		return lock.Grant{}, nil, lock.LimitMismatch(req.Lock, req.Limit, held)
+	}
+
+	// Find the lease to re-enter, or the leases in the way. joins says
+	// whether a refusal takes a place in the queue (rule 9), and
+	// skipQueue whether the queue is ignored (rule 6.3).
+	var (
+		reenter   *memLease
+		inTheWay  []*memLease
+		joins     = req.Fair
+		skipQueue bool
+	)
+	switch {
+	case req.Limit > 0: // 7
+		if len(n.shared) >= req.Limit {
+			for l := range n.leases {
+				inTheWay = append(inTheWay, l)
+			}
+		}
+	case req.Mode == lock.Exclusive: // 5
+		if n.excl != nil && n.excl.ownedBy(req) {
+			reenter = n.excl
+			break
+		}
+		if n.ownShared(req) != nil {
+			return lock.Grant{}, nil, lock.UpgradeRefused(req.Lock, req.Owner)
+		}
+		for l := range n.leases {
+			if !l.ownedBy(req) {
+				inTheWay = append(inTheWay, l)
+				if l.Mode == lock.Shared {
+					joins = true // a writer queues so that new readers wait behind it
+				}
+			}
+		}
+	default: // 6: shared
+		if l := n.ownShared(req); l != nil {
+			reenter = l
+			break
+		}
+		if n.excl != nil && !n.excl.ownedBy(req) {
+			inTheWay = append(inTheWay, n.excl)
+		}
+		// A downgrade never waits for writers that wait for it.
+		skipQueue = n.excl != nil
+	}
 	f := m.fence(req.Lock)
 	requestID := ulid.Make().String()
-	if l != nil {
-		if l.Owner != req.Owner || l.Principal != req.Principal {
-			held := lock.Held(req.Lock, lock.HeldBy{Owner: l.Owner, Token: l.Token, ExpiresIn: l.ExpiresAt.Sub(now)})
-			m.mu.Unlock()
-			return lock.Grant{}, held
-		}
-		if req.IdempotencyKey != "" && req.IdempotencyKey == l.idem && l.settled[l.idemOp] != 'x' {
-			l.settle(l.idemOp, 'c')
-			g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: l.idemOp == l.ID, RequestID: l.idemOp, Replayed: true}
-			m.mu.Unlock()
-			return g, nil
-		}
+
+	if reenter != nil {
+		l := reenter
 		l.HoldCount++
 		l.TTL = req.TTL
 		l.ExpiresAt = now.Add(req.TTL)
@@ -144,19 +342,22 @@ func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		}
 		f.version++
 		g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
-		m.mu.Unlock()
-		m.hub.Notify(req.Lock, false, req.TTL, "")
-		return g, nil
+		return g, n.admit(req), nil
 	}
+	if len(inTheWay) > 0 || (!skipQueue && n.heldOff(req)) {
+		return lock.Grant{}, nil, m.refuse(n, f, req, now, inTheWay, joins)
+	}
+
 	token, err := fencing.Next(f.token, now)
 	if err != nil {
-		m.mu.Unlock()
-		return lock.Grant{}, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
+		return lock.Grant{}, nil, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
 	}
 	f.token = token
 	f.version++
-	l = &memLock{Lease: lock.Lease{
+	l := &memLease{Lease: lock.Lease{
 		Lock:       req.Lock,
+		Mode:       req.Mode,
+		Limit:      req.Limit,
 		ID:         requestID,
 		Owner:      req.Owner,
 		Principal:  req.Principal,
@@ -170,11 +371,92 @@ func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if req.IdempotencyKey != "" {
 		l.idem, l.idemOp = req.IdempotencyKey, requestID
 	}
-	m.locks[req.Lock] = l
+	if req.Mode == lock.Exclusive && req.Limit == 0 {
+		n.excl = l
+	} else {
+		n.shared[l.ID] = l
+	}
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
+	return g, n.admit(req), nil
+}
+
+// admit takes a granted request's place out of the queue (rule 11) and
+// returns the grant's notices: "c:<ttl>", and "q:<new head>" when it took
+// a place out of a queue that is still not empty.
+func (n *memName) admit(req lock.AcquireRequest) []notice {
+	ns := []notice{granted(req.TTL)}
+	if n.leave(req.WaiterID) >= 0 && len(n.queue) > 0 {
+		ns = append(ns, notice{head: n.head()})
+	}
+	return ns
+}
+
+// refuse answers a refused acquire: it keeps or takes the request's queue
+// place (rule 9) and describes what is in the way (rule 10). inTheWay are
+// the leases that refuse it, none when only the queue does.
+func (m *Store) refuse(n *memName, f *memFence, req lock.AcquireRequest, now time.Time, inTheWay []*memLease, joins bool) error {
+	queued := false
+	if req.WaiterID != "" {
+		if i := n.place(req.WaiterID); i >= 0 {
+			n.queue[i].deadline = now.Add(lock.QueueEntryTTL)
+			queued = true
+		} else if joins {
+			f.arrivals++
+			f.version++
+			n.queue = append(n.queue, queueEntry{id: req.WaiterID, arrival: f.arrivals, deadline: now.Add(lock.QueueEntryTTL)})
+			queued = true
+		}
+	}
+	by := lock.HeldBy{Queue: len(n.queue), Queued: queued}
+	var first *memLease
+	for _, l := range inTheWay {
+		if first == nil || l.ExpiresAt.Before(first.ExpiresAt) || (l.ExpiresAt.Equal(first.ExpiresAt) && l.Token < first.Token) {
+			first = l
+		}
+	}
+	if first != nil {
+		by.Owner, by.Token, by.ExpiresIn = first.Owner, first.Token, first.ExpiresAt.Sub(now)
+	}
+	// The queue's head must renew its place by its deadline; a request
+	// that is the head times only the lease in its way.
+	if len(n.queue) > 0 && n.queue[0].id != req.WaiterID {
+		if head := n.queue[0].deadline.Sub(now); first == nil || head < by.ExpiresIn {
+			by.ExpiresIn = head
+		}
+	} else if first == nil {
+		by.ExpiresIn = lock.QueueEntryTTL
+	}
+	return lock.Held(req.Lock, by)
+}
+
+// Leave implements lock.Store.
+func (m *Store) Leave(ctx context.Context, name, waiterID string) error {
+	m.mu.Lock()
+	n := m.live(name, time.Now())
+	if n == nil || waiterID == "" {
+		m.mu.Unlock()
+		return nil
+	}
+	i := n.leave(waiterID)
+	if i < 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	m.fence(name).version++
+	var ns []notice
+	if i == 0 {
+		// The head left: the next one may be granted now, or, with
+		// nobody queued, whoever the queue held off.
+		if head := n.head(); head != "" {
+			ns = append(ns, notice{head: head})
+		} else {
+			ns = append(ns, notice{released: true})
+		}
+	}
+	m.tidy(name)
 	m.mu.Unlock()
-	m.hub.Notify(req.Lock, false, req.TTL, "")
-	return g, nil
+	m.notify(name, ns...)
+	return nil
 }
 
 // Renew implements lock.Store.
@@ -182,8 +464,11 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	name := ref.Lock
 	m.mu.Lock()
 	now := time.Now()
-	l := m.current(name, now)
-	if l == nil || l.ID != ref.ID {
+	var l *memLease
+	if n := m.live(name, now); n != nil {
+		l = n.find(ref.ID)
+	}
+	if l == nil {
 		m.mu.Unlock()
 		return lock.Lease{}, lock.LeaseLost(name, ref.ID)
 	}
@@ -198,7 +483,7 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	m.fence(name).version++
 	out := copyLease(&l.Lease)
 	m.mu.Unlock()
-	m.hub.Notify(name, false, out.TTL, "")
+	m.notify(name, granted(out.TTL))
 	return out, nil
 }
 
@@ -207,9 +492,13 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	name, leaseID := ref.Lock, ref.ID
 	res := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
 	m.mu.Lock()
-	l := m.current(name, time.Now())
+	n := m.live(name, time.Now())
 	f := m.fence(name)
-	if l == nil || l.ID != leaseID {
+	var l *memLease
+	if n != nil {
+		l = n.find(leaseID)
+	}
+	if l == nil {
 		retry, by := f.released == leaseID, f.releasedBy
 		m.mu.Unlock()
 		if retry {
@@ -230,13 +519,15 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		l.HoldCount--
 		res.HoldCount = l.HoldCount
 		m.mu.Unlock()
-		m.hub.Notify(name, false, 0, "")
+		m.notify(name, changed)
 		return res, nil
 	}
-	delete(m.locks, name)
+	n.drop(l)
 	f.released, f.releasedBy = leaseID, l.Principal
+	ended := n.ended()
+	m.tidy(name)
 	m.mu.Unlock()
-	m.hub.Notify(name, true, 0, "")
+	m.notify(name, ended)
 	res.Released = true
 	return res, nil
 }
@@ -248,32 +539,53 @@ func (m *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
 	return m.state(name, time.Now()), nil
 }
 
+// state reads name's state. Callers hold m.mu.
 func (m *Store) state(name string, now time.Time) lock.State {
 	st := lock.State{Lock: name}
 	var version uint64
 	if f := m.fences[name]; f != nil {
 		st.LastToken, version = f.token, f.version
 	}
-	if l := m.current(name, now); l != nil {
-		st.Held = true
-		st.Holder = &lock.Holder{
-			Owner:      l.Owner,
-			Principal:  l.Principal,
-			Token:      l.Token,
-			HoldCount:  l.HoldCount,
-			AcquiredAt: l.AcquiredAt,
-			ExpiresAt:  l.ExpiresAt,
-			ExpiresIn:  l.ExpiresAt.Sub(now),
-			Metadata:   maps.Clone(l.Metadata),
+	if n := m.live(name, now); n != nil {
+		st.Queue = len(n.queue)
+		for l := range n.leases {
+			st.Holders = append(st.Holders, holder(l, now))
+		}
+		sort.Slice(st.Holders, func(i, j int) bool { return st.Holders[i].Token < st.Holders[j].Token })
+		st.Held = n.held()
+		st.Limit = n.limit()
+		switch {
+		case n.excl != nil:
+			st.Kind = lock.KindExclusive
+			h := holder(n.excl, now)
+			st.Holder = &h
+		case st.Limit > 0:
+			st.Kind = lock.KindSemaphore
+		case st.Held:
+			st.Kind = lock.KindShared
 		}
 	}
 	st.Index = lock.ComputeIndex(version, st)
 	return st
 }
 
+func holder(l *memLease, now time.Time) lock.Holder {
+	return lock.Holder{
+		Mode:       l.Mode,
+		Owner:      l.Owner,
+		Principal:  l.Principal,
+		Token:      l.Token,
+		HoldCount:  l.HoldCount,
+		AcquiredAt: l.AcquiredAt,
+		ExpiresAt:  l.ExpiresAt,
+		ExpiresIn:  l.ExpiresAt.Sub(now),
+		Metadata:   maps.Clone(l.Metadata),
+	}
+}
+
 // settle marks requestID's answer claimed ('c') or abandoned ('x') and
 // reports whether it was unsettled.
-func (l *memLock) settle(requestID string, how byte) bool {
+func (l *memLease) settle(requestID string, how byte) bool {
 	if _, done := l.settled[requestID]; done {
 		return false
 	}
@@ -284,44 +596,62 @@ func (l *memLock) settle(requestID string, how byte) bool {
 	return true
 }
 
-// Abandon implements lock.Store as the Redis store's abandon.lua does. Memory
+// Abandon implements lock.Store as the Redis store's abandon.lua does, for
+// leases of every mode: the acquire added a hold to the lease it granted
+// (the request id is the lease id) or to the lease it last re-entered. Memory
 // calls never end with an unknown outcome, so no acquire can arrive after its
 // abandon.
 func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	m.mu.Lock()
-	l := m.current(name, time.Now())
-	if l == nil || (l.ID != requestID && l.op != requestID) || !l.settle(requestID, 'x') {
+	n := m.live(name, time.Now())
+	var l *memLease
+	if n != nil {
+		for x := range n.leases {
+			if x.ID == requestID || x.op == requestID {
+				l = x
+				break
+			}
+		}
+	}
+	if l == nil || !l.settle(requestID, 'x') {
 		m.mu.Unlock()
 		return nil
 	}
 	m.fence(name).version++
 	l.HoldCount--
-	freed := l.HoldCount == 0
-	if freed {
-		delete(m.locks, name)
+	ns := changed
+	if l.HoldCount == 0 {
+		n.drop(l)
+		ns = n.ended()
+		m.tidy(name)
 	}
 	m.mu.Unlock()
-	m.hub.Notify(name, freed, 0, "")
+	m.notify(name, ns)
 	return nil
 }
 
-// ForceRelease implements lock.Store.
+// ForceRelease implements lock.Store. It ends every lease of the name; the
+// queue stays as it is.
 func (m *Store) ForceRelease(ctx context.Context, name string) (bool, error) {
 	m.mu.Lock()
-	l := m.current(name, time.Now())
-	if l == nil {
+	n := m.live(name, time.Now())
+	if n == nil || !n.held() {
 		m.mu.Unlock()
 		return false, nil
 	}
-	delete(m.locks, name)
+	n.excl = nil
+	clear(n.shared)
 	m.fence(name).version++
+	ended := n.ended()
+	m.tidy(name)
 	m.mu.Unlock()
-	m.hub.Notify(name, true, 0, "")
+	m.notify(name, ended)
 	return true, nil
 }
 
 // List implements lock.Store. Pages are in name order and the cursor is the
-// last name returned, so a page holds exactly up to Limit locks.
+// last name returned, so a page holds exactly up to Limit locks. A name is
+// listed while any lease of it is live, of any mode.
 func (m *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
 	after := ""
 	if req.Cursor != "" {
@@ -339,8 +669,11 @@ func (m *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	defer m.mu.Unlock()
 	now := time.Now()
 	var names []string
-	for name, l := range m.locks {
-		if strings.HasPrefix(name, req.Prefix) && name > after && now.Before(l.ExpiresAt) {
+	for name := range m.names {
+		if !strings.HasPrefix(name, req.Prefix) || name <= after {
+			continue
+		}
+		if n := m.live(name, now); n != nil && n.held() {
 			names = append(names, name)
 		}
 	}
@@ -388,6 +721,3 @@ func copyLease(l *lock.Lease) lock.Lease {
 
 // WatcherCount returns the number of registered waiters and watchers.
 func (m *Store) WatcherCount() int { return m.hub.Len() }
-
-// Leave implements lock.Store.
-func (m *Store) Leave(ctx context.Context, name, waiterID string) error { return nil }

@@ -11,6 +11,12 @@ func (k keyspace) fenceKey(name string) string     { return k.prefix + "{" + nam
 func (k keyspace) abandonedKey(name string) string { return k.prefix + "{" + name + "}:abandoned" }
 func (k keyspace) channel(name string) string      { return k.prefix + "{" + name + "}:unlock" }
 
+// Shared leases and permits, and the queue; see scripts/lib.lua.
+func (k keyspace) sharedKey(name string) string   { return k.prefix + "{" + name + "}:lock:shared" }
+func (k keyspace) expiryKey(name string) string   { return k.prefix + "{" + name + "}:lock:expiry" }
+func (k keyspace) queueKey(name string) string    { return k.prefix + "{" + name + "}:queue" }
+func (k keyspace) deadlineKey(name string) string { return k.prefix + "{" + name + "}:queue:deadline" }
+
 // nameOfChannel inverts channel; ok is false for foreign channels.
 func (k keyspace) nameOfChannel(ch string) (string, bool) {
 	rest, ok := strings.CutPrefix(ch, k.prefix+"{")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,15 +34,21 @@ var (
 	inspectLua string
 	//go:embed scripts/abandon.lua
 	abandonLua string
+	//go:embed scripts/leave.lua
+	leaveLua string
+	//go:embed scripts/lib.lua
+	libLua string
 
 	// Each script is loaded once and run with EVALSHA, falling back to EVAL
 	// when Redis lost its script cache (restart, failover, SCRIPT FLUSH).
-	acquireScript      = goredis.NewScript(acquireLua)
-	renewScript        = goredis.NewScript(renewLua)
-	releaseScript      = goredis.NewScript(releaseLua)
-	forceReleaseScript = goredis.NewScript(forceReleaseLua)
-	inspectScript      = goredis.NewScript(inspectLua)
-	abandonScript      = goredis.NewScript(abandonLua)
+	// Every script starts with lib.lua, the helpers they share.
+	acquireScript      = goredis.NewScript(libLua + acquireLua)
+	renewScript        = goredis.NewScript(libLua + renewLua)
+	releaseScript      = goredis.NewScript(libLua + releaseLua)
+	forceReleaseScript = goredis.NewScript(libLua + forceReleaseLua)
+	inspectScript      = goredis.NewScript(libLua + inspectLua)
+	abandonScript      = goredis.NewScript(libLua + abandonLua)
+	leaveScript        = goredis.NewScript(libLua + leaveLua)
 )
 
 // DefaultPrefix is the key prefix when none is configured.
@@ -141,7 +148,11 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) keys(name string) []string { return []string{s.lockKey(name), s.fenceKey(name)} }
+// keys lists the keys every script takes, in the order lib.lua names them.
+func (s *Store) keys(name string) []string {
+	return []string{s.lockKey(name), s.fenceKey(name), s.abandonedKey(name),
+		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name)}
+}
 
 // movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
 // Cluster slot that moved: the script did not run) is sent again while the
@@ -233,8 +244,16 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		meta = string(b)
 	}
 	requestID := ulid.Make().String()
-	keys := s.acquireKeys(req.Lock)
-	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish}
+	keys := s.keys(req.Lock)
+	mode, fair := "x", "0"
+	if req.Mode == lock.Shared {
+		mode = "s"
+	}
+	if req.Fair {
+		fair = "1"
+	}
+	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
+		mode, req.Limit, fair, req.WaiterID}
 	cmd, confirmed := s.write(ctx, "acquire", acquireScript, keys, req.MinReplicas, args...)
 	res, err := cmd.Slice()
 	if err != nil {
@@ -251,11 +270,18 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 			Owner:     r.str(1),
 			Token:     r.uint(2),
 			ExpiresIn: time.Duration(max(r.int(3), 0)) * time.Millisecond,
+			Queue:     int(r.int(4)),
+			Queued:    r.int(5) == 1,
 		})
 	case -1: // abandoned before it ran: its caller was told 503 already
 		return lock.Grant{}, lock.Unavailable(errors.New("store: acquire ran after it was abandoned"))
+	case -2:
+		return lock.Grant{}, lock.LimitMismatch(req.Lock, req.Limit, int(r.int(1)))
+	case -3:
+		return lock.Grant{}, lock.UpgradeRefused(req.Lock, req.Owner)
 	}
 	lease := r.lease(req.Lock, 2)
+	lease.Mode, lease.Limit = lock.Mode(r.str(13)), int(r.int(14))
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
 	if r.err == nil && confirmed < req.MinReplicas {
 		// A failover now could lose this grant and hand the lock to
@@ -314,10 +340,6 @@ func (s *Store) write(ctx context.Context, name string, script *goredis.Script, 
 	return cmd, int(acked)
 }
 
-func (s *Store) acquireKeys(name string) []string {
-	return []string{s.lockKey(name), s.fenceKey(name), s.abandonedKey(name)}
-}
-
 // abandonMemory is how long Redis remembers an abandoned request id, so that
 // the acquire, if it is still on its way, grants nothing when it arrives.
 const abandonMemory = 10 * time.Minute
@@ -336,7 +358,7 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	return s.run(ctx, "abandon", abandonScript, s.acquireKeys(name),
+	return s.run(ctx, "abandon", abandonScript, s.keys(name),
 		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
 }
 
@@ -356,6 +378,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
 	lease := r.lease(name, 1)
+	lease.Mode, lease.Limit = lock.Mode(r.str(10)), int(r.int(11))
 	if r.err == nil && confirmed < s.minReplicas {
 		return lock.Lease{}, unconfirmed("renewal", confirmed, s.minReplicas,
 			"if Redis fails over now the lease may end at its earlier expiry: renew again")
@@ -403,10 +426,10 @@ func (s *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
 }
 
 func stateOf(name string, r *replyReader) (lock.State, error) {
-	st := lock.State{Lock: name, LastToken: r.uint(8)}
+	st := lock.State{Lock: name, LastToken: r.uint(8), Limit: int(r.int(11)), Queue: int(r.int(12))}
 	if r.str(0) != "" {
-		st.Held = true
 		st.Holder = &lock.Holder{
+			Mode:       lock.Exclusive,
 			Owner:      r.str(1),
 			Principal:  r.str(2),
 			Token:      r.uint(3),
@@ -416,9 +439,72 @@ func stateOf(name string, r *replyReader) (lock.State, error) {
 			ExpiresIn:  time.Duration(max(r.int(10), 0)) * time.Millisecond,
 			Metadata:   r.metadata(7),
 		}
+		st.Holders = append(st.Holders, *st.Holder)
 	}
+	now := r.int(13)
+	for i := 14; i < len(r.v); i++ {
+		h, err := sharedHolder(r.str(i), now, st.Limit)
+		if err != nil {
+			return lock.State{}, err
+		}
+		st.Holders = append(st.Holders, h)
+	}
+	sort.Slice(st.Holders, func(i, j int) bool { return st.Holders[i].Token < st.Holders[j].Token })
+	switch {
+	case st.Holder != nil:
+		st.Kind = lock.KindExclusive
+	case len(st.Holders) > 0 && st.Limit > 0:
+		st.Kind = lock.KindSemaphore
+	case len(st.Holders) > 0:
+		st.Kind = lock.KindShared
+	}
+	if st.Kind != lock.KindSemaphore {
+		st.Limit = 0
+	}
+	st.Held = st.Kind != ""
 	st.Index = lock.ComputeIndex(r.uint(9), st)
 	return st, r.err
+}
+
+// record is a shared lease or permit as lib.lua keeps it; numbers are
+// strings so that none loses precision on the way.
+type record struct {
+	Owner     string `json:"owner"`
+	Principal string `json:"principal"`
+	Token     string `json:"token"`
+	Count     string `json:"count"`
+	Acq       string `json:"acq"`
+	Exp       string `json:"exp"`
+	Meta      string `json:"meta"`
+}
+
+// sharedHolder reads a record that inspect.lua returned; now is Redis's
+// clock then, which times the expiry whatever the skew with ours.
+func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
+	var rec record
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return lock.Holder{}, lock.AsError(fmt.Errorf("store: bad shared lease record: %w", err))
+	}
+	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+	h := lock.Holder{
+		Mode:       lock.Shared,
+		Owner:      rec.Owner,
+		Principal:  rec.Principal,
+		Token:      uint64(num(rec.Token)),
+		HoldCount:  int(num(rec.Count)),
+		AcquiredAt: time.UnixMilli(num(rec.Acq)).UTC(),
+		ExpiresAt:  time.UnixMilli(num(rec.Exp)).UTC(),
+		ExpiresIn:  time.Duration(max(num(rec.Exp)-now, 0)) * time.Millisecond,
+	}
+	if limit > 0 {
+		h.Mode = lock.Exclusive
+	}
+	if rec.Meta != "" && rec.Meta != "{}" {
+		if err := json.Unmarshal([]byte(rec.Meta), &h.Metadata); err != nil {
+			return lock.Holder{}, lock.AsError(fmt.Errorf("store: bad shared lease metadata: %w", err))
+		}
+	}
+	return h, nil
 }
 
 // ForceRelease implements lock.Store.
@@ -452,8 +538,12 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	if err != nil {
 		return lock.ListPage{}, err
 	}
-	match := s.prefix + "{" + req.Prefix + "*}:lock"
+	// The exclusive lease ({name}:lock) or the shared leases and permits
+	// ({name}:lock:shared, beside {name}:lock:expiry) exist while a name is
+	// held. A name held both ways (a downgrade) may show up on two pages.
+	match := s.prefix + "{" + req.Prefix + "*}:lock*"
 	var names []string
+	seen := make(map[string]bool)
 	for shard < len(shards) {
 		keys, next, err := shards[shard].client.Scan(ctx, cursor, match, int64(max(limit, 100))).Result()
 		if err != nil {
@@ -461,8 +551,9 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 			return lock.ListPage{}, storeError(err)
 		}
 		for _, k := range keys {
-			name := strings.TrimSuffix(strings.TrimPrefix(k, s.prefix+"{"), "}:lock")
-			if lock.ValidName(name) {
+			name, kind, _ := strings.Cut(strings.TrimPrefix(k, s.prefix+"{"), "}:")
+			if (kind == "lock" || kind == "lock:shared") && lock.ValidName(name) && !seen[name] {
+				seen[name] = true
 				names = append(names, name)
 			}
 		}
@@ -693,4 +784,9 @@ func transientReply(err error) bool {
 }
 
 // Leave implements lock.Store.
-func (s *Store) Leave(ctx context.Context, name, waiterID string) error { return nil }
+func (s *Store) Leave(ctx context.Context, name, waiterID string) error {
+	if err := s.run(ctx, "leave", leaveScript, s.keys(name), waiterID, s.channel(name), s.publish).Err(); err != nil {
+		return storeError(err)
+	}
+	return nil
+}

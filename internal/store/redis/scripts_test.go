@@ -20,12 +20,13 @@ func TestScripts_pinned(t *testing.T) {
 		script *goredis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "aa7bd19751f872528dc3ce522c632a1a108a2bd4"},
-		{"renew.lua", renewScript, "e0f4a5dc5a12f5882039fbe210600d415e3c5414"},
-		{"release.lua", releaseScript, "70fc5aee3a7184ea65b40d7cda5c4f8268fbdc59"},
-		{"force_release.lua", forceReleaseScript, "450b13652c1368a89faa79b8b7848712d9f765b2"},
-		{"inspect.lua", inspectScript, "4f8085857da8144d8979a3a95df9d7c3b80df7c8"},
-		{"abandon.lua", abandonScript, "94402ba7a6dc030440f38fc2b6071b707a89c8f4"},
+		{"acquire.lua", acquireScript, "bf55a248b7541dc44c8c943430616e19cbd48075"},
+		{"renew.lua", renewScript, "b8d34fd685622444f1200f3f2682d98af433d2f3"},
+		{"release.lua", releaseScript, "d86be1d40252addb11ee785b885f8998ef01145e"},
+		{"force_release.lua", forceReleaseScript, "bde72f317e99eb40082899135a9aa8f3c14d9d03"},
+		{"inspect.lua", inspectScript, "9e50440ca2bd43b2c9a3ba0b8bc4b68f3baeeadb"},
+		{"abandon.lua", abandonScript, "6859a6de46b2a963f3774a0714dc093b72f1ccff"},
+		{"leave.lua", leaveScript, "192e6920470d37e6f2c543c03e9539370c53541b"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
@@ -51,9 +52,11 @@ func TestKeys_share_one_cluster_slot(t *testing.T) {
 	for _, prefix := range []string{"lockapi:", "team:a:", "x"} {
 		s := &Store{keyspace: keyspace{prefix}}
 		for _, name := range []string{"a", "deploy:prod", "payments:orders:42", "x.y_z@w~v-1"} {
-			lockSlot, fenceSlot := clusterSlot(s.lockKey(name)), clusterSlot(s.fenceKey(name))
-			if lockSlot != fenceSlot || lockSlot != clusterSlot("{"+name+"}") {
-				t.Errorf("prefix %q name %q: lock key slot %d, fence key slot %d", prefix, name, lockSlot, fenceSlot)
+			want := clusterSlot("{" + name + "}")
+			for _, key := range s.keys(name) {
+				if got := clusterSlot(key); got != want {
+					t.Errorf("prefix %q name %q: key %q is in slot %d, not %d", prefix, name, key, got, want)
+				}
 			}
 		}
 	}

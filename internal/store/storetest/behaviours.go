@@ -25,8 +25,12 @@ type behaviour struct {
 
 // behaviours is the whole suite. A behaviour exists only as an entry of this
 // table, which Run iterates, so none can be written and then left out of a
-// backend's run.
-var behaviours = []behaviour{
+// backend's run. It is kept in two parts: the plain lock's behaviours here,
+// and those of the lock kinds (docs/LOCK_KINDS.md) in kinds.go.
+var behaviours = append(coreBehaviours, kindBehaviours...)
+
+// coreBehaviours are the plain (exclusive) lock's behaviours.
+var coreBehaviours = []behaviour{
 	{"AcquireRelease", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
 		before := time.Now().Add(-time.Second)

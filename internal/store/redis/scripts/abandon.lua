@@ -1,9 +1,7 @@
 -- abandon.lua: undo the hold of an acquire whose answer never reached its
--- caller (the call timed out, the connection broke, the caller left).
+-- caller (the call timed out, the connection broke, the caller left). The
+-- keys are listed in lib.lua.
 --
--- KEYS[1]  lock hash   <prefix>{name}:lock
--- KEYS[2]  fence hash  <prefix>{name}:fence
--- KEYS[3]  abandoned   <prefix>{name}:abandoned (set of request ids)
 -- ARGV[1]  request id of the acquire
 -- ARGV[2]  unlock channel
 -- ARGV[3]  how long to remember the request id, in milliseconds
@@ -15,26 +13,54 @@
 --
 -- The acquire added a hold if the lease is the one it granted (the request
 -- id is the lease id) or it was the lease's latest acquire ('op'). That hold
--- is dropped once: 's:<request id>' = 'x' marks it abandoned, and an
--- idempotent replay that claimed the answer first ('c') keeps it.
+-- is dropped once: the request is marked abandoned ('x'), and an idempotent
+-- replay that claimed the answer first ('c') keeps it. The exclusive lease
+-- keeps these marks in 's:<request id>' fields, a shared lease or permit in
+-- its record.
 --
 -- Returns 0 when there was nothing to undo, 1 when a hold was dropped and
--- the lock stays held, 2 when the lock became free.
-redis.call('SADD', KEYS[3], ARGV[1])
+-- the lease lives on, 2 when the lease ended.
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+
+local _, now = clock()
+local req, channel, publish = ARGV[1], ARGV[2], ARGV[4]
+redis.call('SADD', KEYS[3], req)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 
 local h = redis.call('HMGET', KEYS[1], 'lease', 'op')
-if not h[1] or (h[1] ~= ARGV[1] and h[2] ~= ARGV[1]) then
+if h[1] and (h[1] == req or h[2] == req) then
+	if redis.call('HSETNX', KEYS[1], 's:' .. req, 'x') == 0 then
+		return 0
+	end
+	redis.call('HINCRBY', KEYS[2], 'ver', 1)
+	if redis.call('HINCRBY', KEYS[1], 'count', -1) > 0 then
+		redis.call(publish, channel, 'c')
+		return 1
+	end
+	redis.call('DEL', KEYS[1])
+	lease_ended(now, channel, publish)
+	return 2
+end
+
+prune_shared(now)
+local id = req
+local rec = load_record(id)
+if not rec then
+	id = redis.call('HGET', KEYS[4], 'r:' .. req)
+	rec = id and load_record(id)
+end
+if not rec or (id ~= req and rec.op ~= req) or rec.st[req] then
 	return 0
 end
-if redis.call('HSETNX', KEYS[1], 's:' .. ARGV[1], 'x') == 0 then
-	return 0
-end
+rec.st[req] = 'x'
 redis.call('HINCRBY', KEYS[2], 'ver', 1)
-if redis.call('HINCRBY', KEYS[1], 'count', -1) > 0 then
-	redis.call(ARGV[4], ARGV[2], 'c')
+local left = tonumber(rec.count) - 1
+if left > 0 then
+	rec.count = fmt(left)
+	save_record(id, rec)
+	redis.call(publish, channel, 'c')
 	return 1
 end
-redis.call('DEL', KEYS[1])
-redis.call(ARGV[4], ARGV[2], 'r')
+drop_record(id, rec)
+lease_ended(now, channel, publish)
 return 2

@@ -1,8 +1,7 @@
--- acquire.lua: grant a lock, re-enter it, or report its holder.
+-- acquire.lua: grant a lock (exclusive, shared or a semaphore permit),
+-- re-enter it, queue for it, or report what is in the way. The rules, step
+-- by step, are in docs/LOCK_KINDS.md; the keys are listed in lib.lua.
 --
--- KEYS[1]  lock hash   <prefix>{name}:lock
--- KEYS[2]  fence hash  <prefix>{name}:fence
--- KEYS[3]  abandoned   <prefix>{name}:abandoned (set of request ids)
 -- ARGV[1]  request id (ULID): the lease id of a fresh grant
 -- ARGV[2]  owner
 -- ARGV[3]  principal ("" when the server runs open)
@@ -11,46 +10,93 @@
 -- ARGV[6]  unlock channel
 -- ARGV[7]  idempotency key, "" for none
 -- ARGV[8]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
+-- ARGV[9]  mode: "x" exclusive, "s" shared
+-- ARGV[10] semaphore limit, "0" for a lock
+-- ARGV[11] "1" for a fair acquire
+-- ARGV[12] waiter id, "" for a try (see lock.NewWaiterID)
 --
 -- Returns, when granted:
 --   {1, fresh (1|0), lease id, owner, principal, token, hold count, ttl ms,
---    acquired ms, expires ms, metadata, request id, replayed (1|0)}
--- when another owner holds the lock:
---   {0, holder owner, holder token, remaining ttl ms}
--- and {-1} when this request was abandoned before it ran (see abandon.lua).
+--    acquired ms, expires ms, metadata, request id, replayed (1|0),
+--    mode ("exclusive"|"shared"), limit}
+-- when refused:
+--   {0, owner in the way ("" for the queue), its token, look again in ms,
+--    queue length, queued (1|0)}
+-- {-1} when this request was abandoned before it ran (see abandon.lua),
+-- {-2, the held limit} on a limit mismatch, {-3} for an upgrade.
 --
--- Every acquire records its request id in the lock hash ('op'), so that
--- abandon.lua can undo the hold of an acquire whose answer was lost. With an
--- idempotency key, the hash also remembers the key and the request that used
--- it ('idem', 'idemop'); a repeat of that key by the same owner is answered
--- with the lease as it is and marks the request's answer as claimed
--- ('s:<request id>' = 'c'), so that it is no longer abandoned.
+-- The exclusive lease keeps the lock hash of the plain lock: every acquire
+-- records its request id there ('op') for abandon.lua, and an idempotency
+-- key with the request that used it ('idem', 'idemop'); a repeat of that key
+-- by the same owner is answered with the lease as it is and marks the
+-- request's answer as claimed ('s:<request id>' = 'c'). Shared leases and
+-- permits keep the same fields in their records.
 --
 -- A grant publishes "c:<ttl ms>" on the unlock channel, so that waiters time
 -- the new holder's expiry.
---
--- Numbers go into Redis with string.format('%.0f'): Lua's own conversion
--- keeps 14 significant digits and would round microsecond tokens.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(now_us / 1000)
+local now_us, now = clock()
+local req, owner, principal = ARGV[1], ARGV[2], ARGV[3]
 local ttl = tonumber(ARGV[4])
 local exp = now + ttl
+local channel, idem, publish = ARGV[6], ARGV[7], ARGV[8]
+local shared = ARGV[9] == 's'
+local limit = tonumber(ARGV[10])
+local fair = ARGV[11] == '1'
+local waiter = ARGV[12]
+local mode = 'exclusive'
+if shared then
+	mode = 'shared'
+end
 
-if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then
+if redis.call('SISMEMBER', KEYS[3], req) == 1 then
 	return {-1}
 end
 
-local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop')
-if held[1] then
-	if held[2] ~= ARGV[2] or held[3] ~= ARGV[3] then
-		return {0, held[2], held[4], redis.call('PTTL', KEYS[1])}
+local nshared = prune_shared(now)
+local queued = prune_queue(now)
+
+-- The next fencing token: max(counter + 1, now in microseconds). The
+-- counter orders grants while Redis keeps its data, the clock keeps tokens
+-- rising when the counter is lost. 2^53 - 1 keeps them exact in JavaScript.
+local function next_token()
+	local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
+	if now_us > token then
+		token = now_us
 	end
-	-- A repeat of an idempotent acquire whose hold was not abandoned: the
-	-- lease as it is now, nothing added.
-	if ARGV[7] ~= '' and held[7] == ARGV[7] then
+	if token > 9007199254740991 then
+		return nil
+	end
+	local tok = fmt(token)
+	redis.call('HSET', KEYS[2], 'token', tok)
+	return tok
+end
+
+-- granted finishes every grant: the caller's queue place goes, and the next
+-- head learns it may go (a reader behind a reader, say).
+local function granted(reply)
+	redis.call('HINCRBY', KEYS[2], 'ver', 1)
+	redis.call(publish, channel, 'c:' .. ARGV[4])
+	if waiter ~= '' and redis.call('ZREM', KEYS[6], waiter) == 1 then
+		redis.call('ZREM', KEYS[7], waiter)
+		local head = queue_head()
+		if head then
+			redis.call(publish, channel, 'q:' .. head)
+		end
+	end
+	return reply
+end
+
+local function record_reply(id, rec, fresh, request, replayed)
+	return {1, fresh, id, rec.owner, rec.principal, rec.token, tonumber(rec.count), tonumber(rec.ttl),
+		rec.acq, rec.exp, rec.meta, request, replayed, mode, limit}
+end
+
+-- 3. Idempotent replays.
+local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop')
+if idem ~= '' then
+	if held[1] and held[2] == owner and held[3] == principal and held[7] == idem then
 		local state = 's:' .. held[8]
 		if redis.call('HGET', KEYS[1], state) ~= 'x' then
 			redis.call('HSET', KEYS[1], state, 'c')
@@ -59,40 +105,184 @@ if held[1] then
 			if held[8] == held[1] then
 				fresh = 1
 			end
-			return {1, fresh, held[1], held[2], held[3], held[4], tonumber(cur[1]), tonumber(cur[2]), held[5], cur[3], held[6], held[8], 1}
+			return {1, fresh, held[1], held[2], held[3], held[4], tonumber(cur[1]), tonumber(cur[2]), held[5], cur[3], held[6], held[8], 1, 'exclusive', 0}
 		end
 	end
-	-- Reentrant: same lease and token, one more hold, a fresh TTL.
-	local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-	redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', string.format('%.0f', exp), 'op', ARGV[1])
-	if ARGV[7] ~= '' then
-		redis.call('HSET', KEYS[1], 'idem', ARGV[7], 'idemop', ARGV[1])
+	if nshared > 0 then
+		local id = redis.call('HGET', KEYS[4], 'i:' .. idem)
+		local rec = id and load_record(id)
+		if rec and rec.owner == owner and rec.principal == principal and rec.st[rec.idemop] ~= 'x' then
+			rec.st[rec.idemop] = 'c'
+			save_record(id, rec)
+			local fresh = 0
+			if rec.idemop == id then
+				fresh = 1
+			end
+			if rec.limit ~= '0' then
+				mode = 'exclusive'
+			else
+				mode = 'shared'
+			end
+			limit = tonumber(rec.limit)
+			return record_reply(id, rec, fresh, rec.idemop, 1)
+		end
 	end
-	redis.call('PEXPIRE', KEYS[1], ttl)
-	redis.call('HINCRBY', KEYS[2], 'ver', 1)
-	redis.call(ARGV[8], ARGV[6], 'c:' .. ARGV[4])
-	return {1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], string.format('%.0f', exp), held[6], ARGV[1], 0}
 end
 
--- Fresh grant. The token is max(counter + 1, now in microseconds): the
--- counter orders grants while Redis keeps its data, the clock keeps tokens
--- rising when the counter is lost. 2^53 - 1 keeps them exact in JavaScript.
-local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
-if now_us > token then
-	token = now_us
+-- 4. The limit is fixed while anything is held.
+if nshared > 0 then
+	local have = tonumber(redis.call('HGET', KEYS[4], 'limit') or '0')
+	if have ~= limit then
+		return {-2, have}
+	end
+elseif held[1] and limit > 0 then
+	return {-2, 0}
 end
-if token > 9007199254740991 then
+
+-- What is in the way, if anything: a lease (owner, token, ms left) or only
+-- the queue.
+local way_owner, way_token, way_ms = nil, nil, nil
+local by_shared = false
+
+local function first_shared()
+	local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+	local rec = load_record(first[1])
+	way_owner, way_token, way_ms = rec.owner, rec.token, tonumber(first[2]) - now
+end
+
+local my_owner_field = owner_field(principal, owner)
+local downgrade = false
+
+if limit > 0 then
+	-- 7. A semaphore permit: no reentrancy.
+	if nshared >= limit then
+		first_shared()
+	end
+elseif not shared then
+	-- 5. Exclusive.
+	if held[1] and held[2] == owner and held[3] == principal then
+		local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+		redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', fmt(exp), 'op', req)
+		if idem ~= '' then
+			redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
+		end
+		redis.call('PEXPIRE', KEYS[1], ttl)
+		return granted({1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], fmt(exp), held[6], req, 0, mode, 0})
+	end
+	if nshared > 0 and redis.call('HEXISTS', KEYS[4], my_owner_field) == 1 then
+		return {-3}
+	end
+	if held[1] then
+		way_owner, way_token, way_ms = held[2], held[4], redis.call('PTTL', KEYS[1])
+	elseif nshared > 0 then
+		first_shared()
+		by_shared = true
+	end
+else
+	-- 6. Shared.
+	local mine = nshared > 0 and redis.call('HGET', KEYS[4], my_owner_field)
+	if mine then
+		local rec = load_record(mine)
+		rec.count = fmt(tonumber(rec.count) + 1)
+		rec.ttl, rec.exp = ARGV[4], fmt(exp)
+		if rec.op ~= mine then
+			redis.call('HDEL', KEYS[4], 'r:' .. rec.op)
+		end
+		rec.op = req
+		redis.call('HSET', KEYS[4], 'r:' .. req, mine)
+		if idem ~= '' then
+			rec.idem, rec.idemop = idem, req
+			redis.call('HSET', KEYS[4], 'i:' .. idem, mine)
+		end
+		save_record(mine, rec)
+		redis.call('ZADD', KEYS[5], exp, mine)
+		keep_shared()
+		return granted(record_reply(mine, rec, 0, req, 0))
+	end
+	if held[1] then
+		if held[2] == owner and held[3] == principal then
+			downgrade = true
+		else
+			way_owner, way_token, way_ms = held[2], held[4], redis.call('PTTL', KEYS[1])
+		end
+	end
+end
+
+-- 8. The queue.
+local my_seq = nil
+if waiter ~= '' and queued > 0 then
+	my_seq = redis.call('ZSCORE', KEYS[6], waiter)
+end
+local held_off = false
+if not way_owner and not downgrade and queued > 0 then
+	local ahead
+	if my_seq then
+		ahead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. my_seq)
+	else
+		ahead = redis.call('ZRANGE', KEYS[6], 0, -1)
+	end
+	for _, id in ipairs(ahead) do
+		local c = string.sub(id, 1, 1)
+		-- lock.QueueBlocks: a fair entry, or an exclusive one ahead of a
+		-- shared acquire; a fair acquire waits for anyone ahead.
+		if fair or c == 'X' or c == 'S' or (shared and c == 'x') then
+			held_off = true
+			break
+		end
+	end
+end
+
+if way_owner or held_off then
+	-- 9. Keep or take a queue place.
+	local has_place = 0
+	if waiter ~= '' and (my_seq or fair or by_shared) then
+		if not my_seq then
+			redis.call('ZADD', KEYS[6], redis.call('HINCRBY', KEYS[2], 'qseq', 1), waiter)
+		end
+		redis.call('ZADD', KEYS[7], now + QUEUE_TTL, waiter)
+		redis.call('PEXPIRE', KEYS[6], QUEUE_TTL)
+		redis.call('PEXPIRE', KEYS[7], QUEUE_TTL)
+		has_place = 1
+	end
+	-- 10. When to look again: when the lease in the way ends, or when the
+	-- queue's head must have renewed its place (unless this is the head).
+	local n = redis.call('ZCARD', KEYS[6])
+	local head = queue_head()
+	if head and head ~= waiter then
+		local left = tonumber(redis.call('ZSCORE', KEYS[7], head)) - now
+		if not way_ms or left < way_ms then
+			way_ms = left
+		end
+	end
+	return {0, way_owner or '', way_token or '0', way_ms or QUEUE_TTL, n, has_place}
+end
+
+-- A fresh grant.
+local tok = next_token()
+if not tok then
 	return redis.error_reply('ERR fencing token space exhausted')
 end
-local tok = string.format('%.0f', token)
-redis.call('HSET', KEYS[2], 'token', tok)
-redis.call('HINCRBY', KEYS[2], 'ver', 1)
-redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'owner', ARGV[2], 'principal', ARGV[3],
-	'token', tok, 'count', 1, 'ttl', ARGV[4], 'acq', string.format('%.0f', now),
-	'exp', string.format('%.0f', exp), 'meta', ARGV[5], 'op', ARGV[1])
-if ARGV[7] ~= '' then
-	redis.call('HSET', KEYS[1], 'idem', ARGV[7], 'idemop', ARGV[1])
+if not shared and limit == 0 then
+	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
+		'token', tok, 'count', 1, 'ttl', ARGV[4], 'acq', fmt(now),
+		'exp', fmt(exp), 'meta', ARGV[5], 'op', req)
+	if idem ~= '' then
+		redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
+	end
+	redis.call('PEXPIRE', KEYS[1], ttl)
+	return granted({1, 1, req, owner, principal, tok, 1, ttl, fmt(now), fmt(exp), ARGV[5], req, 0, mode, 0})
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call(ARGV[8], ARGV[6], 'c:' .. ARGV[4])
-return {1, 1, ARGV[1], ARGV[2], ARGV[3], tok, 1, ttl, string.format('%.0f', now), string.format('%.0f', exp), ARGV[5], ARGV[1], 0}
+local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl = ARGV[4],
+	acq = fmt(now), exp = fmt(exp), meta = ARGV[5], op = req, idem = idem, idemop = req,
+	limit = ARGV[10], st = {_ = ''}}
+save_record(req, rec)
+redis.call('ZADD', KEYS[5], exp, req)
+redis.call('HSET', KEYS[4], 'limit', ARGV[10])
+if shared then
+	redis.call('HSET', KEYS[4], my_owner_field, req)
+end
+if idem ~= '' then
+	redis.call('HSET', KEYS[4], 'i:' .. idem, req)
+end
+keep_shared()
+return granted(record_reply(req, rec, 1, req, 0))

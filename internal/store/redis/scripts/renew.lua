@@ -1,7 +1,6 @@
--- renew.lua: reset the TTL of the current lease, and only of it.
+-- renew.lua: reset the TTL of a live lease of any mode, and only of it. The
+-- keys are listed in lib.lua.
 --
--- KEYS[1]  lock hash   <prefix>{name}:lock
--- KEYS[2]  fence hash  <prefix>{name}:fence
 -- ARGV[1]  lease id
 -- ARGV[2]  ttl in milliseconds; 0 keeps the lease's TTL
 -- ARGV[3]  unlock channel
@@ -11,27 +10,51 @@
 -- Publishes "c:<ttl ms>", so that waiters time the lease's new expiry (a
 -- renewal may shorten it).
 --
--- Returns {0} when the lease is not the holder (expired, released,
+-- Returns {0} when the lease does not hold the lock (expired, released,
 -- superseded or unknown), {-1} when it belongs to another principal, else
 --   {1, lease id, owner, principal, token, hold count, ttl ms, acquired ms,
---    expires ms, metadata}
+--    expires ms, metadata, mode, limit}
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+local _, now = clock()
+local id, channel, principal, publish = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
+local ttl = tonumber(ARGV[2])
+
 local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta')
-if h[1] ~= ARGV[1] then
+if h[1] == id then
+	if principal ~= '' and h[3] ~= principal then
+		return {-1}
+	end
+	if ttl == 0 then
+		ttl = tonumber(h[6])
+	end
+	local exp = fmt(now + ttl)
+	redis.call('HSET', KEYS[1], 'ttl', fmt(ttl), 'exp', exp)
+	redis.call('PEXPIRE', KEYS[1], ttl)
+	redis.call('HINCRBY', KEYS[2], 'ver', 1)
+	redis.call(publish, channel, 'c:' .. fmt(ttl))
+	return {1, h[1], h[2], h[3], h[4], tonumber(h[5]), ttl, h[7], exp, h[8], 'exclusive', 0}
+end
+
+prune_shared(now)
+local rec = load_record(id)
+if not rec then
 	return {0}
 end
-if ARGV[4] ~= '' and h[3] ~= ARGV[4] then
+if principal ~= '' and rec.principal ~= principal then
 	return {-1}
 end
-local ttl = tonumber(ARGV[2])
 if ttl == 0 then
-	ttl = tonumber(h[6])
+	ttl = tonumber(rec.ttl)
 end
-local t = redis.call('TIME')
-local exp = string.format('%.0f', math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000) + ttl)
-redis.call('HSET', KEYS[1], 'ttl', string.format('%.0f', ttl), 'exp', exp)
-redis.call('PEXPIRE', KEYS[1], ttl)
+rec.ttl, rec.exp = fmt(ttl), fmt(now + ttl)
+save_record(id, rec)
+redis.call('ZADD', KEYS[5], now + ttl, id)
+keep_shared()
 redis.call('HINCRBY', KEYS[2], 'ver', 1)
-redis.call(ARGV[5], ARGV[3], 'c:' .. string.format('%.0f', ttl))
-return {1, h[1], h[2], h[3], h[4], tonumber(h[5]), ttl, h[7], exp, h[8]}
+redis.call(publish, channel, 'c:' .. fmt(ttl))
+local mode = 'shared'
+if rec.limit ~= '0' then
+	mode = 'exclusive'
+end
+return {1, id, rec.owner, rec.principal, rec.token, tonumber(rec.count), ttl, rec.acq, rec.exp, rec.meta, mode, tonumber(rec.limit)}
