@@ -506,7 +506,7 @@ type Problem struct {
 	// Errors The offending inputs of an `invalid-request` problem.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
-	// Holder The lease in the way of a `lock-held`; absent when the lock is free but queued waiters come first.
+	// Holder The lease in the way of a `lock-held`; absent when no lease is in the way but queued waiters come first.
 	Holder *HeldBy `json:"holder,omitempty"`
 
 	// Instance The request path of this occurrence.

@@ -189,15 +189,19 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 	return p, retryAfterSecs
 }
 
-// queuedDetail describes a refusal that no lease caused: the lock is free,
-// but waiters that arrived first (fair ones, or a writer that readers held
-// off) come first.
+// queuedDetail describes a refusal that no lease caused: waiters that
+// arrived first (fair ones, or a writer that readers hold off) come first.
+// The lock may be free, or held by leases that would admit this acquire.
 func queuedDetail(name string, queue int) string {
-	what := "the lock"
-	if name != "" {
-		what = fmt.Sprintf("lock %q", name)
+	waiters := fmt.Sprintf("%d queued waiters come", queue)
+	if queue == 1 {
+		waiters = "1 queued waiter comes"
 	}
-	return fmt.Sprintf("%s is not held, but %d queued waiters come before this acquire", what, queue)
+	of := ""
+	if name != "" {
+		of = fmt.Sprintf(" of lock %q", name)
+	}
+	return fmt.Sprintf("no lease is in the way, but %s before this acquire%s", waiters, of)
 }
 
 // retryAfter is the Retry-After of a lock-held answer: when the holder's

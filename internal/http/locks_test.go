@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,10 @@ func TestInspect(t *testing.T) {
 			st.Holder.HoldCount != 1 || st.Holder.ExpiresAt != l.ExpiresAt || st.Holder.AcquiredAt != l.AcquiredAt ||
 			st.Holder.Metadata["k"] != "v" || st.FencingToken != l.FencingToken {
 			t.Fatalf("state = %+v holder %+v, lease %+v", st, st.Holder, l)
+		}
+		if st.Mode == nil || *st.Mode != lock.KindExclusive || len(st.Holders) != 1 || !reflect.DeepEqual(st.Holders[0], *st.Holder) ||
+			st.Holder.Mode != lock.Exclusive || st.QueueLength != 0 || st.Limit != 0 {
+			t.Fatalf("a plain lock's state %s", resp.Body)
 		}
 		if strings.Contains(string(resp.Body), l.LeaseID) {
 			t.Fatalf("the lease id leaked: %s", resp.Body)

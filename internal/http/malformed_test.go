@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -192,6 +193,10 @@ func snapshot(t *testing.T, e *Env) []lock.State {
 			h := *out[i].Holder
 			h.ExpiresIn = 0
 			out[i].Holder = &h
+		}
+		out[i].Holders = slices.Clone(out[i].Holders)
+		for j := range out[i].Holders {
+			out[i].Holders[j].ExpiresIn = 0
 		}
 	}
 	return out

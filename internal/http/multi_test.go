@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -194,8 +195,8 @@ func TestAcquireAll_Invalid(t *testing.T) {
 			if got := e.owners("n00", "n01"); got != "," {
 				t.Fatalf("a refused multi-lock took %s", got)
 			}
-			if after := snapshot(t, e); len(after) != len(before) {
-				t.Fatalf("store changed: %+v", after)
+			if after := snapshot(t, e); !reflect.DeepEqual(before, after) {
+				t.Fatalf("store changed:\nbefore %+v\nafter  %+v", before, after)
 			}
 		})
 	}
