@@ -861,7 +861,10 @@ type ClientInterface interface {
 	// overlapping multi-locks cannot deadlock, and the names need not
 	// share a Redis Cluster slot. Because the leases are granted one
 	// after another, an observer may see some names held before the
-	// others; the request answers only once all are held, or none.
+	// others; the request answers only once all are held, or none. A
+	// multi-lock takes no place in any lock's queue: it waits as a plain
+	// waiter, behind fair waiters, and readers that keep a name busy can
+	// keep an exclusive multi-lock waiting.
 	//
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
@@ -888,7 +891,10 @@ type ClientInterface interface {
 	// overlapping multi-locks cannot deadlock, and the names need not
 	// share a Redis Cluster slot. Because the leases are granted one
 	// after another, an observer may see some names held before the
-	// others; the request answers only once all are held, or none.
+	// others; the request answers only once all are held, or none. A
+	// multi-lock takes no place in any lock's queue: it waits as a plain
+	// waiter, behind fair waiters, and readers that keep a name busy can
+	// keep an exclusive multi-lock waiting.
 	//
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
@@ -1162,7 +1168,10 @@ func (c *Client) ReleaseLeases(ctx context.Context, params *ReleaseLeasesParams,
 // overlapping multi-locks cannot deadlock, and the names need not
 // share a Redis Cluster slot. Because the leases are granted one
 // after another, an observer may see some names held before the
-// others; the request answers only once all are held, or none.
+// others; the request answers only once all are held, or none. A
+// multi-lock takes no place in any lock's queue: it waits as a plain
+// waiter, behind fair waiters, and readers that keep a name busy can
+// keep an exclusive multi-lock waiting.
 //
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
@@ -1199,7 +1208,10 @@ func (c *Client) AcquireLeasesWithBody(ctx context.Context, contentType string, 
 // overlapping multi-locks cannot deadlock, and the names need not
 // share a Redis Cluster slot. Because the leases are granted one
 // after another, an observer may see some names held before the
-// others; the request answers only once all are held, or none.
+// others; the request answers only once all are held, or none. A
+// multi-lock takes no place in any lock's queue: it waits as a plain
+// waiter, behind fair waiters, and readers that keep a name busy can
+// keep an exclusive multi-lock waiting.
 //
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
@@ -2223,7 +2235,10 @@ type ClientWithResponsesInterface interface {
 	// overlapping multi-locks cannot deadlock, and the names need not
 	// share a Redis Cluster slot. Because the leases are granted one
 	// after another, an observer may see some names held before the
-	// others; the request answers only once all are held, or none.
+	// others; the request answers only once all are held, or none. A
+	// multi-lock takes no place in any lock's queue: it waits as a plain
+	// waiter, behind fair waiters, and readers that keep a name busy can
+	// keep an exclusive multi-lock waiting.
 	//
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
@@ -2250,7 +2265,10 @@ type ClientWithResponsesInterface interface {
 	// overlapping multi-locks cannot deadlock, and the names need not
 	// share a Redis Cluster slot. Because the leases are granted one
 	// after another, an observer may see some names held before the
-	// others; the request answers only once all are held, or none.
+	// others; the request answers only once all are held, or none. A
+	// multi-lock takes no place in any lock's queue: it waits as a plain
+	// waiter, behind fair waiters, and readers that keep a name busy can
+	// keep an exclusive multi-lock waiting.
 	//
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
@@ -4107,7 +4125,10 @@ func (c *ClientWithResponses) ReleaseLeasesWithResponse(ctx context.Context, par
 // overlapping multi-locks cannot deadlock, and the names need not
 // share a Redis Cluster slot. Because the leases are granted one
 // after another, an observer may see some names held before the
-// others; the request answers only once all are held, or none.
+// others; the request answers only once all are held, or none. A
+// multi-lock takes no place in any lock's queue: it waits as a plain
+// waiter, behind fair waiters, and readers that keep a name busy can
+// keep an exclusive multi-lock waiting.
 //
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
@@ -4140,7 +4161,10 @@ func (c *ClientWithResponses) AcquireLeasesWithBodyWithResponse(ctx context.Cont
 // overlapping multi-locks cannot deadlock, and the names need not
 // share a Redis Cluster slot. Because the leases are granted one
 // after another, an observer may see some names held before the
-// others; the request answers only once all are held, or none.
+// others; the request answers only once all are held, or none. A
+// multi-lock takes no place in any lock's queue: it waits as a plain
+// waiter, behind fair waiters, and readers that keep a name busy can
+// keep an exclusive multi-lock waiting.
 //
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
