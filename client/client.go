@@ -109,6 +109,43 @@ type AcquireOptions struct {
 	// Metadata is kept with the lease and shown to anyone who looks at the
 	// lock: at most 16 labels.
 	Metadata map[string]string
+	// Shared asks for a read lease: any number of shared leases hold the
+	// lock together, and an exclusive one holds it alone. An owner that
+	// holds a shared lease may not also take the lock exclusively (the
+	// server refuses the upgrade with upgrade-refused).
+	Shared bool
+	// Limit, when positive, makes the name a semaphore with Limit permits
+	// (1 to 10,000): each Acquire takes one permit. Every acquire of a held
+	// semaphore must give the same limit (else limit-mismatch).
+	Limit int
+	// Fair waits in arrival order: while others queued first, the lock goes
+	// to them. It matters only with Wait.
+	Fair bool
+}
+
+// body is the acquire request that opts describe.
+func (opts AcquireOptions) body(owner string) api.AcquireRequest {
+	body := api.AcquireRequest{Owner: &owner}
+	if opts.TTL > 0 {
+		ms := ceilMs(opts.TTL)
+		body.TTLMs = &ms
+	}
+	if len(opts.Metadata) > 0 {
+		md := api.Metadata(opts.Metadata)
+		body.Metadata = &md
+	}
+	if opts.Shared {
+		mode := api.LeaseModeShared
+		body.Mode = &mode
+	}
+	if opts.Limit > 0 {
+		limit := int32(min(opts.Limit, 1<<30))
+		body.Limit = &limit
+	}
+	if opts.Fair {
+		body.Fair = &opts.Fair
+	}
+	return body
 }
 
 // Acquire acquires the lock name and starts renewing it in the background
@@ -120,15 +157,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	if owner == "" {
 		owner, unique = uniqueOwner(), true
 	}
-	body := api.AcquireRequest{Owner: &owner}
-	if opts.TTL > 0 {
-		ms := ceilMs(opts.TTL)
-		body.TTLMs = &ms
-	}
-	if len(opts.Metadata) > 0 {
-		md := api.Metadata(opts.Metadata)
-		body.Metadata = &md
-	}
+	body := opts.body(owner)
 
 	var deadline time.Time
 	if opts.Wait > 0 {
@@ -286,4 +315,94 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// AcquireAll acquires every lock in names, or none: the server takes them
+// one at a time in one global order and never holds some while it waits for
+// the others, so overlapping AcquireAll calls cannot deadlock. The leases
+// come back in the order of names; each renews itself and is released on
+// its own (ReleaseAll releases them together). opts.Limit and opts.Fair do
+// not apply to several locks at once.
+//
+// When a lock is still held after opts.Wait, the error is a *HeldError
+// naming it. Unlike Acquire, AcquireAll does not repeat a request whose
+// answer was lost (a multi-lock takes no Idempotency-Key): it fails, and
+// the server gives back whatever the lost answer granted when it notices,
+// or the leases end with their TTL.
+func (c *Client) AcquireAll(ctx context.Context, names []string, opts AcquireOptions) ([]*Lease, error) {
+	if opts.Limit > 0 || opts.Fair {
+		return nil, errors.New("lockapi: acquire all: Limit and Fair do not apply to a multi-lock")
+	}
+	owner, unique := opts.Owner, false
+	if owner == "" {
+		owner, unique = uniqueOwner(), true
+	}
+	one := opts.body(owner)
+	body := api.MultiAcquireRequest{Locks: names, Owner: one.Owner, TTLMs: one.TTLMs, Metadata: one.Metadata, Mode: one.Mode}
+	what := strings.Join(names, ", ")
+
+	var deadline time.Time
+	if opts.Wait > 0 {
+		deadline = time.Now().Add(opts.Wait)
+	}
+	bo := newBackoff(100*time.Millisecond, 5*time.Second)
+	for {
+		var wait time.Duration
+		if opts.Wait > 0 {
+			wait = time.Until(deadline)
+		}
+		body.WaitMs = nil
+		if ms := wait.Milliseconds(); ms > 0 {
+			body.WaitMs = &ms
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait+c.timeout)
+		sent := time.Now()
+		resp, err := c.api.AcquireLeasesWithResponse(rctx, body)
+		received := time.Now()
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, fmt.Errorf("lockapi: acquire %s: %w", what, context.Cause(ctx))
+		case err != nil:
+			return nil, fmt.Errorf("lockapi: acquire %s: %w", what, unavailable(err))
+		case resp.JSON201 != nil:
+			return c.grantAll(ctx, resp.JSON201.Leases, unique, wait > 0, sent, received)
+		}
+		err = responseError(what, resp.HTTPResponse, resp.Body)
+		if !IsHeld(err) || opts.Wait <= 0 || time.Until(deadline) < time.Millisecond {
+			return nil, err
+		}
+		if received.Sub(sent) < 100*time.Millisecond && !sleepUntil(ctx, earliest(deadline, time.Now().Add(bo.next()))) {
+			return nil, fmt.Errorf("lockapi: acquire %s: %w", what, context.Cause(ctx))
+		}
+	}
+}
+
+// grantAll makes the leases of a granted multi-lock, all or none.
+func (c *Client) grantAll(ctx context.Context, gs []api.Lease, unique, waited bool, sent, received time.Time) ([]*Lease, error) {
+	leases := make([]*Lease, 0, len(gs))
+	for i := range gs {
+		l, err := c.grant(ctx, &gs[i], unique, waited, sent, received)
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+			_ = ReleaseAll(rctx, leases)
+			for _, g := range gs[i+1:] {
+				_ = newLease(c, &g, unique, sent).delete(rctx)
+			}
+			cancel()
+			return nil, err
+		}
+		leases = append(leases, l)
+	}
+	return leases, nil
+}
+
+// ReleaseAll releases leases (from AcquireAll, or any others) and returns
+// their errors joined.
+func ReleaseAll(ctx context.Context, leases []*Lease) error {
+	var errs []error
+	for _, l := range leases {
+		errs = append(errs, l.Release(ctx))
+	}
+	return errors.Join(errs...)
 }

@@ -33,14 +33,21 @@ var (
 // HeldError is the answer to an acquire when another owner holds the lock
 // (409 lock-held), still after the acquire's Wait.
 type HeldError struct {
-	Lock      string
-	Owner     string        // the holder's owner
-	Token     uint64        // the holder's fencing token
-	ExpiresIn time.Duration // until the holder's lease ends unless renewed
-	RequestID string
+	Lock string
+	// Owner, Token and ExpiresIn describe the lease in the way; Owner is ""
+	// when only queued waiters are (a fair queue, or a writer that readers
+	// keep out).
+	Owner       string
+	Token       uint64        // the holder's fencing token
+	ExpiresIn   time.Duration // until the holder's lease ends unless renewed
+	QueueLength int           // waiters queued for the lock
+	RequestID   string
 }
 
 func (e *HeldError) Error() string {
+	if e.Owner == "" {
+		return fmt.Sprintf("lockapi: lock %q is free but %d queued waiters come first", e.Lock, e.QueueLength)
+	}
 	return fmt.Sprintf("lockapi: lock %q is held by %q (fencing token %d, expires in %v unless renewed)",
 		e.Lock, e.Owner, e.Token, e.ExpiresIn.Round(time.Millisecond))
 }
@@ -135,14 +142,19 @@ func responseError(lockName string, resp *http.Response, body []byte) error {
 				p.Fields = append(p.Fields, FieldError{Field: f.Field, Detail: f.Detail})
 			}
 		}
-		if resp.StatusCode == http.StatusConflict && doc.Holder != nil {
-			return &HeldError{
-				Lock:      lockName,
-				Owner:     doc.Holder.Owner,
-				Token:     uint64(doc.Holder.FencingToken),
-				ExpiresIn: time.Duration(doc.Holder.ExpiresInMs) * time.Millisecond,
-				RequestID: p.RequestID,
+		if resp.StatusCode == http.StatusConflict && (doc.Holder != nil || doc.Type == api.HTTPSLockapiDevProblemsLockHeld) {
+			he := &HeldError{Lock: lockName, RequestID: p.RequestID}
+			if doc.Lock != nil {
+				he.Lock = *doc.Lock // of a multi-lock, the name in the way
 			}
+			if doc.Holder != nil {
+				he.Owner, he.Token = doc.Holder.Owner, uint64(doc.Holder.FencingToken)
+				he.ExpiresIn = time.Duration(doc.Holder.ExpiresInMs) * time.Millisecond
+			}
+			if doc.QueueLength != nil {
+				he.QueueLength = int(*doc.QueueLength)
+			}
+			return he
 		}
 	} else if text := strings.TrimSpace(string(body)); text != "" {
 		const maxDetail = 200

@@ -34,7 +34,9 @@ type Lease struct {
 	owner      string
 	token      uint64
 	metadata   map[string]string
-	releaseAll bool // the owner is unique to this lease: Release drops every hold
+	mode       string // "exclusive" or "shared"
+	limit      int    // the semaphore's permits; 0 for a lock
+	releaseAll bool   // the owner is unique to this lease: Release drops every hold
 
 	mu        sync.Mutex
 	ttl       time.Duration
@@ -62,6 +64,8 @@ func newLease(c *Client, g *api.Lease, releaseAll bool, sent time.Time) *Lease {
 		owner:      g.Owner,
 		token:      uint64(g.FencingToken),
 		metadata:   g.Metadata,
+		mode:       string(g.Mode),
+		limit:      int(g.Limit),
 		releaseAll: releaseAll,
 		ttl:        time.Duration(g.TTLMs) * time.Millisecond,
 		holdCount:  int(g.HoldCount),
@@ -76,6 +80,13 @@ func newLease(c *Client, g *api.Lease, releaseAll bool, sent time.Time) *Lease {
 
 // Name returns the lock's name.
 func (l *Lease) Name() string { return l.name }
+
+// Shared reports whether the lease is a read lease.
+func (l *Lease) Shared() bool { return l.mode == string(api.LeaseModeShared) }
+
+// Limit returns the semaphore's number of permits when the lease is a
+// permit, else 0.
+func (l *Lease) Limit() int { return l.limit }
 
 // ID returns the lease id, the capability to renew and release the lease.
 func (l *Lease) ID() string { return l.id }
