@@ -272,6 +272,8 @@ var problemStatus = map[string]int{
 	"not-found":              http.StatusNotFound,
 	"method-not-allowed":     http.StatusMethodNotAllowed,
 	"lock-held":              http.StatusConflict,
+	"limit-mismatch":         http.StatusConflict,
+	"upgrade-refused":        http.StatusConflict,
 	"lease-lost":             http.StatusGone,
 	"payload-too-large":      http.StatusRequestEntityTooLarge,
 	"unsupported-media-type": http.StatusUnsupportedMediaType,
