@@ -60,11 +60,17 @@ Flags:
   --owner NAME   owner of the lease (default: unique, host:pid:random); runs
                  with the same owner are reentrant: they do not exclude each other
   --grace D      time between SIGTERM and SIGKILL when the lease is lost (default 10s)
+  --shared       take a read lease: runs with --shared hold the lock together,
+                 a run without it holds it alone
+  --limit N      treat NAME as a semaphore of N permits (1-10000): up to N runs
+                 at once; every run on NAME must give the same N
+  --fair         wait in arrival order: runs that queued first go first
 
 $LOCKAPI_API_KEY, when set, is sent as the bearer token.
 
 Exit status: the command's own (128+N if it was killed by signal N), or
-    2  usage error, or the server refused the input (400)
+    2  usage error, or the server refused the input (400, or a 409 that
+       waiting cannot mend: limit-mismatch, upgrade-refused)
    69  the server was unavailable or failed
    70  the lease was lost while the command ran
    75  the lock was still held by someone else after --wait
@@ -79,6 +85,9 @@ type runConfig struct {
 	wait    time.Duration
 	owner   string
 	grace   time.Duration
+	shared  bool
+	limit   int
+	fair    bool
 	name    string
 	command []string
 }
@@ -93,6 +102,9 @@ func parseRunFlags(args []string) (runConfig, error) {
 	fs.DurationVar(&c.wait, "wait", 5*time.Minute, "")
 	fs.StringVar(&c.owner, "owner", "", "")
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "")
+	fs.BoolVar(&c.shared, "shared", false, "")
+	fs.IntVar(&c.limit, "limit", 0, "")
+	fs.BoolVar(&c.fair, "fair", false, "")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -117,6 +129,10 @@ func parseRunFlags(args []string) (runConfig, error) {
 		return c, errors.New("--ttl must be positive")
 	case c.wait < 0:
 		return c, errors.New("--wait must not be negative")
+	case c.limit < 0 || c.limit > 10000:
+		return c, errors.New("--limit is 1 to 10000 permits")
+	case c.limit > 0 && c.shared:
+		return c, errors.New("--limit and --shared do not go together: a semaphore's permits are not shared")
 	case c.grace < 0:
 		return c, errors.New("--grace must not be negative")
 	}
@@ -172,11 +188,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // acquireForRun acquires the lock, or explains why not and returns the exit
 // status.
 func acquireForRun(ctx context.Context, cl *client.Client, c runConfig, sigs <-chan os.Signal, stderr io.Writer) (*client.Lease, int) {
-	opts := client.AcquireOptions{Owner: c.owner, TTL: c.ttl}
+	opts := client.AcquireOptions{Owner: c.owner, TTL: c.ttl, Shared: c.shared, Limit: c.limit, Fair: c.fair}
 	start := time.Now()
 	l, err := cl.Acquire(ctx, c.name, opts)
 	if he, ok := errors.AsType[*client.HeldError](err); ok && c.wait > 0 {
-		fmt.Fprintf(stderr, "lockapi run: lock %q is held by %q; waiting up to %v\n", c.name, he.Owner, c.wait)
+		fmt.Fprintf(stderr, "lockapi run: lock %q is %s; waiting up to %v\n", c.name, heldText(he, false), c.wait)
 		opts.Wait = c.wait - time.Since(start)
 		l, err = cl.Acquire(ctx, c.name, opts)
 	}
@@ -190,9 +206,12 @@ func acquireForRun(ctx context.Context, cl *client.Client, c runConfig, sigs <-c
 		fmt.Fprintf(stderr, "lockapi run: interrupted while acquiring lock %q\n", c.name)
 		return nil, interruptedStatus(sigs)
 	case held:
-		fmt.Fprintf(stderr, "lockapi run: could not get lock %q within --wait %v: held by %q (fencing token %d, expires in %v unless renewed)\n",
-			c.name, c.wait, he.Owner, he.Token, he.ExpiresIn.Round(time.Millisecond))
+		fmt.Fprintf(stderr, "lockapi run: could not get lock %q within --wait %v: %s\n", c.name, c.wait, heldText(he, true))
 		return nil, exitTempFail
+	case errors.As(err, &pe) && pe.Status == http.StatusConflict:
+		// limit-mismatch or upgrade-refused: waiting would not help.
+		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
+		return nil, exitUsage
 	case errors.Is(err, client.ErrUnavailable):
 		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
 		return nil, exitUnavailable
@@ -206,6 +225,17 @@ func acquireForRun(ctx context.Context, cl *client.Client, c runConfig, sigs <-c
 		fmt.Fprintf(stderr, "lockapi run: acquire lock %q: %s\n", c.name, errText(err))
 		return nil, exitUnavailable
 	}
+}
+
+// heldText says what keeps a lock from a run; long adds the holder's lease.
+func heldText(he *client.HeldError, long bool) string {
+	switch {
+	case he.Owner == "":
+		return fmt.Sprintf("free, but %d queued waiters come first", he.QueueLength)
+	case long:
+		return fmt.Sprintf("held by %q (fencing token %d, expires in %v unless renewed)", he.Owner, he.Token, he.ExpiresIn.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("held by %q", he.Owner)
 }
 
 // interruptedStatus is the exit status after an interruption: 128 plus the

@@ -535,6 +535,37 @@ func TestStatus(t *testing.T) {
 		}
 	})
 
+	t.Run("Readers", func(t *testing.T) {
+		cl := newTestClient(t, url)
+		for _, owner := range []string{"reader-1", "reader-2"} {
+			r, err := cl.Acquire(context.Background(), "rw", client.AcquireOptions{Owner: owner, TTL: time.Minute, Shared: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Release(context.Background())
+		}
+		r := lockapi(t, "status", "--server", url, "rw")
+		for _, want := range []string{"shared: 2 readers", "reader-1 (shared)", "reader-2 (shared)"} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, r.Stdout)
+			}
+		}
+	})
+
+	t.Run("Semaphore", func(t *testing.T) {
+		p, err := newTestClient(t, url).Acquire(context.Background(), "sem", client.AcquireOptions{Owner: "permit-1", TTL: time.Minute, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(context.Background())
+		r := lockapi(t, "status", "--server", url, "sem")
+		for _, want := range []string{"semaphore: 1 of 3 permits held", "permit-1 (exclusive)"} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, r.Stdout)
+			}
+		}
+	})
+
 	t.Run("Usage", func(t *testing.T) {
 		for _, args := range [][]string{{"status"}, {"status", "--server", url, "a", "b"}, {"status", "--server", url, "bad name"}} {
 			if r := lockapi(t, args...); r.Code != exitUsage {
@@ -583,5 +614,45 @@ func TestRun_APIKey(t *testing.T) {
 	}
 	if r := lockapi(t, "run", "--server", url, "other", "--", "true"); r.Code != exitNoPerm || !strings.Contains(r.Stderr, "403") {
 		t.Errorf("a lock outside the key's patterns: exit %d, want %d\nstderr: %s", r.Code, exitNoPerm, r.Stderr)
+	}
+}
+
+// --shared runs alongside readers and not alongside a writer; --limit takes
+// a semaphore's permit and must agree with the semaphore's limit.
+func TestRun_lock_kinds(t *testing.T) {
+	url := startServer(t, lockhttp.Config{})
+	cl := newTestClient(t, url)
+	ctx := context.Background()
+	reader, err := cl.Acquire(ctx, "rw", client.AcquireOptions{Owner: "reader", TTL: time.Minute, Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := lockapi(t, "run", "--server", url, "--wait", "0", "--shared", "rw", "--", "true"); r.Code != 0 {
+		t.Errorf("--shared beside a reader: exit %d\nstderr: %s", r.Code, r.Stderr)
+	}
+	if r := lockapi(t, "run", "--server", url, "--wait", "0", "rw", "--", "true"); r.Code != exitTempFail || !strings.Contains(r.Stderr, `held by "reader"`) {
+		t.Errorf("a writer beside a reader: exit %d, want %d\nstderr: %s", r.Code, exitTempFail, r.Stderr)
+	}
+	_ = reader.Release(ctx)
+
+	permit, err := cl.Acquire(ctx, "sem", client.AcquireOptions{Owner: "p", TTL: time.Minute, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer permit.Release(ctx)
+	if r := lockapi(t, "run", "--server", url, "--wait", "0", "--limit", "2", "sem", "--", "true"); r.Code != 0 {
+		t.Errorf("the second of 2 permits: exit %d\nstderr: %s", r.Code, r.Stderr)
+	}
+	if r := lockapi(t, "run", "--server", url, "--wait", "5s", "--limit", "3", "sem", "--", "true"); r.Code != exitUsage || !strings.Contains(r.Stderr, "semaphore with 2 permits") {
+		t.Errorf("another limit: exit %d, want %d at once\nstderr: %s", r.Code, exitUsage, r.Stderr)
+	}
+	for _, args := range [][]string{{"--limit", "0"}, {"--limit", "10001"}, {"--limit", "2", "--shared"}} {
+		r := lockapi(t, append(append([]string{"run", "--server", url}, args...), "sem", "--", "true")...)
+		if r.Code != exitUsage {
+			t.Errorf("%v: exit %d, want %d\nstderr: %s", args, r.Code, exitUsage, r.Stderr)
+		}
+	}
+	if r := lockapi(t, "run", "--server", url, "--wait", "1s", "--fair", "fq", "--", "true"); r.Code != 0 {
+		t.Errorf("--fair on a free lock: exit %d\nstderr: %s", r.Code, r.Stderr)
 	}
 }

@@ -21,7 +21,8 @@ import (
 const statusUsage = `usage: lockapi status [flags] NAME
 
 Prints the state of the lock NAME: who holds it, with which fencing token,
-and until when.
+and until when; for a read-write lock or a semaphore, every holder; and how
+many waiters are queued.
 
 Flags:
   --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
@@ -93,38 +94,71 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
-// printState writes a lock's state as aligned "field: value" lines.
+// printState writes a lock's state as aligned "field: value" lines. An
+// exclusive lock shows its holder's lease field by field; readers and a
+// semaphore's permits show one line per holder.
 func printState(w io.Writer, st *api.LockState, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	line := func(k, format string, args ...any) {
 		fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...)
 	}
+	defer tw.Flush()
 	line("lock", "%s", st.Lock)
-	h := st.Holder
-	if !st.Held || h == nil {
+	queue := func() {
+		if st.QueueLength > 0 {
+			line("queue", "%d waiters", st.QueueLength)
+		}
+	}
+	if !st.Held {
 		line("state", "free")
 		if st.FencingToken == 0 {
 			line("last token", "none: never acquired")
 		} else {
 			line("last token", "%d", st.FencingToken)
 		}
-		_ = tw.Flush()
+		queue()
 		return
 	}
 	line("state", "held")
-	line("owner", "%s", h.Owner)
-	line("fencing token", "%d", h.FencingToken)
-	line("holds", "%d", h.HoldCount)
-	line("acquired", "%s (%s ago)", formatTime(h.AcquiredAt), roundAgo(now.Sub(h.AcquiredAt)))
-	if left := h.ExpiresAt.Sub(now); left > 0 {
-		line("expires", "%s (in %s unless renewed)", formatTime(h.ExpiresAt), roundAgo(left))
-	} else {
-		line("expires", "%s (now)", formatTime(h.ExpiresAt))
+	if h := st.Holder; h != nil {
+		line("owner", "%s", h.Owner)
+		line("fencing token", "%d", h.FencingToken)
+		line("holds", "%d", h.HoldCount)
+		line("acquired", "%s (%s ago)", formatTime(h.AcquiredAt), roundAgo(now.Sub(h.AcquiredAt)))
+		line("expires", "%s", expiresText(h.ExpiresAt, now))
+		for _, k := range slices.Sorted(maps.Keys(h.Metadata)) {
+			line("metadata", "%s=%s", k, h.Metadata[k])
+		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(h.Metadata)) {
-		line("metadata", "%s=%s", k, h.Metadata[k])
+	others := 0
+	for _, h := range st.Holders {
+		if st.Holder == nil || h.FencingToken != st.Holder.FencingToken {
+			others++
+		}
 	}
-	_ = tw.Flush()
+	switch {
+	case st.Mode != nil && *st.Mode == api.LockModeSemaphore:
+		line("mode", "semaphore: %d of %d permits held", len(st.Holders), st.Limit)
+	case st.Holder == nil:
+		line("mode", "shared: %d readers", others)
+	case others > 0:
+		line("also", "%d shared lease(s) of the same owner (a downgrade)", others)
+	}
+	for _, h := range st.Holders {
+		if st.Holder != nil && h.FencingToken == st.Holder.FencingToken {
+			continue
+		}
+		line("holder", "%s (%s), token %d, %d hold(s), expires %s", h.Owner, h.Mode, h.FencingToken, h.HoldCount, expiresText(h.ExpiresAt, now))
+	}
+	queue()
+}
+
+// expiresText says when a lease ends.
+func expiresText(at, now time.Time) string {
+	if left := at.Sub(now); left > 0 {
+		return fmt.Sprintf("%s (in %s unless renewed)", formatTime(at), roundAgo(left))
+	}
+	return formatTime(at) + " (now)"
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
