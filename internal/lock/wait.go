@@ -92,9 +92,9 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 		default: // granted, or an error that waiting will not mend
 			if err == nil {
 				queued = false // a grant takes the waiter out of the queue
-				if woken && (g.Lease.Mode == Shared || g.Lease.Limit > 0) {
-					// The release that woke this waiter may admit more
-					// than one: another reader, another permit.
+				if woken && g.Lease.Limit > 0 {
+					// The release that woke this waiter may have freed
+					// more than one permit (others expired).
 					w.PassOn()
 				}
 			} else if woken {
@@ -105,6 +105,13 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 		select {
 		case <-w.C():
 			woken = true
+			if req.Mode == Shared {
+				// A release that lets one reader in lets every reader in:
+				// wake the next waiter now, not after this try, so that
+				// the readers try side by side.
+				w.PassOn()
+				woken = false
+			}
 		case <-retry:
 		case <-deadline.C:
 			if woken {

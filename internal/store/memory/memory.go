@@ -382,10 +382,11 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 
 // admit takes a granted request's place out of the queue (rule 11) and
 // returns the grant's notices: "c:<ttl>", and "q:<new head>" when it took
-// a place out of a queue that is still not empty.
+// a place out of a queue that is still not empty and the next head may be
+// granted beside it (a reader behind a reader, a permit behind a permit).
 func (n *memName) admit(req lock.AcquireRequest) []notice {
 	ns := []notice{granted(req.TTL)}
-	if n.leave(req.WaiterID) >= 0 && len(n.queue) > 0 {
+	if n.leave(req.WaiterID) >= 0 && len(n.queue) > 0 && (req.Mode == lock.Shared || req.Limit > 0) {
 		ns = append(ns, notice{head: n.head()})
 	}
 	return ns

@@ -20,7 +20,7 @@ func TestScripts_pinned(t *testing.T) {
 		script *goredis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "bf55a248b7541dc44c8c943430616e19cbd48075"},
+		{"acquire.lua", acquireScript, "1c37ccffca27054bbbd96b9747fa972933387962"},
 		{"renew.lua", renewScript, "b8d34fd685622444f1200f3f2682d98af433d2f3"},
 		{"release.lua", releaseScript, "d86be1d40252addb11ee785b885f8998ef01145e"},
 		{"force_release.lua", forceReleaseScript, "bde72f317e99eb40082899135a9aa8f3c14d9d03"},

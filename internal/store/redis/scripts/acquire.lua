@@ -74,13 +74,14 @@ local function next_token()
 end
 
 -- granted finishes every grant: the caller's queue place goes, and the next
--- head learns it may go (a reader behind a reader, say).
+-- head learns it may go when it may be granted beside this one (a reader
+-- behind a reader, a permit behind a permit).
 local function granted(reply)
 	redis.call('HINCRBY', KEYS[2], 'ver', 1)
 	redis.call(publish, channel, 'c:' .. ARGV[4])
 	if waiter ~= '' and redis.call('ZREM', KEYS[6], waiter) == 1 then
 		redis.call('ZREM', KEYS[7], waiter)
-		local head = queue_head()
+		local head = (shared or limit > 0) and queue_head()
 		if head then
 			redis.call(publish, channel, 'q:' .. head)
 		end
