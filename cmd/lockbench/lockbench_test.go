@@ -109,6 +109,17 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("handoffs=%s, want 20", res["handoffs"])
 		}
 	})
+	t.Run("kinds", func(t *testing.T) {
+		for _, kind := range []string{"shared", "semaphore", "fair", "multi"} {
+			res := runTool(t, append([]string{"throughput", "-kind", kind, "-prefix", "smoke-k" + kind + ":"}, load...)...)
+			positive(t, res, "pairs", "pairs_per_s")
+			if res["errors"] != "0" || res["kind"] != kind {
+				t.Errorf("-kind %s: errors=%s kind=%s", kind, res["errors"], res["kind"])
+			}
+			res = runTool(t, "handoff", "-kind", kind, "-server", server, "-prefix", "smoke-hk"+kind+":", "-waiters", "3", "-n", "12", "-settle", "200ms")
+			positive(t, res, "handoffs", "handoff_p50_ms")
+		}
+	})
 	t.Run("idle", func(t *testing.T) {
 		res := runTool(t, "idle", "-server", server, "-redis", redisURL, "-prefix", "smoke-i:", "-waiters", "30",
 			"-window", "300ms", "-settle", "200ms", "-record", doc)
