@@ -568,7 +568,7 @@ type ReleaseResult struct {
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
 
-	// Released True when the lock became free (also on a retry of that release).
+	// Released True when the lease ended: its last hold is gone (also on a retry of that release). For a plain lock the lock is then free; a reader's or a permit's lease may end while others still hold the name.
 	//
 	// Example: true
 	Released bool `json:"released"`
@@ -1017,10 +1017,13 @@ type ClientInterface interface {
 	// ReleaseLease Release a lease
 	//
 	// Drops one hold, or every hold with `all=true`. When the last hold goes
-	// the lock becomes free (`released: true`) and waiters wake. Retrying
-	// the release that freed the lock answers 200 again with the same
-	// result, so a release can be retried safely; any other release of a
-	// lease that no longer holds the lock answers 410 `lease-lost`.
+	// the lease ends (`released: true`) and waiters wake: for a plain lock
+	// the lock is then free; other readers or permit holders may still
+	// hold the name. Retrying the release that ended a lease answers 200
+	// again with the same
+	// result, so a release can be retried safely (for the name's latest
+	// ended lease); any other release of a lease that no longer holds the
+	// lock answers 410 `lease-lost`.
 	//
 	// Corresponds with DELETE /v1/locks/{name}/leases/{lease_id} (the `ReleaseLease` operationId).
 	ReleaseLease(ctx context.Context, name LockName, leaseID LeaseIDPath, params *ReleaseLeaseParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1394,10 +1397,13 @@ func (c *Client) AcquireLease(ctx context.Context, name LockName, params *Acquir
 // ReleaseLease Release a lease
 //
 // Drops one hold, or every hold with `all=true`. When the last hold goes
-// the lock becomes free (`released: true`) and waiters wake. Retrying
-// the release that freed the lock answers 200 again with the same
-// result, so a release can be retried safely; any other release of a
-// lease that no longer holds the lock answers 410 `lease-lost`.
+// the lease ends (`released: true`) and waiters wake: for a plain lock
+// the lock is then free; other readers or permit holders may still
+// hold the name. Retrying the release that ended a lease answers 200
+// again with the same
+// result, so a release can be retried safely (for the name's latest
+// ended lease); any other release of a lease that no longer holds the
+// lock answers 410 `lease-lost`.
 //
 // Corresponds with DELETE /v1/locks/{name}/leases/{lease_id} (the `ReleaseLease` operationId).
 func (c *Client) ReleaseLease(ctx context.Context, name LockName, leaseID LeaseIDPath, params *ReleaseLeaseParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2397,10 +2403,13 @@ type ClientWithResponsesInterface interface {
 	// ReleaseLeaseWithResponse Release a lease
 	//
 	// Drops one hold, or every hold with `all=true`. When the last hold goes
-	// the lock becomes free (`released: true`) and waiters wake. Retrying
-	// the release that freed the lock answers 200 again with the same
-	// result, so a release can be retried safely; any other release of a
-	// lease that no longer holds the lock answers 410 `lease-lost`.
+	// the lease ends (`released: true`) and waiters wake: for a plain lock
+	// the lock is then free; other readers or permit holders may still
+	// hold the name. Retrying the release that ended a lease answers 200
+	// again with the same
+	// result, so a release can be retried safely (for the name's latest
+	// ended lease); any other release of a lease that no longer holds the
+	// lock answers 410 `lease-lost`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4329,10 +4338,13 @@ func (c *ClientWithResponses) AcquireLeaseWithResponse(ctx context.Context, name
 // ReleaseLeaseWithResponse Release a lease
 //
 // Drops one hold, or every hold with `all=true`. When the last hold goes
-// the lock becomes free (`released: true`) and waiters wake. Retrying
-// the release that freed the lock answers 200 again with the same
-// result, so a release can be retried safely; any other release of a
-// lease that no longer holds the lock answers 410 `lease-lost`.
+// the lease ends (`released: true`) and waiters wake: for a plain lock
+// the lock is then free; other readers or permit holders may still
+// hold the name. Retrying the release that ended a lease answers 200
+// again with the same
+// result, so a release can be retried safely (for the name's latest
+// ended lease); any other release of a lease that no longer holds the
+// lock answers 410 `lease-lost`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
