@@ -18,6 +18,59 @@ import (
 // that is not going to end during the test, so that a grant within seconds
 // can only have come from the rule (or notification) under test.
 var kindBehaviours = []behaviour{
+	{"Multi_lock_is_all_or_nothing", func(t *testing.T, backend Backend) {
+		// Names that hash to different Redis Cluster slots: a multi-lock
+		// takes each on its own shard.
+		s := backend.Open(t)
+		names := []string{"multi:a", "multi:b", "multi:c", "multi:d"}
+		reqs := func(owner string) []lock.AcquireRequest {
+			rs := make([]lock.AcquireRequest, len(names))
+			for i, n := range names {
+				rs[i] = lock.AcquireRequest{Lock: n, Owner: owner, TTL: 5 * time.Minute}
+			}
+			return rs
+		}
+		held := Acquire(t, s, "multi:c", "other", 5*time.Minute)
+		if _, err := lock.AcquireAll(ctx, s, reqs("me"), 0); lock.ErrorCode(err) != lock.CodeHeld {
+			t.Fatalf("over a held name: %v", err)
+		}
+		for _, n := range []string{"multi:a", "multi:b", "multi:d"} {
+			if st := Inspect(t, s, n); st.Held {
+				t.Fatalf("%s held after a refused multi-lock: %+v", n, st.Holders)
+			}
+		}
+		done := make(chan []lock.Grant, 1)
+		go func() {
+			gs, err := lock.AcquireAll(ctx, s, reqs("me"), 10*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- gs
+		}()
+		WaitForWaiters(t, s, 1)
+		// Each pass takes names for a moment; between passes it holds none.
+		for _, n := range []string{"multi:a", "multi:b", "multi:d"} {
+			deadline := time.Now().Add(2 * time.Second)
+			for Inspect(t, s, n).Held {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s stays held while the multi-lock waits: a partial set", n)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "multi:c", ID: held.ID}, false); err != nil {
+			t.Fatal(err)
+		}
+		gs := <-done
+		if len(gs) != len(names) {
+			t.Fatalf("%d grants", len(gs))
+		}
+		for i, g := range gs {
+			if g.Lease.Lock != names[i] || g.Lease.Owner != "me" {
+				t.Fatalf("grant %d: %+v", i, g.Lease)
+			}
+		}
+	}},
 	// --- Read-write locks ---
 
 	// Every shared lease is a lease of its own: id, token, TTL, renewal and
