@@ -39,13 +39,16 @@ var kindBehaviours = []behaviour{
 				t.Fatalf("%s held after a refused multi-lock: %+v", n, st.Holders)
 			}
 		}
-		done := make(chan []lock.Grant, 1)
+		type result struct {
+			gs  []lock.Grant
+			err error
+		}
+		done := make(chan result, 1)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel() // a failed check ends the wait
 		go func() {
-			gs, err := lock.AcquireAll(ctx, s, reqs("me"), 10*time.Second)
-			if err != nil {
-				t.Error(err)
-			}
-			done <- gs
+			gs, err := lock.AcquireAll(wctx, s, reqs("me"), 10*time.Second)
+			done <- result{gs, err}
 		}()
 		WaitForWaiters(t, s, 1)
 		// Each pass takes names for a moment; between passes it holds none.
@@ -61,9 +64,10 @@ var kindBehaviours = []behaviour{
 		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "multi:c", ID: held.ID}, false); err != nil {
 			t.Fatal(err)
 		}
-		gs := <-done
-		if len(gs) != len(names) {
-			t.Fatalf("%d grants", len(gs))
+		r := <-done
+		gs := r.gs
+		if r.err != nil || len(gs) != len(names) {
+			t.Fatalf("%d grants, %v", len(gs), r.err)
 		}
 		for i, g := range gs {
 			if g.Lease.Lock != names[i] || g.Lease.Owner != "me" {
