@@ -72,7 +72,7 @@ func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
-	released, err := s.store.ForceRelease(r.Context(), name)
+	released, err := s.store.ForceRelease(r.Context(), name, callerOf(r).principal)
 	if err != nil {
 		Error(w, r, err)
 		return

@@ -132,7 +132,7 @@ func TestAcquireAll(t *testing.T) {
 			t.Fatalf("a = %+v, want my lease with one hold", st.Holder)
 		}
 		// Once b is free, the owner's lease of a gains a hold.
-		e.Mem.ForceRelease(context.Background(), "b")
+		e.Mem.ForceRelease(context.Background(), "b", "admin")
 		leases := e.AcquireAll(`{"locks":["a","b"],"owner":"me"}`)
 		if leases[0].LeaseID != mine.LeaseID || leases[0].HoldCount != 2 || leases[1].HoldCount != 1 {
 			t.Fatalf("leases %+v", leases)
@@ -242,7 +242,7 @@ func TestReleaseAll(t *testing.T) {
 	t.Run("GoneLeaseReportedOthersReleased200", func(t *testing.T) {
 		e := e.For(t)
 		leases := e.AcquireAll(`{"locks":["g:a","g:b"],"owner":"me"}`)
-		e.Mem.ForceRelease(context.Background(), "g:a")
+		e.Mem.ForceRelease(context.Background(), "g:a", "admin")
 		res := Decode[lockhttp.MultiReleaseResult](t, e.Do("DELETE", ids(leases...), "")).Results
 		if len(res) != 2 || res[0].Released || res[0].Problem == nil || !res[1].Released || res[1].Problem != nil {
 			t.Fatalf("results %+v", res)

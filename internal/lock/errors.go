@@ -34,6 +34,8 @@ type Error struct {
 	HeldBy *HeldBy
 	// Fields lists the offending inputs when Code is CodeInvalid.
 	Fields []FieldError
+	// Oldest is the oldest event id kept when Code is CodeEventsGone.
+	Oldest string
 	Err    error
 }
 

@@ -192,9 +192,10 @@ type Store interface {
 	// Leave takes a waiter out of the lock's queue (it gave up or was
 	// cancelled). It is safe to call for a waiter that never queued.
 	Leave(ctx context.Context, name, waiterID string) error
-	// ForceRelease frees a lock whoever holds it. It reports whether the lock
+	// ForceRelease frees a lock whoever holds it; principal is who did it
+	// (recorded in its event). It reports whether the lock
 	// was held.
-	ForceRelease(ctx context.Context, name string) (bool, error)
+	ForceRelease(ctx context.Context, name, principal string) (bool, error)
 	// List pages through held locks.
 	List(ctx context.Context, req ListRequest) (ListPage, error)
 	// Watch registers interest in a lock's changes. The registration is in

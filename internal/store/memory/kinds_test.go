@@ -309,7 +309,7 @@ func TestSemaphore(t *testing.T) {
 	// A released permit comes back; the limit is forgotten once none is held.
 	release(t, s, "sem", permits[0].Lease.ID)
 	grant(t, s, lock.AcquireRequest{Lock: "sem", Owner: "x", Limit: 3})
-	if _, err := s.ForceRelease(bg, "sem"); err != nil {
+	if _, err := s.ForceRelease(bg, "sem", "admin"); err != nil {
 		t.Fatal(err)
 	}
 	grant(t, s, lock.AcquireRequest{Lock: "sem", Owner: "x", Limit: 5})
@@ -643,7 +643,7 @@ func TestForceRelease_ends_every_lease_and_keeps_the_queue(t *testing.T) {
 	}
 	defer head.Close()
 	head.Join(writer)
-	if freed, err := s.ForceRelease(bg, "fr"); err != nil || !freed {
+	if freed, err := s.ForceRelease(bg, "fr", "admin"); err != nil || !freed {
 		t.Fatalf("force release = %v, %v", freed, err)
 	}
 	woken(t, head, "the queue head")

@@ -633,7 +633,7 @@ func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 
 // ForceRelease implements lock.Store. It ends every lease of the name; the
 // queue stays as it is.
-func (m *Store) ForceRelease(ctx context.Context, name string) (bool, error) {
+func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
 	m.mu.Lock()
 	n := m.live(name, time.Now())
 	if n == nil || !n.held() {

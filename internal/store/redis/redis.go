@@ -508,7 +508,7 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 }
 
 // ForceRelease implements lock.Store.
-func (s *Store) ForceRelease(ctx context.Context, name string) (bool, error) {
+func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
 	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish).Int()
 	if err != nil {
 		return false, storeError(err)

@@ -269,7 +269,7 @@ var coreBehaviours = []behaviour{
 			got <- g
 		}()
 		WaitForWaiters(t, s, 1)
-		freed, err := s.ForceRelease(ctx, "force")
+		freed, err := s.ForceRelease(ctx, "force", "admin")
 		if err != nil || !freed {
 			t.Fatalf("force release = %v, %v", freed, err)
 		}
@@ -287,7 +287,7 @@ var coreBehaviours = []behaviour{
 		if _, err := s.Release(ctx, lock.LeaseRef{Lock: "force", ID: g.Lease.ID}, false); err != nil {
 			t.Fatal(err)
 		}
-		if freed, err := s.ForceRelease(ctx, "force"); err != nil || freed {
+		if freed, err := s.ForceRelease(ctx, "force", "admin"); err != nil || freed {
 			t.Fatalf("force release of a free lock = %v, %v", freed, err)
 		}
 	}},

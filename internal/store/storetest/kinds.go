@@ -799,7 +799,7 @@ var kindBehaviours = []behaviour{
 		s := backend.Open(t)
 		force := func(t *testing.T, name string, leases ...lock.Lease) {
 			t.Helper()
-			freed, err := s.ForceRelease(ctx, name)
+			freed, err := s.ForceRelease(ctx, name, "admin")
 			if err != nil || !freed {
 				t.Fatalf("force release of %s = %v, %v", name, freed, err)
 			}
@@ -812,7 +812,7 @@ var kindBehaviours = []behaviour{
 				_, err = s.Release(ctx, lock.LeaseRef{Lock: name, ID: l.ID}, false)
 				WantCode(t, err, lock.CodeLeaseLost)
 			}
-			if freed, err := s.ForceRelease(ctx, name); err != nil || freed {
+			if freed, err := s.ForceRelease(ctx, name, "admin"); err != nil || freed {
 				t.Fatalf("force release of a free lock = %v, %v", freed, err)
 			}
 		}

@@ -1,0 +1,121 @@
+package lock
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EventType names a change of a lock.
+type EventType string
+
+const (
+	EventGranted       EventType = "granted"        // a fresh lease: a new token
+	EventReentered     EventType = "reentered"      // the holder took one more hold
+	EventRenewed       EventType = "renewed"        // a lease's TTL was reset
+	EventReleased      EventType = "released"       // a lease ended by its release (one hold, all holds, or the signed URL) or its abandonment
+	EventExpired       EventType = "expired"        // a lease's TTL ran out
+	EventForceReleased EventType = "force_released" // an admin ended every lease of the lock
+)
+
+// EventTypes lists every type, in the order documentation lists them.
+var EventTypes = []EventType{EventGranted, EventReentered, EventRenewed, EventReleased, EventExpired, EventForceReleased}
+
+// Event is one recorded change of one lock. Events of one lock are recorded
+// atomically with the change and in the order of the changes.
+type Event struct {
+	// ID is opaque and ordered: a later event of the log has a larger ID
+	// (compare with CompareEventIDs).
+	ID   string
+	Type EventType
+	Lock string
+	// Owner and Principal are the lease's; Principal of a force release is
+	// the admin's who did it.
+	Owner     string
+	Principal string
+	// LeaseID is the lease's id: a capability, shown to admins only.
+	LeaseID   string
+	Mode      Mode
+	Token     uint64
+	HoldCount int // holds left after the change
+	Queue     int // queued waiters, where the store knew it (-1: unknown)
+	Time      time.Time
+}
+
+// EventFilter selects events: by exact lock or name prefix, and by type.
+// The zero value selects every event.
+type EventFilter struct {
+	Lock   string
+	Prefix string
+	Types  []EventType
+}
+
+// Match reports whether e passes the filter.
+func (f EventFilter) Match(e Event) bool {
+	if f.Lock != "" && e.Lock != f.Lock {
+		return false
+	}
+	if f.Prefix != "" && !strings.HasPrefix(e.Lock, f.Prefix) {
+		return false
+	}
+	return len(f.Types) == 0 || slices.Contains(f.Types, e.Type)
+}
+
+// ParseEventType reads an event type.
+func ParseEventType(s string) (EventType, bool) {
+	t := EventType(s)
+	return t, slices.Contains(EventTypes, t)
+}
+
+// EventLog is the log of events a store records with its changes. It keeps
+// at least the events of the retention period or the last MaxEvents,
+// whichever is fewer.
+type EventLog interface {
+	// ReadEvents returns up to limit events recorded after the event after
+	// ("" starts at the oldest kept), oldest first. When after is older
+	// than anything kept, it fails with CodeEventsGone, and the error's
+	// Oldest says where the log starts now.
+	ReadEvents(ctx context.Context, after string, limit int) ([]Event, error)
+	// WaitEvents is ReadEvents that, when nothing was recorded after after,
+	// waits until something is or ctx ends. It sends nothing to the store
+	// while it waits except what waiting itself needs (one blocking read).
+	WaitEvents(ctx context.Context, after string, limit int) ([]Event, error)
+	// LastEventID returns the newest event's id, "" when there is none: a
+	// reader that wants only what comes next starts after it.
+	LastEventID(ctx context.Context) (string, error)
+}
+
+// CodeEventsGone: a resume point older than the event log keeps (HTTP 410).
+const CodeEventsGone Code = "events-gone"
+
+// EventsGone builds the error for a resume point the log no longer keeps.
+func EventsGone(after, oldest string) *Error {
+	return &Error{Code: CodeEventsGone, Oldest: oldest,
+		Detail: fmt.Sprintf("event %q is older than the event log keeps; the oldest event kept is %q", after, oldest)}
+}
+
+// ParseEventID reads an event id: "<ms>-<seq>", as Redis stream ids are.
+func ParseEventID(id string) (ms, seq uint64, ok bool) {
+	a, b, found := strings.Cut(id, "-")
+	if !found {
+		return 0, 0, false
+	}
+	var err1, err2 error
+	ms, err1 = strconv.ParseUint(a, 10, 64)
+	seq, err2 = strconv.ParseUint(b, 10, 64)
+	return ms, seq, err1 == nil && err2 == nil
+}
+
+// CompareEventIDs orders two valid event ids: -1, 0 or +1.
+func CompareEventIDs(a, b string) int {
+	am, as, _ := ParseEventID(a)
+	bm, bs, _ := ParseEventID(b)
+	if c := cmp.Compare(am, bm); c != 0 {
+		return c
+	}
+	return cmp.Compare(as, bs)
+}
