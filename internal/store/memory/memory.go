@@ -6,10 +6,12 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,8 +35,14 @@ type Store struct {
 	mu     sync.Mutex
 	names  map[string]*memName  // leases and queues; may hold expired ones until swept
 	fences map[string]*memFence // never deleted, like the Redis fence hash
-	done   chan struct{}
-	closed bool
+	// due holds every live lease, earliest expiry first; timer fires at
+	// the earliest (expiry.go). armedAt is when it is set to fire.
+	due     schedule
+	timer   *time.Timer
+	armed   bool
+	armedAt time.Time
+	done    chan struct{}
+	closed  bool
 }
 
 // memName is what one lock name holds now: its exclusive lease, its shared
@@ -56,6 +64,7 @@ type memLease struct {
 	lock.Lease
 	op, idem, idemOp string
 	settled          map[string]byte
+	slot             int // index in Store.due; -1 once the lease ended
 }
 
 // memFence is what outlives a lease: the last token, the last lease that
@@ -71,7 +80,7 @@ type memFence struct {
 
 var _ lock.Store = (*Store)(nil)
 
-// New returns an empty memory store. Close stops its expiry sweeper.
+// New returns an empty memory store. Close stops its timers.
 func New() *Store {
 	m := &Store{
 		hub:    notify.New(nil),
@@ -79,12 +88,15 @@ func New() *Store {
 		fences: make(map[string]*memFence),
 		done:   make(chan struct{}),
 	}
+	m.timer = time.AfterFunc(time.Hour, m.expireDue)
+	m.timer.Stop() // armed by the first lease
 	go m.sweep()
 	return m
 }
 
-// sweep drops expired leases and lapsed queue places so that abandoned locks
-// do not pile up; every operation already treats them as absent.
+// sweep drops lapsed queue places (and any expired lease the expiry timer
+// has not dropped yet) so that abandoned locks do not pile up; every
+// operation already treats them as absent.
 func (m *Store) sweep() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -110,7 +122,7 @@ func (m *Store) live(name string, now time.Time) *memName {
 	if n == nil {
 		return nil
 	}
-	n.prune(now)
+	m.prune(n, now)
 	if n.empty() {
 		delete(m.names, name)
 		return nil
@@ -134,16 +146,26 @@ func (m *Store) fence(name string) *memFence {
 	return f
 }
 
-func (n *memName) prune(now time.Time) {
-	if n.excl != nil && !now.Before(n.excl.ExpiresAt) {
-		n.excl = nil
-	}
-	for id, l := range n.shared {
+// prune drops n's lapsed queue places and expired leases, in the order
+// their TTLs ran out. Callers hold m.mu.
+func (m *Store) prune(n *memName, now time.Time) {
+	n.pruneQueue(now)
+	var expired []*memLease
+	for l := range n.leases {
 		if !now.Before(l.ExpiresAt) {
-			delete(n.shared, id)
+			expired = append(expired, l)
 		}
 	}
-	n.pruneQueue(now)
+	slices.SortFunc(expired, expiresFirst)
+	for _, l := range expired {
+		m.end(n, l)
+	}
+}
+
+// end ends lease l of n, whatever ended it. Callers hold m.mu.
+func (m *Store) end(n *memName, l *memLease) {
+	n.drop(l)
+	m.unschedule(l)
 }
 
 func (n *memName) empty() bool { return !n.held() && len(n.queue) == 0 }
@@ -335,7 +357,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		l := reenter
 		l.HoldCount++
 		l.TTL = req.TTL
-		l.ExpiresAt = now.Add(req.TTL)
+		m.reschedule(l, now.Add(req.TTL))
 		l.op = requestID
 		if req.IdempotencyKey != "" {
 			l.idem, l.idemOp = req.IdempotencyKey, requestID
@@ -376,6 +398,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 	} else {
 		n.shared[l.ID] = l
 	}
+	m.schedule(l)
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
 	return g, n.admit(req), nil
 }
@@ -480,7 +503,7 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	if ttl > 0 {
 		l.TTL = ttl
 	}
-	l.ExpiresAt = now.Add(l.TTL)
+	m.reschedule(l, now.Add(l.TTL))
 	m.fence(name).version++
 	out := copyLease(&l.Lease)
 	m.mu.Unlock()
@@ -523,7 +546,7 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		m.notify(name, changed)
 		return res, nil
 	}
-	n.drop(l)
+	m.end(n, l)
 	f.released, f.releasedBy = leaseID, l.Principal
 	ended := n.ended()
 	m.tidy(name)
@@ -622,7 +645,7 @@ func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	l.HoldCount--
 	ns := changed
 	if l.HoldCount == 0 {
-		n.drop(l)
+		m.end(n, l)
 		ns = n.ended()
 		m.tidy(name)
 	}
@@ -631,8 +654,8 @@ func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	return nil
 }
 
-// ForceRelease implements lock.Store. It ends every lease of the name; the
-// queue stays as it is.
+// ForceRelease implements lock.Store. It ends every lease of the name, in
+// grant order; the queue stays as it is.
 func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
 	m.mu.Lock()
 	n := m.live(name, time.Now())
@@ -640,8 +663,11 @@ func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 		m.mu.Unlock()
 		return false, nil
 	}
-	n.excl = nil
-	clear(n.shared)
+	ls := slices.Collect(n.leases)
+	slices.SortFunc(ls, func(a, b *memLease) int { return cmp.Compare(a.Token, b.Token) })
+	for _, l := range ls {
+		m.end(n, l)
+	}
 	m.fence(name).version++
 	ended := n.ended()
 	m.tidy(name)
@@ -710,6 +736,7 @@ func (m *Store) Close() error {
 	if !m.closed {
 		m.closed = true
 		close(m.done)
+		m.timer.Stop()
 	}
 	return nil
 }
