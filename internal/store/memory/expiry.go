@@ -8,10 +8,10 @@ import (
 
 // Expiry: every live lease is in one heap ordered by ExpiresAt, and one
 // timer is set for the earliest. When it fires, the leases whose TTL ran out
-// are dropped, so that the store notices an expiry within moments of the
-// TTL's end even if nobody touches the lock. An operation that finds an
-// expired lease first drops it the same way; either way the lease leaves
-// the heap once.
+// are dropped and their expired events recorded, so that an expiry is
+// recorded within moments of the TTL's end even if nobody touches the lock
+// (docs/EVENTS.md). An operation that finds an expired lease first drops it
+// the same way; either way the lease leaves the heap with its one event.
 
 // schedule is the heap of live leases, earliest expiry first. Each lease
 // knows its index (memLease.slot), so a renewal moves it and an ended lease
@@ -82,7 +82,7 @@ func (m *Store) arm() {
 }
 
 // expireDue runs when the timer fires: it drops every lease whose TTL has
-// run out and sets the timer for the next.
+// run out, recording their expired events, and sets the timer for the next.
 func (m *Store) expireDue() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -2,7 +2,8 @@
 // store lockapi serves from when no Redis is configured.
 //
 // It follows docs/LOCK_KINDS.md ("Store rules, step by step") as the Redis
-// store's scripts do, one operation at a time under one mutex.
+// store's scripts do, one operation at a time under one mutex, and records
+// each change in its event log (docs/EVENTS.md) under the same mutex.
 package memory
 
 import (
@@ -35,6 +36,7 @@ type Store struct {
 	mu     sync.Mutex
 	names  map[string]*memName  // leases and queues; may hold expired ones until swept
 	fences map[string]*memFence // never deleted, like the Redis fence hash
+	log    *eventLog
 	// due holds every live lease, earliest expiry first; timer fires at
 	// the earliest (expiry.go). armedAt is when it is set to fire.
 	due     schedule
@@ -80,12 +82,30 @@ type memFence struct {
 
 var _ lock.Store = (*Store)(nil)
 
-// New returns an empty memory store. Close stops its timers.
-func New() *Store {
+// Options configure a memory store. The zero value is what New uses.
+type Options struct {
+	// MaxEvents is how many events the event log keeps at most
+	// (LOCKAPI_EVENTS_MAX); 0 means DefaultMaxEvents.
+	MaxEvents int
+	// EventRetention is how long the event log keeps an event
+	// (LOCKAPI_EVENTS_RETENTION); 0 means DefaultEventRetention.
+	EventRetention time.Duration
+	// NoEvents turns event recording off (LOCKAPI_EVENTS=false):
+	// EventsEnabled reports false and the EventLog methods fail.
+	NoEvents bool
+}
+
+// New returns an empty memory store with default Options. Close stops its
+// timers.
+func New() *Store { return NewWithOptions(Options{}) }
+
+// NewWithOptions returns an empty memory store configured by o.
+func NewWithOptions(o Options) *Store {
 	m := &Store{
 		hub:    notify.New(nil),
 		names:  make(map[string]*memName),
 		fences: make(map[string]*memFence),
+		log:    newEventLog(o),
 		done:   make(chan struct{}),
 	}
 	m.timer = time.AfterFunc(time.Hour, m.expireDue)
@@ -95,8 +115,9 @@ func New() *Store {
 }
 
 // sweep drops lapsed queue places (and any expired lease the expiry timer
-// has not dropped yet) so that abandoned locks do not pile up; every
-// operation already treats them as absent.
+// has not dropped yet) so that abandoned locks do not pile up, and trims
+// the event log by age while nothing is recorded; every operation already
+// treats lapsed places as absent.
 func (m *Store) sweep() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -109,6 +130,7 @@ func (m *Store) sweep() {
 			for name := range m.names {
 				m.live(name, now)
 			}
+			m.log.trim(now)
 			m.mu.Unlock()
 		}
 	}
@@ -146,8 +168,10 @@ func (m *Store) fence(name string) *memFence {
 	return f
 }
 
-// prune drops n's lapsed queue places and expired leases, in the order
-// their TTLs ran out. Callers hold m.mu.
+// prune drops n's lapsed queue places and expired leases, recording each
+// lease's expiry, in the order their TTLs ran out. Whoever finds a lease
+// expired first (the expiry timer or an operation) drops it, so its expiry
+// is recorded once. Callers hold m.mu.
 func (m *Store) prune(n *memName, now time.Time) {
 	n.pruneQueue(now)
 	var expired []*memLease
@@ -159,10 +183,12 @@ func (m *Store) prune(n *memName, now time.Time) {
 	slices.SortFunc(expired, expiresFirst)
 	for _, l := range expired {
 		m.end(n, l)
+		m.record(lock.EventExpired, n, l, 0, now)
 	}
 }
 
-// end ends lease l of n, whatever ended it. Callers hold m.mu.
+// end ends lease l of n, whatever ended it. Callers hold m.mu and record
+// the event.
 func (m *Store) end(n *memName, l *memLease) {
 	n.drop(l)
 	m.unschedule(l)
@@ -364,7 +390,9 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		}
 		f.version++
 		g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
-		return g, n.admit(req), nil
+		ns := n.admit(req)
+		m.record(lock.EventReentered, n, l, l.HoldCount, now)
+		return g, ns, nil
 	}
 	if len(inTheWay) > 0 || (!skipQueue && n.heldOff(req)) {
 		return lock.Grant{}, nil, m.refuse(n, f, req, now, inTheWay, joins)
@@ -400,7 +428,9 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 	}
 	m.schedule(l)
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
-	return g, n.admit(req), nil
+	ns := n.admit(req)
+	m.record(lock.EventGranted, n, l, 1, now)
+	return g, ns, nil
 }
 
 // admit takes a granted request's place out of the queue (rule 11) and
@@ -489,7 +519,8 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	m.mu.Lock()
 	now := time.Now()
 	var l *memLease
-	if n := m.live(name, now); n != nil {
+	n := m.live(name, now)
+	if n != nil {
 		l = n.find(ref.ID)
 	}
 	if l == nil {
@@ -505,6 +536,7 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	}
 	m.reschedule(l, now.Add(l.TTL))
 	m.fence(name).version++
+	m.record(lock.EventRenewed, n, l, l.HoldCount, now)
 	out := copyLease(&l.Lease)
 	m.mu.Unlock()
 	m.notify(name, granted(out.TTL))
@@ -516,7 +548,8 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	name, leaseID := ref.Lock, ref.ID
 	res := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
 	m.mu.Lock()
-	n := m.live(name, time.Now())
+	now := time.Now()
+	n := m.live(name, now)
 	f := m.fence(name)
 	var l *memLease
 	if n != nil {
@@ -542,11 +575,13 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	if !all && l.HoldCount > 1 {
 		l.HoldCount--
 		res.HoldCount = l.HoldCount
+		m.record(lock.EventReleased, n, l, l.HoldCount, now)
 		m.mu.Unlock()
 		m.notify(name, changed)
 		return res, nil
 	}
 	m.end(n, l)
+	m.record(lock.EventReleased, n, l, 0, now)
 	f.released, f.releasedBy = leaseID, l.Principal
 	ended := n.ended()
 	m.tidy(name)
@@ -627,7 +662,8 @@ func (l *memLease) settle(requestID string, how byte) bool {
 // abandon.
 func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	m.mu.Lock()
-	n := m.live(name, time.Now())
+	now := time.Now()
+	n := m.live(name, now)
 	var l *memLease
 	if n != nil {
 		for x := range n.leases {
@@ -647,18 +683,21 @@ func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	if l.HoldCount == 0 {
 		m.end(n, l)
 		ns = n.ended()
-		m.tidy(name)
 	}
+	m.record(lock.EventReleased, n, l, l.HoldCount, now)
+	m.tidy(name)
 	m.mu.Unlock()
 	m.notify(name, ns)
 	return nil
 }
 
-// ForceRelease implements lock.Store. It ends every lease of the name, in
-// grant order; the queue stays as it is.
+// ForceRelease implements lock.Store. It ends every lease of the name, each
+// with a force_released event naming principal, in grant order; the queue
+// stays as it is.
 func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
 	m.mu.Lock()
-	n := m.live(name, time.Now())
+	now := time.Now()
+	n := m.live(name, now)
 	if n == nil || !n.held() {
 		m.mu.Unlock()
 		return false, nil
@@ -667,6 +706,9 @@ func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 	slices.SortFunc(ls, func(a, b *memLease) int { return cmp.Compare(a.Token, b.Token) })
 	for _, l := range ls {
 		m.end(n, l)
+		e := leaseEvent(lock.EventForceReleased, n, l, 0, now)
+		e.Principal = principal
+		m.log.add(e, now)
 	}
 	m.fence(name).version++
 	ended := n.ended()
@@ -737,6 +779,7 @@ func (m *Store) Close() error {
 		m.closed = true
 		close(m.done)
 		m.timer.Stop()
+		m.closeEvents()
 	}
 	return nil
 }
