@@ -35,7 +35,9 @@ const (
 
 // Timeouts and limits of the listening server. There is no read or write
 // timeout on the whole request: long-poll acquires and blocking queries hold
-// their request for up to MaxWait, and a read timeout would cancel them.
+// their request for up to MaxWait, event streams for as long as the client
+// stays, and a read timeout would cancel them. An event stream bounds each
+// of its writes instead.
 const (
 	readHeaderTimeout = 10 * time.Second
 	idleTimeout       = 120 * time.Second
@@ -66,7 +68,8 @@ type Config struct {
 	Release *auth.ReleaseSigner
 
 	// MaxWaiters and MaxWaitersPerCaller cap concurrent waiting requests
-	// (long-poll acquires and blocking queries): 10000 and 500 by default.
+	// (long-poll acquires, blocking queries and event streams): 10000 and
+	// 500 by default.
 	MaxWaiters          int
 	MaxWaitersPerCaller int
 	// RateLimit is each caller's sustained requests per second, RateBurst
@@ -168,7 +171,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
 
 	if cfg.Metrics != nil {
-		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires and blocking queries.", func() float64 { return float64(s.waiters.Len()) })
+		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}
 	r.Get("/healthz", s.handleHealth)
