@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockapi/lockapi/client"
+	lockhttp "github.com/lockapi/lockapi/internal/http"
+	"github.com/lockapi/lockapi/internal/lock"
 )
 
 // collect runs c.Events and sends what it yields on a channel, until the
@@ -253,5 +256,54 @@ func TestEvents_Break(t *testing.T) {
 	case <-gone:
 	case <-time.After(promptly):
 		t.Fatal("the request goes on after the loop stopped")
+	}
+}
+
+// Against a real server: the events of the SDK's own acquires, and a
+// server restart that the loop does not notice but for the pause.
+func TestEvents_Server(t *testing.T) {
+	client.SetEventsTiming(t, 20*time.Millisecond, time.Minute)
+	e := MustOpenMemoryEnv(t, lockhttp.Config{})
+	log := e.Store.(lock.EventLog)
+	c, err := client.New(e.URL) // not the recording client: it reads whole bodies
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := collect(t, c, client.EventsOptions{Prefix: "job:"})
+
+	l := e.MustAcquire("job:1", client.AcquireOptions{Owner: "w", TTL: time.Minute, Shared: true})
+	ev := nextEvent(t, ch)
+	if ev.Type != client.EventGranted || ev.Lock != "job:1" || ev.Owner != "w" || !ev.Shared || ev.Token != l.Token() || ev.LeaseID != l.ID() {
+		t.Fatalf("event %+v, want the grant of %s token %d", ev, l.ID(), l.Token())
+	}
+	seen := []string{ev.ID}
+
+	// Changes while the server is down reach the loop once it is back.
+	e.Stop()
+	for i := range 3 {
+		if _, err := e.Store.TryAcquire(context.Background(), lock.AcquireRequest{Lock: fmt.Sprint("job:", i+2), Owner: "x", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a failed reconnect or two
+	e.Resume()
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		seen = append(seen, nextEvent(t, ch).ID)
+	}
+	all, err := log.ReadEvents(context.Background(), "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, ev := range all {
+		if strings.HasPrefix(ev.Lock, "job:") {
+			want = append(want, ev.ID)
+		}
+	}
+	if !slices.Equal(seen, want) {
+		t.Errorf("saw %v, the log has %v", seen, want)
 	}
 }
