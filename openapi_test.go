@@ -29,6 +29,7 @@ var contract = []struct {
 	{http.MethodGet, "/v1/locks/{name}", "getLock", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodGet, "/v1/locks", "listLocks", []string{"200", "400", "401", "403", "429", "503"}},
+	{http.MethodGet, "/v1/events", "getEvents", []string{"200", "400", "401", "403", "410", "429", "501", "503"}},
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
 	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},
@@ -159,7 +160,7 @@ func TestOpenAPI_ProblemTypes(t *testing.T) {
 		got = append(got, v.(string))
 	}
 	var want []string
-	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "unavailable", "internal"} {
+	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "unavailable", "internal"} {
 		want = append(want, "https://lockapi.dev/problems/"+name)
 		if !strings.Contains(doc.Info.Description, "https://lockapi.dev/problems/"+name) {
 			t.Errorf("info.description does not list problem type %s", name)

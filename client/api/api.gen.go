@@ -17,6 +17,36 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for EventType.
+const (
+	EventExpired       EventType = "expired"
+	EventForceReleased EventType = "force_released"
+	EventGranted       EventType = "granted"
+	EventReentered     EventType = "reentered"
+	EventReleased      EventType = "released"
+	EventRenewed       EventType = "renewed"
+)
+
+// Valid indicates whether the value is a known member of the EventType enum.
+func (e EventType) Valid() bool {
+	switch e {
+	case EventExpired:
+		return true
+	case EventForceReleased:
+		return true
+	case EventGranted:
+		return true
+	case EventReentered:
+		return true
+	case EventReleased:
+		return true
+	case EventRenewed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok HealthStatus = "ok"
@@ -73,6 +103,8 @@ func (e LockMode) Valid() bool {
 
 // Defines values for ProblemType.
 const (
+	HTTPSLockapiDevProblemsEventsDisabled       ProblemType = "https://lockapi.dev/problems/events-disabled"
+	HTTPSLockapiDevProblemsEventsGone           ProblemType = "https://lockapi.dev/problems/events-gone"
 	HTTPSLockapiDevProblemsForbidden            ProblemType = "https://lockapi.dev/problems/forbidden"
 	HTTPSLockapiDevProblemsInternal             ProblemType = "https://lockapi.dev/problems/internal"
 	HTTPSLockapiDevProblemsInvalidRequest       ProblemType = "https://lockapi.dev/problems/invalid-request"
@@ -92,6 +124,10 @@ const (
 // Valid indicates whether the value is a known member of the ProblemType enum.
 func (e ProblemType) Valid() bool {
 	switch e {
+	case HTTPSLockapiDevProblemsEventsDisabled:
+		return true
+	case HTTPSLockapiDevProblemsEventsGone:
+		return true
 	case HTTPSLockapiDevProblemsForbidden:
 		return true
 	case HTTPSLockapiDevProblemsInternal:
@@ -185,6 +221,19 @@ type AcquireRequest struct {
 	WaitMs *int64 `json:"wait_ms,omitempty"`
 }
 
+// EventID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are.
+//
+// Example: 1795460000000-0
+type EventID = string
+
+// EventStream Server-Sent Events: per event an `id:`, an `event:` (the EventType) and a `data:` line (the Event as JSON), then a blank line; and `: keep-alive` comment lines.
+type EventStream = string
+
+// EventType What changed: `granted` a fresh lease (a new fencing token), `reentered` one more hold, `renewed` a TTL reset, `released` a lease ended by its release (or one hold of several dropped: `hold_count` > 0), `expired` a TTL ran out, `force_released` an admin ended it.
+//
+// Example: granted
+type EventType string
+
 // FencingToken Strictly larger for every fresh grant of the lock, and below 2^53. Guarded resources reject writes with a token smaller than one seen.
 //
 // Example: 42
@@ -197,7 +246,7 @@ type FieldError struct {
 	// Detail Example: must be at least 10
 	Detail string `json:"detail"`
 
-	// Field The JSON, path or query name of the input, e.g. `ttl_ms`, `name`, `wait_ms`, `limit`, `cursor`, `all`; `body` for the body as a whole.
+	// Field The JSON, path, query or header name of the input, e.g. `ttl_ms`, `name`, `wait_ms`, `limit`, `cursor`, `all`, `Last-Event-ID`; `body` for the body as a whole.
 	//
 	// Example: ttl_ms
 	Field string `json:"field"`
@@ -473,7 +522,7 @@ type MultiReleaseItem struct {
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
 
-	// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+	// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 	//
 	// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 	Problem *Problem `json:"problem,omitempty"`
@@ -494,7 +543,7 @@ type MultiReleaseResult struct {
 // Example: worker-7
 type Owner = string
 
-// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Problem struct {
@@ -516,6 +565,9 @@ type Problem struct {
 
 	// Lock The lock a conflict is about; for a multi-lock, the one in the way.
 	Lock *LockName `json:"lock,omitempty"`
+
+	// OldestID The oldest event the log keeps, on `events-gone`; absent when it keeps none.
+	OldestID *EventID `json:"oldest_id,omitempty"`
 
 	// QueueLength The lock's queued waiters, on `lock-held`.
 	//
@@ -622,60 +674,88 @@ type ReleaseSig = string
 // WatchWaitMs defines model for WatchWaitMs.
 type WatchWaitMs = int64
 
-// Forbidden An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// EventsDisabled An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+//
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+type EventsDisabled = Problem
+
+// EventsGone An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+//
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+type EventsGone = Problem
+
+// Forbidden An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Forbidden = Problem
 
-// Internal An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// Internal An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Internal = Problem
 
-// InvalidRequest An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// InvalidRequest An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type InvalidRequest = Problem
 
-// LeaseLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// LeaseLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type LeaseLost = Problem
 
-// LockHeld An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// LockHeld An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type LockHeld = Problem
 
-// NotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// NotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type NotFound = Problem
 
-// PayloadTooLarge An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// PayloadTooLarge An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type PayloadTooLarge = Problem
 
-// RateLimited An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// RateLimited An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type RateLimited = Problem
 
-// Unauthorized An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// Unauthorized An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unauthorized = Problem
 
-// Unavailable An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// Unavailable An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unavailable = Problem
 
-// UnsupportedMediaType An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`.
+// UnsupportedMediaType An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type UnsupportedMediaType = Problem
+
+// GetEventsParams defines parameters for GetEvents.
+type GetEventsParams struct {
+	// Lock Only the events of this lock. Not with `prefix`.
+	Lock *LockName `form:"lock,omitempty" json:"lock,omitempty"`
+
+	// Prefix Only the events of locks whose names start with this. Not with `lock`.
+	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Types Only events of these types, comma-separated.
+	Types *[]EventType `form:"types,omitempty" json:"types,omitempty"`
+
+	// After Start after the event with this id. `Last-Event-ID` wins over it.
+	After *EventID `form:"after,omitempty" json:"after,omitempty"`
+
+	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects.
+	LastEventID *EventID `json:"Last-Event-ID,omitempty"`
+}
 
 // ReleaseLeasesParams defines parameters for ReleaseLeases.
 type ReleaseLeasesParams struct {
@@ -831,6 +911,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEvents Stream lock events
+	//
+	// Streams the changes of the locks the caller may read, as
+	// Server-Sent Events (`text/event-stream`), until the client goes
+	// away: every grant, reentry, renewal, release, expiry and force
+	// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+	// outside the API key's name patterns are left out, silently, and
+	// `lease_id` is shown to admins only.
+	//
+	// Each event is `id: <id>`, `event: <type>` and `data: <Event as
+	// JSON>`, then a blank line. A comment line (`: keep-alive`) comes
+	// every 15 s while nothing else does.
+	//
+	// Without a resume point the stream starts with the next event. With
+	// one (the `Last-Event-ID` header, which a reconnecting EventSource
+	// sends by itself, or `after`) it starts with the event after it:
+	// a resumed stream repeats nothing it confirmed by id and skips
+	// nothing the log still keeps. A resume point older than the log
+	// keeps is answered `410 events-gone`. When the server cannot go on
+	// (it shuts down, or the stream fell behind what the log keeps) the
+	// stream ends; resume it.
+	//
+	// Corresponds with GET /v1/events (the `GetEvents` operationId).
+	GetEvents(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseLeases Release several leases
 	//
@@ -1122,6 +1227,41 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 // Corresponds with GET /readyz (the `GetReady` operationId).
 func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEvents Stream lock events
+//
+// Streams the changes of the locks the caller may read, as
+// Server-Sent Events (`text/event-stream`), until the client goes
+// away: every grant, reentry, renewal, release, expiry and force
+// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+// outside the API key's name patterns are left out, silently, and
+// `lease_id` is shown to admins only.
+//
+// Each event is `id: <id>`, `event: <type>` and `data: <Event as
+// JSON>`, then a blank line. A comment line (`: keep-alive`) comes
+// every 15 s while nothing else does.
+//
+// Without a resume point the stream starts with the next event. With
+// one (the `Last-Event-ID` header, which a reconnecting EventSource
+// sends by itself, or `after`) it starts with the event after it:
+// a resumed stream repeats nothing it confirmed by id and skips
+// nothing the log still keeps. A resume point older than the log
+// keeps is answered `410 events-gone`. When the server cannot go on
+// (it shuts down, or the stream fell behind what the log keeps) the
+// stream ends; resume it.
+//
+// Corresponds with GET /v1/events (the `GetEvents` operationId).
+func (c *Client) GetEvents(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1586,6 +1726,111 @@ func NewGetReadyRequest(server string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEventsRequest constructs an http.Request for the GetEvents method
+func NewGetEventsRequest(server string, params *GetEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Lock != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "lock", *params.Lock, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Types != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "types", *params.Types, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2210,6 +2455,33 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReadyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadyResponse, error)
 
+	// GetEventsWithResponse Stream lock events
+	//
+	// Streams the changes of the locks the caller may read, as
+	// Server-Sent Events (`text/event-stream`), until the client goes
+	// away: every grant, reentry, renewal, release, expiry and force
+	// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+	// outside the API key's name patterns are left out, silently, and
+	// `lease_id` is shown to admins only.
+	//
+	// Each event is `id: <id>`, `event: <type>` and `data: <Event as
+	// JSON>`, then a blank line. A comment line (`: keep-alive`) comes
+	// every 15 s while nothing else does.
+	//
+	// Without a resume point the stream starts with the next event. With
+	// one (the `Last-Event-ID` header, which a reconnecting EventSource
+	// sends by itself, or `after`) it starts with the event after it:
+	// a resumed stream repeats nothing it confirmed by id and skips
+	// nothing the log still keeps. A resume point older than the log
+	// keeps is answered `410 events-gone`. When the server cannot go on
+	// (it shuts down, or the stream fell behind what the log keeps) the
+	// stream ends; resume it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `GetEvents` operationId).
+	GetEventsWithResponse(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*GetEventsResponse, error)
+
 	// ReleaseLeasesWithResponse Release several leases
 	//
 	// Releases every hold of each lease named by an `id`,
@@ -2671,6 +2943,162 @@ func (r GetReadyResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReadyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEventsResponse200Headers the declared response headers of an HTTP 200 response for GetEvents
+type GetEventsResponse200Headers struct {
+	XRequestID *string
+}
+
+// GetEventsResponse400Headers the declared response headers of an HTTP 400 response for GetEvents
+type GetEventsResponse400Headers struct {
+	XRequestID *string
+}
+
+// GetEventsResponse401Headers the declared response headers of an HTTP 401 response for GetEvents
+type GetEventsResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestID      *string
+}
+
+// GetEventsResponse403Headers the declared response headers of an HTTP 403 response for GetEvents
+type GetEventsResponse403Headers struct {
+	XRequestID *string
+}
+
+// GetEventsResponse410Headers the declared response headers of an HTTP 410 response for GetEvents
+type GetEventsResponse410Headers struct {
+	XRequestID *string
+}
+
+// GetEventsResponse429Headers the declared response headers of an HTTP 429 response for GetEvents
+type GetEventsResponse429Headers struct {
+	RetryAfter *int
+	XRequestID *string
+}
+
+// GetEventsResponse501Headers the declared response headers of an HTTP 501 response for GetEvents
+type GetEventsResponse501Headers struct {
+	XRequestID *string
+}
+
+// GetEventsResponse503Headers the declared response headers of an HTTP 503 response for GetEvents
+type GetEventsResponse503Headers struct {
+	RetryAfter *int
+	XRequestID *string
+}
+
+// GetEventsResponseDefaultHeaders the declared response headers of an HTTP default response for GetEvents
+type GetEventsResponseDefaultHeaders struct {
+	XRequestID *string
+}
+
+type GetEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *EventsGone
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *EventsDisabled
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetEventsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetEventsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetEventsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetEventsResponse403Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *GetEventsResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetEventsResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *GetEventsResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetEventsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetEventsResponseDefaultHeaders
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSON410() *EventsGone {
+	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSON501() *EventsDisabled {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetEventsResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4097,6 +4525,39 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 	return ParseGetReadyResponse(rsp)
 }
 
+// GetEventsWithResponse Stream lock events
+//
+// Streams the changes of the locks the caller may read, as
+// Server-Sent Events (`text/event-stream`), until the client goes
+// away: every grant, reentry, renewal, release, expiry and force
+// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+// outside the API key's name patterns are left out, silently, and
+// `lease_id` is shown to admins only.
+//
+// Each event is `id: <id>`, `event: <type>` and `data: <Event as
+// JSON>`, then a blank line. A comment line (`: keep-alive`) comes
+// every 15 s while nothing else does.
+//
+// Without a resume point the stream starts with the next event. With
+// one (the `Last-Event-ID` header, which a reconnecting EventSource
+// sends by itself, or `after`) it starts with the event after it:
+// a resumed stream repeats nothing it confirmed by id and skips
+// nothing the log still keeps. A resume point older than the log
+// keeps is answered `410 events-gone`. When the server cannot go on
+// (it shuts down, or the stream fell behind what the log keeps) the
+// stream ends; resume it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `GetEvents` operationId).
+func (c *ClientWithResponses) GetEventsWithResponse(ctx context.Context, params *GetEventsParams, reqEditors ...RequestEditorFn) (*GetEventsResponse, error) {
+	rsp, err := c.GetEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEventsResponse(rsp)
+}
+
 // ReleaseLeasesWithResponse Release several leases
 //
 // Releases every hold of each lease named by an `id`,
@@ -4622,6 +5083,195 @@ func ParseGetReadyResponse(rsp *http.Response) (*GetReadyResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers GetReadyResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEventsResponse parses an HTTP response from a GetEventsWithResponse call
+func ParseGetEventsResponse(rsp *http.Response) (*GetEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest EventsGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest EventsDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetEventsResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetEventsResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetEventsResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 410:
+		var headers GetEventsResponse410Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers GetEventsResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers GetEventsResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -43,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, args, stdout, stderr)
 	case "status":
 		return statusCmd(ctx, args, stdout, stderr)
+	case "events":
+		return eventsCmd(ctx, args, stdout, stderr)
 	case "keys":
 		return keys(ctx, args, stdout, stderr)
 	case "help":
@@ -62,6 +64,8 @@ commands:
            (exit 75: lock still held after --wait, 70: lease lost, 69: server
            unavailable, 2: usage; lockapi run -h says more)
   status   print a lock's state: lockapi status [--json] NAME
+  events   print lock events as they happen: lockapi events [--prefix P | --lock NAME]
+           [--types T,...] [--after ID] [--json]
   keys     create an API key: lockapi keys new --principal NAME [--scopes …] [--patterns …]
   help     print this text
 `

@@ -37,6 +37,7 @@ var (
 	kindLimit        = problemKind{http.StatusConflict, "limit-mismatch", "Limit mismatch"}
 	kindUpgrade      = problemKind{http.StatusConflict, "upgrade-refused", "Upgrade refused"}
 	kindLeaseLost    = problemKind{http.StatusGone, "lease-lost", "Lease lost"}
+	kindEventsGone   = problemKind{http.StatusGone, "events-gone", "Events gone"}
 	kindTooLarge     = problemKind{http.StatusRequestEntityTooLarge, "payload-too-large", "Payload too large"}
 	kindMediaType    = problemKind{http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type"}
 	kindUnauthorized = problemKind{http.StatusUnauthorized, "unauthorized", "Unauthorized"}
@@ -44,6 +45,7 @@ var (
 	kindRateLimited  = problemKind{http.StatusTooManyRequests, "rate-limited", "Too many requests"}
 	kindInternal     = problemKind{http.StatusInternalServerError, "internal", "Internal server error"}
 	kindUnavailable  = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}
+	kindEventsOff    = problemKind{http.StatusNotImplemented, "events-disabled", "Events disabled"}
 )
 
 // codeKinds maps the domain's error codes to problem types.
@@ -54,6 +56,7 @@ var codeKinds = map[lock.Code]problemKind{
 	lock.CodeLimitMismatch: kindLimit,
 	lock.CodeUpgrade:       kindUpgrade,
 	lock.CodeLeaseLost:     kindLeaseLost,
+	lock.CodeEventsGone:    kindEventsGone,
 	lock.CodeUnavailable:   kindUnavailable,
 	lock.CodeInternal:      kindInternal,
 }
@@ -87,6 +90,9 @@ type Problem struct {
 	// QueueLength counts the lock's queued waiters, on lock-held.
 	QueueLength *int         `json:"queue_length,omitempty"`
 	Errors      []FieldError `json:"errors,omitempty"`
+	// OldestID is the oldest event the log keeps, on events-gone: absent
+	// when it keeps none.
+	OldestID string `json:"oldest_id,omitempty"`
 }
 
 // ProblemHolder is the holder extension of a lock-held problem.
@@ -172,6 +178,8 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 				}
 			}
 			retryAfterSecs = retryAfter(e)
+		case kindEventsGone:
+			p.OldestID = e.Oldest
 		case kindUnavailable:
 			logger.Warn().Err(e.Err).Str("detail", e.Detail).Msg("unavailable")
 			retryAfterSecs = 1

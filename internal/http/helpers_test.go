@@ -186,6 +186,7 @@ type Problem struct {
 	Holder      *lockhttp.ProblemHolder `json:"holder"`
 	QueueLength *int                    `json:"queue_length"`
 	Errors      []lockhttp.FieldError   `json:"errors"`
+	OldestID    string                  `json:"oldest_id"`
 }
 
 // WantProblem fails the test unless resp is a problem of the given status
@@ -218,6 +219,33 @@ type HookStore struct {
 	OnInspect    func(ctx context.Context, name string) (lock.State, error)
 	OnPing       func(ctx context.Context) error
 	OnTryAcquire func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error)
+	OnReadEvents func(ctx context.Context, after string, limit int) ([]lock.Event, error)
+}
+
+// EventsEnabled, ReadEvents, WaitEvents and LastEventID show the wrapped
+// store's event log, when it has one: without, the server answers as with
+// events off.
+func (h *HookStore) EventsEnabled() bool {
+	if _, ok := h.Store.(lock.EventLog); !ok {
+		return false
+	}
+	sw, ok := h.Store.(interface{ EventsEnabled() bool })
+	return !ok || sw.EventsEnabled()
+}
+
+func (h *HookStore) ReadEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	if h.OnReadEvents != nil {
+		return h.OnReadEvents(ctx, after, limit)
+	}
+	return h.Store.(lock.EventLog).ReadEvents(ctx, after, limit)
+}
+
+func (h *HookStore) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	return h.Store.(lock.EventLog).WaitEvents(ctx, after, limit)
+}
+
+func (h *HookStore) LastEventID(ctx context.Context) (string, error) {
+	return h.Store.(lock.EventLog).LastEventID(ctx)
 }
 
 func (h *HookStore) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {

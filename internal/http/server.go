@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 )
@@ -27,11 +28,16 @@ const (
 	DefaultTTL     = 30 * time.Second
 	DefaultMaxTTL  = 24 * time.Hour
 	DefaultMaxWait = 60 * time.Second
+	// DefaultEventsHeartbeat is how often an idle event stream gets a
+	// keep-alive comment.
+	DefaultEventsHeartbeat = 15 * time.Second
 )
 
 // Timeouts and limits of the listening server. There is no read or write
 // timeout on the whole request: long-poll acquires and blocking queries hold
-// their request for up to MaxWait, and a read timeout would cancel them.
+// their request for up to MaxWait, event streams for as long as the client
+// stays, and a read timeout would cancel them. An event stream bounds each
+// of its writes instead.
 const (
 	readHeaderTimeout = 10 * time.Second
 	idleTimeout       = 120 * time.Second
@@ -62,7 +68,8 @@ type Config struct {
 	Release *auth.ReleaseSigner
 
 	// MaxWaiters and MaxWaitersPerCaller cap concurrent waiting requests
-	// (long-poll acquires and blocking queries): 10000 and 500 by default.
+	// (long-poll acquires, blocking queries and event streams): 10000 and
+	// 500 by default.
 	MaxWaiters          int
 	MaxWaitersPerCaller int
 	// RateLimit is each caller's sustained requests per second, RateBurst
@@ -76,6 +83,10 @@ type Config struct {
 	// Metrics, when set, records requests and waits and is served at
 	// GET /metrics.
 	Metrics *metrics.Metrics
+
+	// EventsHeartbeat is how often GET /v1/events writes a keep-alive
+	// comment to a stream with nothing to send (15s).
+	EventsHeartbeat time.Duration
 }
 
 // Defaults of the limits.
@@ -94,6 +105,8 @@ type Server struct {
 
 	waiters *waiterLimits
 	rates   *rateLimits // nil: no rate limit
+	// events feeds GET /v1/events; nil when the store records no events.
+	events *events.Feed
 
 	// closing is cancelled when Close begins, which ends every wait.
 	closing   context.Context
@@ -120,6 +133,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.MaxWaitersPerCaller <= 0 {
 		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
 	}
+	if cfg.EventsHeartbeat <= 0 {
+		cfg.EventsHeartbeat = DefaultEventsHeartbeat
+	}
 	if cfg.Release == nil {
 		secret := make([]byte, 32)
 		if _, err := rand.Read(secret); err != nil {
@@ -132,6 +148,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
 	}
 	s.closing, s.stopWaits = context.WithCancel(context.Background())
+	s.events = newEventFeed(store, cfg.Logger)
 
 	r := chi.NewRouter()
 	r.Use(limitBody, s.requestID, s.logRequests, s.recoverPanics)
@@ -148,12 +165,13 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		r.Get("/v1/locks", s.handleList)
 		r.Post("/v1/leases", s.handleAcquireAll)
 		r.Delete("/v1/leases", s.handleReleaseAll)
+		r.Get("/v1/events", s.handleEvents)
 	})
 	// The signed release URL carries its own authorization.
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
 
 	if cfg.Metrics != nil {
-		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires and blocking queries.", func() float64 { return float64(s.waiters.Len()) })
+		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}
 	r.Get("/healthz", s.handleHealth)
@@ -223,10 +241,14 @@ func (s *Server) URL() string {
 }
 
 // Close shuts the server down gracefully. Requests waiting for a lock or a
-// change are answered at once with 503 unavailable; other requests in flight
-// may finish until ctx is done, after which connections are closed.
+// change are answered at once with 503 unavailable and event streams end;
+// other requests in flight may finish until ctx is done, after which
+// connections are closed.
 func (s *Server) Close(ctx context.Context) error {
 	s.stopWaits()
+	if s.events != nil {
+		s.events.Close()
+	}
 	if s.server == nil {
 		return nil
 	}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/lockapi/lockapi/client"
+)
+
+const eventsUsage = `usage: lockapi events [flags]
+
+Prints every change of the locks as it happens, one line per event: time,
+type, lock, owner, fencing token and the holds left. It runs until
+interrupted (SIGINT, SIGTERM), and rides out a dropped connection or a
+server restart: it resumes after the last event it printed.
+
+Flags:
+  --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
+  --lock NAME    only the events of the lock NAME
+  --prefix P     only the events of locks whose names start with P
+  --types T,...  only these types: granted, reentered, renewed, released,
+                 expired, force_released
+  --after ID     start after the event ID (a previous run's last), rather
+                 than with the next event
+  --json         print each event as a JSON object, one per line
+
+$LOCKAPI_API_KEY, when set, is sent as the bearer token; the key's name
+patterns decide which locks' events are shown.
+
+Exit status: 0 when interrupted; 2 usage error, input the server refused,
+or an --after older than the server's event log keeps; 69 the server was
+unavailable, failed or records no events; 77 the server refused the API key.
+`
+
+// eventsCmd implements `lockapi events`.
+func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported below, with the usage
+	fs.Usage = func() {}
+	server := fs.String("server", defaultServer(), "")
+	var opts client.EventsOptions
+	fs.StringVar(&opts.Lock, "lock", "", "")
+	fs.StringVar(&opts.Prefix, "prefix", "", "")
+	types := fs.String("types", "", "")
+	fs.StringVar(&opts.After, "after", "", "")
+	asJSON := fs.Bool("json", false, "")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, eventsUsage)
+		return 0
+	} else if err != nil {
+		fmt.Fprintf(stderr, "lockapi events: %v\n\n%s", err, eventsUsage)
+		return exitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "lockapi events: unexpected argument %q\n\n%s", fs.Arg(0), eventsUsage)
+		return exitUsage
+	case opts.Lock != "" && opts.Prefix != "":
+		fmt.Fprintf(stderr, "lockapi events: --lock and --prefix do not go together\n\n%s", eventsUsage)
+		return exitUsage
+	}
+	if *types != "" {
+		for t := range strings.SplitSeq(*types, ",") {
+			opts.Types = append(opts.Types, client.EventType(strings.TrimSpace(t)))
+		}
+	}
+
+	cl, err := newClient(*server)
+	if err != nil {
+		fmt.Fprintf(stderr, "lockapi events: %s\n", errText(err))
+		return exitUsage
+	}
+	for ev, err := range cl.Events(ctx, opts) {
+		if err != nil {
+			return eventsError(ctx, err, stderr)
+		}
+		if *asJSON {
+			line, _ := json.Marshal(newEventJSON(ev))
+			fmt.Fprintf(stdout, "%s\n", line)
+		} else {
+			fmt.Fprintln(stdout, eventLine(ev))
+		}
+	}
+	return 0
+}
+
+// eventsError explains why the events stopped, and returns the exit status.
+func eventsError(ctx context.Context, err error, stderr io.Writer) int {
+	if ctx.Err() != nil {
+		return 0 // interrupted: the way to stop
+	}
+	fmt.Fprintf(stderr, "lockapi events: %s\n", errText(err))
+	pe, ok := errors.AsType[*client.ProblemError](err)
+	switch {
+	case ok && (pe.Status == http.StatusBadRequest || pe.Status == http.StatusGone):
+		if pe.Status == http.StatusGone {
+			fmt.Fprintln(stderr, "lockapi events: start again without --after")
+		}
+		return exitUsage
+	case ok && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
+		return exitNoPerm
+	}
+	return exitUnavailable
+}
+
+// eventLine is an event for people: time, type, lock, owner, token, holds.
+func eventLine(ev client.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s  %-14s  %s  owner=%s  token=%d  holds=%d", formatTime(ev.Time), ev.Type, ev.Lock, ev.Owner, ev.Token, ev.HoldCount)
+	if ev.Shared {
+		b.WriteString("  shared")
+	}
+	if ev.Type == client.EventForceReleased && ev.Principal != "" {
+		fmt.Fprintf(&b, "  by=%s", ev.Principal)
+	}
+	return b.String()
+}
+
+// eventJSON is an event as the API writes it.
+type eventJSON struct {
+	ID           string `json:"id"`
+	Type         string `json:"type"`
+	Lock         string `json:"lock"`
+	Owner        string `json:"owner"`
+	Principal    string `json:"principal"`
+	Mode         string `json:"mode"`
+	FencingToken uint64 `json:"fencing_token"`
+	HoldCount    int    `json:"hold_count"`
+	QueueLength  *int   `json:"queue_length,omitempty"`
+	Time         string `json:"time"`
+	LeaseID      string `json:"lease_id,omitempty"`
+}
+
+func newEventJSON(ev client.Event) eventJSON {
+	out := eventJSON{
+		ID: ev.ID, Type: string(ev.Type), Lock: ev.Lock, Owner: ev.Owner, Principal: ev.Principal,
+		Mode: "exclusive", FencingToken: ev.Token, HoldCount: ev.HoldCount, Time: formatTime(ev.Time), LeaseID: ev.LeaseID,
+	}
+	if ev.Shared {
+		out.Mode = "shared"
+	}
+	if ev.QueueLength >= 0 {
+		out.QueueLength = &ev.QueueLength
+	}
+	return out
+}

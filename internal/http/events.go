@@ -1,0 +1,248 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// eventsWriteTimeout bounds each write to an event stream: a client that
+// stops reading is cut off then, rather than holding its handler forever.
+const eventsWriteTimeout = 30 * time.Second
+
+// Event is the JSON form of lock.Event, the data of each event of
+// GET /v1/events.
+type Event struct {
+	ID           string         `json:"id"`
+	Type         lock.EventType `json:"type"`
+	Lock         string         `json:"lock"`
+	Owner        string         `json:"owner"`
+	Principal    string         `json:"principal"`
+	Mode         lock.Mode      `json:"mode"`
+	FencingToken uint64         `json:"fencing_token"`
+	HoldCount    int            `json:"hold_count"`
+	QueueLength  *int           `json:"queue_length,omitempty"` // absent where the store did not know it
+	Time         string         `json:"time"`
+	LeaseID      string         `json:"lease_id,omitempty"` // to admins only: the lease's capability
+}
+
+func newEvent(e lock.Event, admin bool) Event {
+	out := Event{
+		ID:           e.ID,
+		Type:         e.Type,
+		Lock:         e.Lock,
+		Owner:        e.Owner,
+		Principal:    e.Principal,
+		Mode:         mode(e.Mode),
+		FencingToken: e.Token,
+		HoldCount:    e.HoldCount,
+		Time:         formatTime(e.Time),
+	}
+	if e.Queue >= 0 {
+		out.QueueLength = &e.Queue
+	}
+	if admin {
+		out.LeaseID = e.LeaseID
+	}
+	return out
+}
+
+// newEventFeed returns the feed of store's event log, or nil when store
+// has none or records no events.
+func newEventFeed(store lock.Store, logger zerolog.Logger) *events.Feed {
+	log, ok := store.(lock.EventLog)
+	if !ok {
+		return nil
+	}
+	if sw, ok := store.(interface{ EventsEnabled() bool }); ok && !sw.EventsEnabled() {
+		return nil
+	}
+	return events.New(log, events.Options{Logger: logger.With().Str("component", "events").Logger()})
+}
+
+var errEventsOff = &httpError{kindEventsOff, "this server records no lock events (LOCKAPI_EVENTS=false, or a store without an event log such as Redis Cluster)"}
+
+// errHeartbeat ends a wait for the next event when a stream is due a
+// keep-alive.
+var errHeartbeat = errors.New("heartbeat due")
+
+// handleEvents handles the "GET /v1/events" route: the lock events the
+// caller may read, as Server-Sent Events (docs/EVENTS.md), from the next
+// one or from a resume point, until the client goes away or the server
+// closes.
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	filter, after, err := parseEventsRequest(r)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	c := callerOf(r)
+	if err := authorize(c, auth.ScopeRead, filter.Lock); err != nil {
+		Error(w, r, err)
+		return
+	}
+	if s.events == nil {
+		Error(w, r, errEventsOff)
+		return
+	}
+	ctx, end, err := s.beginWait(r, c)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	defer end()
+	sub, err := s.events.Subscribe(ctx, after, filter)
+	if err != nil {
+		Error(w, r, waitError(ctx, err))
+		return
+	}
+	defer sub.Close()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	st := &eventStream{w: w, rc: http.NewResponseController(w)}
+	// No deadline outlives the stream: the connection may serve a long
+	// poll next.
+	defer st.rc.SetWriteDeadline(time.Time{})
+	if st.write() != nil { // the headers, at once
+		return
+	}
+
+	admin := authorize(c, auth.ScopeAdmin, "") == nil
+	logger := zerolog.Ctx(r.Context())
+	for {
+		// A keep-alive is due when nothing was written for a heartbeat,
+		// also while events the key may not read go by.
+		nctx, cancel := context.WithDeadlineCause(ctx, st.wrote.Add(s.cfg.EventsHeartbeat), errHeartbeat)
+		e, err := sub.Next(nctx)
+		beat := nctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case beat:
+			err = st.comment("keep-alive")
+		case err != nil:
+			// Too late for a problem: the stream ends, and the client
+			// resumes from its Last-Event-ID, which answers the problem
+			// (410 when it fell behind what the log keeps).
+			if ctx.Err() == nil {
+				logger.Info().Err(err).Str("code", string(lock.ErrorCode(err))).Msg("event stream ended")
+			}
+			return
+		case authorize(c, auth.ScopeRead, e.Lock) != nil:
+			continue // outside the key's patterns, silently
+		default:
+			err = st.event(e.ID, string(e.Type), newEvent(e, admin))
+		}
+		if err != nil {
+			logger.Debug().Err(err).Msg("write event stream")
+			return
+		}
+	}
+}
+
+// parseEventsRequest reads a GET /v1/events: its filter and its resume
+// point, the Last-Event-ID header or else the after parameter.
+func parseEventsRequest(r *http.Request) (filter lock.EventFilter, after string, err error) {
+	q := parseQuery(r)
+	name, byLock := q.str("lock")
+	prefix, byPrefix := q.str("prefix")
+	if byLock {
+		if fe := lock.CheckName("lock", name); fe != nil {
+			q.fields = append(q.fields, *fe)
+		}
+	}
+	if fe := lock.CheckPrefix("prefix", prefix); fe != nil {
+		q.fields = append(q.fields, *fe)
+	}
+	if byLock && byPrefix {
+		q.fail("prefix", "give lock or prefix, not both")
+	}
+	filter.Lock, filter.Prefix = name, prefix
+	if types, ok := q.str("types"); ok {
+		for t := range strings.SplitSeq(types, ",") {
+			typ, ok := lock.ParseEventType(t)
+			if !ok {
+				q.fail("types", fmt.Sprintf("%q is not an event type; the types are %s", t, eventTypeList))
+				break
+			}
+			filter.Types = append(filter.Types, typ)
+		}
+	}
+	after, _ = q.str("after")
+	field := "after"
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		after, field = id, "Last-Event-ID"
+	}
+	if after != "" {
+		if _, _, ok := lock.ParseEventID(after); !ok {
+			q.fail(field, "must be an event id, as an event's id gives it")
+		}
+	}
+	return filter, after, q.err()
+}
+
+// eventTypeList lists the event types for error details.
+var eventTypeList = func() string {
+	names := make([]string, len(lock.EventTypes))
+	for i, t := range lock.EventTypes {
+		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}()
+
+// eventStream writes Server-Sent Events, flushing each at once.
+type eventStream struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	buf   []byte
+	wrote time.Time // the last write
+}
+
+// event writes one event: its id, its type as the event name, and v as the
+// JSON data (one line: encoding/json escapes every newline).
+func (st *eventStream) event(id, name string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	st.buf = append(st.buf[:0], "id: "...)
+	st.buf = append(st.buf, id...)
+	st.buf = append(st.buf, "\nevent: "...)
+	st.buf = append(st.buf, name...)
+	st.buf = append(st.buf, "\ndata: "...)
+	st.buf = append(st.buf, data...)
+	st.buf = append(st.buf, "\n\n"...)
+	return st.write()
+}
+
+// comment writes a comment line, which clients ignore.
+func (st *eventStream) comment(text string) error {
+	st.buf = append(append(append(st.buf[:0], ": "...), text...), "\n\n"...)
+	return st.write()
+}
+
+// write writes and flushes what buf holds.
+func (st *eventStream) write() error {
+	st.wrote = time.Now()
+	_ = st.rc.SetWriteDeadline(st.wrote.Add(eventsWriteTimeout))
+	if len(st.buf) > 0 {
+		if _, err := st.w.Write(st.buf); err != nil {
+			return err
+		}
+	}
+	return st.rc.Flush()
+}
