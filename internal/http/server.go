@@ -21,6 +21,7 @@ import (
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
+	"github.com/lockapi/lockapi/internal/ui"
 )
 
 // Defaults for the zero fields of Config.
@@ -177,6 +178,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.Get("/healthz", s.handleHealth)
 	r.Get("/readyz", s.handleReady)
 	r.Get("/openapi.yaml", s.handleOpenAPI)
+	// The admin dashboard; its live feed asks this router for /v1/events.
+	r.Mount("/ui", ui.New(store, cfg.Keys, r))
 	s.router = r
 	return s
 }

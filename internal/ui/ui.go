@@ -1,0 +1,150 @@
+// Package ui is lockapi's admin dashboard, served at /ui/: server-rendered
+// pages (html/template) of the held locks, of one lock's holders and
+// events, and an admin's force release behind a confirmation. A little
+// JavaScript (static/app.js, never inline: the Content-Security-Policy
+// forbids it) counts TTLs down, refreshes the pages and follows the live
+// event feed. Templates, script and stylesheet are embedded in the binary.
+//
+// The dashboard reads the lock.Store directly and applies the API's keys
+// with the API's rules: a key's scopes and name patterns decide what it
+// shows and does. The key a user signs in with is kept in a session cookie;
+// on a server without keys the dashboard is open, as the API is.
+package ui
+
+import (
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+//go:embed templates static
+var files embed.FS
+
+// contentSecurityPolicy allows only the dashboard's own script, stylesheet
+// and connections: no inline script or style, no framing.
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+
+// Handler serves the dashboard under /ui/.
+type Handler struct {
+	store lock.Store
+	keys  *auth.Keyring
+	// api serves the JSON API: the live feed is its GET /v1/events, asked
+	// with the session's key.
+	api   http.Handler
+	pages map[string]*template.Template
+	next  http.Handler
+}
+
+// New returns the dashboard of store. keys are the API's keys (none: the
+// dashboard is open); api is the API's handler, which serves the event
+// stream the live feed shows.
+func New(store lock.Store, keys *auth.Keyring, api http.Handler) *Handler {
+	h := &Handler{store: store, keys: keys, api: api, pages: map[string]*template.Template{}}
+	for _, name := range []string{"signin", "locks", "lock", "confirm", "error"} {
+		h.pages[name] = template.Must(template.New("").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+	})
+	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusNotFound, "There is no such page.")
+	})
+	static, _ := fs.Sub(files, "static")
+	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+
+	mux.HandleFunc("GET /ui/signin", h.handleSignInPage)
+	mux.HandleFunc("POST /ui/signin", h.handleSignIn)
+	mux.HandleFunc("POST /ui/signout", h.withSession(false, h.handleSignOut))
+	// Pages.
+	mux.HandleFunc("GET /ui/{$}", h.withSession(true, h.handleLocks))
+	mux.HandleFunc("GET /ui/lock", h.withSession(true, h.handleGoTo))
+	mux.HandleFunc("GET /ui/locks/{name}", h.withSession(true, h.handleLock))
+	mux.HandleFunc("GET /ui/locks/{name}/release", h.withSession(true, h.handleConfirm))
+	mux.HandleFunc("POST /ui/locks/{name}/release", h.withSession(false, h.handleForceRelease))
+	// What the pages' script fetches.
+	mux.HandleFunc("GET /ui/rows", h.withSession(false, h.handleRows))
+	mux.HandleFunc("GET /ui/locks/{name}/state", h.withSession(false, h.handleLockState))
+	mux.HandleFunc("GET /ui/events", h.withSession(false, h.handleEvents))
+
+	// Beside the CSRF token of every form: refuse state-changing requests
+	// a browser marks as cross-origin, the sign-in form included.
+	h.next = http.NewCrossOriginProtection().Handler(mux)
+	return h
+}
+
+// ServeHTTP sets the headers every dashboard response carries and serves
+// the request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", contentSecurityPolicy)
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	// Lock names are in the dashboard's URLs.
+	hd.Set("Referrer-Policy", "no-referrer")
+	if strings.HasPrefix(r.URL.Path, "/ui/static/") {
+		hd.Set("Cache-Control", "no-cache")
+	} else {
+		hd.Set("Cache-Control", "no-store")
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// render writes page with status.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, data any) {
+	h.execute(w, r, status, h.pages[page], "layout", data)
+}
+
+// execute runs one template of a page's set: "layout" for the whole page,
+// or a fragment that the page's script refreshes.
+func (h *Handler) execute(w http.ResponseWriter, r *http.Request, status int, t *template.Template, name string, data any) {
+	var b strings.Builder
+	if err := t.ExecuteTemplate(&b, name, data); err != nil {
+		zerolog.Ctx(r.Context()).Error().Err(err).Str("template", name).Msg("ui: render")
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// errorPage is the data of the error page.
+type errorPage struct {
+	chrome
+	Status  int
+	Message string
+}
+
+// fail answers with the error page.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	h.render(w, r, status, "error", errorPage{chrome: chrome{Title: http.StatusText(status), Open: h.open()}, Status: status, Message: msg})
+}
+
+// failErr answers a store error: its detail is safe to show, its cause
+// goes to the log.
+func (h *Handler) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	e := lock.AsError(err)
+	status := http.StatusInternalServerError
+	switch e.Code {
+	case lock.CodeInvalid:
+		status = http.StatusBadRequest
+	case lock.CodeForbidden:
+		status = http.StatusForbidden
+	case lock.CodeUnavailable:
+		status = http.StatusServiceUnavailable
+	}
+	if status >= 500 {
+		zerolog.Ctx(r.Context()).Error().Err(err).Msg("ui: store")
+	}
+	h.fail(w, r, status, e.Detail)
+}
