@@ -82,7 +82,7 @@ func (h *Handler) feed(ctx context.Context, s session, f lock.EventFilter) feed 
 // scanLimit before it reached that id.
 func (h *Handler) recent(ctx context.Context, keep func(lock.Event) bool) (events []lock.Event, last string, partial bool, err error) {
 	log, ok := h.store.(lock.EventLog)
-	if !ok {
+	if sw, on := h.store.(interface{ EventsEnabled() bool }); !ok || (on && !sw.EventsEnabled()) {
 		return nil, "", false, errNoEventLog
 	}
 	if last, err = log.LastEventID(ctx); err != nil || last == "" {

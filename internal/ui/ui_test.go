@@ -335,7 +335,7 @@ func (s *eventStore) LastEventID(context.Context) (string, error) {
 
 func TestRecentEvents(t *testing.T) {
 	t.Run("NoEventLog", func(t *testing.T) {
-		d := newDash(t, memory.New())
+		d := newDash(t, memory.NewWithOptions(memory.Options{NoEvents: true}))
 		cookie, _ := d.signIn(t, d.admin)
 		if body := serve(d.h, "GET", "/ui/locks/a", cookie, nil).Body.String(); !strings.Contains(body, "Events unavailable") {
 			t.Fatalf("no note:\n%s", body)
