@@ -75,6 +75,7 @@ var modes = []struct{ name, help string }{
 	{"all", "baseline, then throughput, in one invocation: the ratio http/baseline (alias: both)"},
 	{"handoff", "W waiters long-polling one lock: release-to-next-grant latency over N hand-offs"},
 	{"idle", "N long-poll waiters parked on a held lock: the server's extra RSS, goroutines, Redis connections and commands/s (needs -redis)"},
+	{"sse", "N idle event streams (GET /v1/events, default 1000): the server's extra RSS, goroutines and Redis commands/s (needs -redis)"},
 }
 
 // Defaults that depend on the mode; a zero flag value means "the mode's".
@@ -178,6 +179,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		if cfg.mode == "idle" {
 			cfg.waiters = defaultIdleWaiters
 		}
+		if cfg.mode == "sse" {
+			cfg.waiters = targetSSEStreams
+		}
 	}
 	return cfg, nil
 }
@@ -233,6 +237,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	case "idle":
 		res, err = runIdle(ctx, cfg, stderr)
+	case "sse":
+		res, err = runSSE(ctx, cfg, stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lockbench %s: %v\n", cfg.mode, err)

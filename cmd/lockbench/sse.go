@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Targets of the sse mode, with 1,000 streams.
+const (
+	targetSSEStreams = 1000
+	targetSSECmds    = 0
+)
+
+// runSSE is the sse mode: N idle event streams (GET /v1/events) open at
+// once while nothing happens. What they cost the server (RSS, goroutines)
+// and Redis (commands) is the price of watching.
+func runSSE(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
+	n := cfg.waiters
+	if err := raiseNoFile(uint64(n) + 256); err != nil {
+		return nil, err
+	}
+	rdb, err := openRedis(ctx, cfg.redisURL, 1)
+	if err != nil {
+		return nil, fmt.Errorf("sse needs the server's Redis (-redis): %w", err)
+	}
+	defer rdb.Close()
+	cl, err := cfg.connect(ctx, n+8)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.close()
+	mon := cl.newSession(nil)
+	pid := cfg.serverPID
+	if pid == 0 {
+		pid = serverPID(cfg.server)
+	}
+	before := serverMem(ctx, mon, pid)
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		open   atomic.Int64
+		runErr firstError
+	)
+	defer func() { cancel(); wg.Wait() }()
+	fmt.Fprintf(log, "lockbench: opening %d event streams\n", n)
+	dials := make(chan struct{}, dialsInFlight)
+	for i := range n {
+		select {
+		case dials <- struct{}{}:
+		case <-sctx.Done():
+		}
+		if sctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(sctx, http.MethodGet, cl.base+"/v1/events?prefix="+cfg.prefix+"sse-"+strconv.Itoa(i), nil)
+			req.Header = mon.bare.Clone()
+			resp, err := cl.hc.Do(req)
+			<-dials
+			if err != nil {
+				if sctx.Err() == nil {
+					runErr.set(fmt.Errorf("stream %d: %w", i, transportError(err)))
+					cancel()
+				}
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				runErr.set(statusError("GET /v1/events", reply{status: resp.StatusCode, body: b}))
+				cancel()
+				return
+			}
+			open.Add(1)
+			// Read until the run ends: heartbeats only, nothing matches.
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+			}
+		})
+	}
+	deadline := time.Now().Add(parkTimeout)
+	for open.Load() < int64(n) && sctx.Err() == nil {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("after %v only %d of %d streams are open", parkTimeout, open.Load(), n)
+		}
+		sleep(sctx, 20*time.Millisecond)
+	}
+	if err := runErr.get(); err != nil {
+		return nil, err
+	}
+	quiet, err := waitQuiet(sctx, rdb, min(time.Second, cfg.window/2), parkTimeout)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "lockbench: %d streams open (redis quiet: %v); measuring for %v\n", n, quiet, cfg.window)
+
+	meter := &cpuMeter{pid: pid, rdb: rdb}
+	cpu0 := meter.sample(ctx)
+	calls0, err := commandCalls(ctx, rdb)
+	if err != nil {
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	t0 := time.Now()
+	sleep(sctx, cfg.window)
+	calls1, err := commandCalls(ctx, rdb)
+	if err != nil {
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	window := time.Since(t0)
+	cpu1 := meter.sample(ctx)
+	if err := runErr.get(); err != nil {
+		return nil, err
+	}
+	during := serverMem(ctx, mon, pid)
+	clients, _, _ := clientCounts(ctx, rdb)
+
+	cmds, lockCmds, breakdown := commandDiff(calls0, calls1)
+	r := cfg.newResult()
+	r.setInt("streams", int64(n))
+	r.set("window", window.Round(time.Millisecond).String())
+	extra := during.rss - before.rss
+	if before.rss > 0 && during.rss > 0 {
+		r.setFloat("server_rss_before_mb", mb(before.rss), 1)
+		r.setFloat("server_rss_mb", mb(during.rss), 1)
+		r.setFloat("extra_rss_mb", mb(extra), 1)
+		r.setFloat("extra_rss_per_stream_kb", float64(extra)/1024/float64(n), 1)
+	}
+	if before.goroutines >= 0 && during.goroutines >= 0 {
+		r.setInt("goroutines_before", before.goroutines)
+		r.setInt("goroutines", during.goroutines)
+	}
+	r.setInt("redis_clients", int64(clients))
+	r.setFloat("redis_cmds_per_s", float64(cmds)/window.Seconds(), 2)
+	r.setFloat("lock_cmds_per_s", float64(lockCmds)/window.Seconds(), 2)
+	r.set("redis_cmds", breakdown)
+	addCPU(r, cpu0, cpu1)
+	r.targets = append(r.targets, target{What: "Redis commands/s with idle event streams (pub/sub keep-alive PINGs aside)", Want: "0 (1,000 streams)",
+		Got:  strconv.FormatFloat(float64(lockCmds)/window.Seconds(), 'f', 2, 64) + " (" + breakdown + ")",
+		Pass: lockCmds == targetSSECmds, NA: n != targetSSEStreams})
+	return r, nil
+}
