@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
 // promptly bounds what should happen "at once": generous, so that a loaded
@@ -136,24 +137,63 @@ func TestFeed_Resume(t *testing.T) {
 // and some of which read too slowly for their small live buffer, each get
 // exactly the log after their resume point: no gap, no duplicate, in order.
 func TestFeed_HandOver_NoGapNoDuplicate(t *testing.T) {
-	log := newTestLog()
+	t.Run("TestLog", func(t *testing.T) {
+		log := newTestLog()
+		testHandOver(t, log, func(i int) { log.Append(lock.EventGranted, fmt.Sprint("l", i%7)) }, log.All)
+	})
+	t.Run("MemoryStore", func(t *testing.T) {
+		mem := memory.New()
+		t.Cleanup(func() { _ = mem.Close() })
+		ctx := context.Background()
+		record := func(i int) {
+			g, err := mem.TryAcquire(ctx, lock.AcquireRequest{Lock: fmt.Sprint("l", i%7), Owner: "o", TTL: time.Minute})
+			if err != nil {
+				t.Errorf("acquire: %v", err)
+				return
+			}
+			if _, err := mem.Release(ctx, lock.LeaseRef{Lock: g.Lease.Lock, ID: g.Lease.ID}, true); err != nil {
+				t.Errorf("release: %v", err)
+			}
+		}
+		all := func() []lock.Event {
+			var out []lock.Event
+			for {
+				after := ""
+				if len(out) > 0 {
+					after = out[len(out)-1].ID
+				}
+				page, err := mem.ReadEvents(ctx, after, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page) == 0 {
+					return out
+				}
+				out = append(out, page...)
+			}
+		}
+		testHandOver(t, mem, record, all)
+	})
+}
+
+// testHandOver runs the hand-over test on log, which record(i) adds one or
+// more events to and all reads whole.
+func testHandOver(t *testing.T, log lock.EventLog, record func(i int), all func() []lock.Event) {
 	for i := range 50 {
-		log.Append(lock.EventGranted, fmt.Sprint("l", i%7))
+		record(i)
 	}
 	f := mustOpenFeed(t, log, events.Options{Buffer: 4, Page: 3})
 
-	const total = 3000
-	const endLock = "end"
+	const total = 2000
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
 		for i := range total {
-			log.Append(lock.EventGranted, fmt.Sprint("l", i%7))
+			record(i)
 			if i%50 == 0 {
 				time.Sleep(time.Millisecond)
 			}
 		}
-		log.Append(lock.EventReleased, endLock)
 	}()
 
 	type result struct {
@@ -167,8 +207,8 @@ func TestFeed_HandOver_NoGapNoDuplicate(t *testing.T) {
 			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
 			var resume string
 			if i%4 != 0 { // a quarter subscribe from now
-				all := log.All()
-				resume = all[rand.IntN(len(all))].ID
+				evs := all()
+				resume = evs[rand.IntN(len(evs))].ID
 			}
 			s, err := f.Subscribe(context.Background(), resume, lock.EventFilter{})
 			if err != nil {
@@ -179,37 +219,41 @@ func TestFeed_HandOver_NoGapNoDuplicate(t *testing.T) {
 			slow := i%3 == 0
 			r := result{after: resume}
 			for {
-				ctx, cancel := context.WithTimeout(context.Background(), promptly)
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 				e, err := s.Next(ctx)
 				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					select {
+					case <-writerDone:
+						results[i] = r // the log is quiet: all there is
+						return
+					default:
+						continue
+					}
+				}
 				if err != nil {
 					t.Errorf("subscriber %d after %q: next: %v", i, resume, err)
 					return
 				}
 				r.got = append(r.got, e)
-				if e.Lock == endLock {
-					break
-				}
 				if slow && rand.IntN(20) == 0 {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			results[i] = r
 		})
 	}
 	wg.Wait()
 	<-writerDone
 
-	all := log.All()
+	evs := all()
 	for i, r := range results {
-		if r.got == nil {
-			continue // failed above
+		if r.after == "" && len(r.got) == 0 {
+			continue // it came after the last event
 		}
-		want := after(all, r.after)
+		want := after(evs, r.after)
 		if r.after == "" {
-			// From now: a gapless run of the log up to the end.
-			want = after(all, r.got[0].ID)
-			want = append([]lock.Event{r.got[0]}, want...)
+			// From now: a gapless run of the log up to its end.
+			want = append([]lock.Event{r.got[0]}, after(evs, r.got[0].ID)...)
 		}
 		if !slices.Equal(ids(r.got), ids(want)) {
 			t.Errorf("subscriber %d after %q: got %d events, want %d; first difference at %d",
@@ -342,6 +386,41 @@ func TestFeed_EventsGone(t *testing.T) {
 			t.Errorf("next after events-gone: %v, want the same error", again)
 		}
 	})
+}
+
+// A subscriber that falls behind what the memory store's log keeps fails
+// with events-gone, after what it could still be given without a gap.
+func TestFeed_EventsGone_MemoryStore(t *testing.T) {
+	mem := memory.NewWithOptions(memory.Options{MaxEvents: 10})
+	t.Cleanup(func() { _ = mem.Close() })
+	f := mustOpenFeed(t, mem, events.Options{Buffer: 2, Page: 2})
+	s := mustSubscribe(t, f, "", lock.EventFilter{})
+	ctx := context.Background()
+	for i := range 15 {
+		g, err := mem.TryAcquire(ctx, lock.AcquireRequest{Lock: fmt.Sprint("l", i), Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mem.Release(ctx, lock.LeaseRef{Lock: g.Lease.Lock, ID: g.Lease.ID}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, err := mem.ReadEvents(ctx, "", 100)
+	if err != nil || len(kept) != 10 {
+		t.Fatalf("the log keeps %d events (%v), want 10", len(kept), err)
+	}
+	n := 0
+	for {
+		_, err = s.Next(ctx)
+		if err != nil {
+			break
+		}
+		n++
+	}
+	if n > 2 {
+		t.Errorf("%d events before the error, want at most the 2 its buffer holds", n)
+	}
+	wantGone(t, err, kept[0].ID)
 }
 
 func wantGone(t *testing.T, err error, oldest string) {
