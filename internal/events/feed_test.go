@@ -49,6 +49,13 @@ func next(tb testing.TB, s *events.Subscription) lock.Event {
 	return e
 }
 
+// next1 is Next that waits promptly at most.
+func next1(s *events.Subscription) (lock.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), promptly)
+	defer cancel()
+	return s.Next(ctx)
+}
+
 // nothingWithin fails the test if the subscription returns an event within d.
 func nothingWithin(t *testing.T, s *events.Subscription, d time.Duration) {
 	t.Helper()
@@ -374,7 +381,7 @@ func TestFeed_EventsGone(t *testing.T) {
 		var err error
 		for err == nil {
 			var e lock.Event
-			if e, err = s.Next(t.Context()); err == nil {
+			if e, err = next1(s); err == nil {
 				got = append(got, e)
 			}
 		}
@@ -382,7 +389,7 @@ func TestFeed_EventsGone(t *testing.T) {
 			t.Errorf("got %v before the error, want a prefix of %v", ids(got), ids(more[:2]))
 		}
 		wantGone(t, err, more[15].ID)
-		if _, again := s.Next(t.Context()); again != err {
+		if _, again := next1(s); again != err {
 			t.Errorf("next after events-gone: %v, want the same error", again)
 		}
 	})
@@ -411,8 +418,7 @@ func TestFeed_EventsGone_MemoryStore(t *testing.T) {
 	}
 	n := 0
 	for {
-		_, err = s.Next(ctx)
-		if err != nil {
+		if _, err = next1(s); err != nil {
 			break
 		}
 		n++
