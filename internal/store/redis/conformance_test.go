@@ -2,10 +2,13 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
@@ -16,9 +19,16 @@ import (
 var ctx = context.Background()
 
 // TestConformance runs the conformance suite on a single Redis, with script
-// calls batched into pipelines and not; each behaviour gets a Redis of its
-// own.
+// calls batched into pipelines and not, and with events not recorded; each
+// behaviour gets a Redis of its own.
 func TestConformance(t *testing.T) {
+	t.Run("redis-events-off", func(t *testing.T) {
+		storetest.Run(t, storetest.Backend{
+			Open: func(t *testing.T) lock.Store {
+				return openStoreOptions(t, redisstore.ClientConfig{URL: redistest.Start(t).URL}, redisstore.Options{})
+			},
+		})
+	})
 	t.Run("redis-batched", func(t *testing.T) {
 		storetest.Run(t, storetest.Backend{
 			Open: func(t *testing.T) lock.Store { return openRedisWith(t, redistest.Start(t), true) },
@@ -73,6 +83,31 @@ func TestTopologies(t *testing.T) {
 			})
 		})
 	}
+	t.Run("cluster-records-no-events", func(t *testing.T) {
+		s := openStore(t, redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false)
+		if s.EventsEnabled() {
+			t.Fatal("EventsEnabled on Redis Cluster")
+		}
+		storetest.Acquire(t, s, "a", "o", time.Minute)
+		_, err := s.ReadEvents(ctx, "", 10)
+		storetest.WantCode(t, err, lock.CodeUnavailable)
+		_, err = s.LastEventID(ctx)
+		storetest.WantCode(t, err, lock.CodeUnavailable)
+		c, err := redisstore.NewClient(redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		err = c.UniversalClient.(*goredis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			if keys := m.Keys(ctx, "*events*").Val(); len(keys) > 0 {
+				return fmt.Errorf("%s has %v", m.Options().Addr, keys)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func BenchmarkStore_AcquireRelease(b *testing.B) {
@@ -113,15 +148,23 @@ func openRedisWith(t *testing.T, srv *redistest.Server, batch bool) *redisstore.
 }
 
 // openStore opens a Redis store the way lockapi serve does, on a client from
-// redisstore.NewClient, closed with the test.
+// redisstore.NewClient, closed with the test, recording events (which a
+// Cluster does not).
 func openStore(t *testing.T, cfg redisstore.ClientConfig, batch bool) *redisstore.Store {
+	t.Helper()
+	return openStoreOptions(t, cfg, redisstore.Options{Batch: batch, Events: true})
+}
+
+// openStoreOptions is openStore with opts, under a key prefix of its own.
+func openStoreOptions(t *testing.T, cfg redisstore.ClientConfig, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	c, err := redisstore.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, redisstore.Options{Prefix: "test:" + ulid.Make().String() + ":", Batch: batch})
+	opts.Prefix = "test:" + ulid.Make().String() + ":"
+	s, err := redisstore.New(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,13 @@ type Store struct {
 	publish string
 	// minReplicas: see Options.MinReplicas.
 	minReplicas int
+
+	// events is set while the scripts record events (Options.Events,
+	// outside Redis Cluster); eventsArg is the scripts' events argument:
+	// the log's MAXLEN, or "0" to record none.
+	events    bool
+	eventsArg string
+	blocking  *blockingConns
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -96,7 +103,17 @@ type Options struct {
 	// it, a failover could undo an acknowledged renewal, and the lease would
 	// end at its earlier expiry while its holder works.
 	MinReplicas int
+	// Events records every change in the event log (docs/EVENTS.md), in
+	// the script that makes it. Redis Cluster records none yet.
+	Events bool
+	// EventsMax is about how many events the log keeps at most
+	// (DefaultEventsMax when 0).
+	EventsMax int
 }
+
+// DefaultEventsMax bounds the event log when Options says nothing
+// (docs/EVENTS.md).
+const DefaultEventsMax = 1_000_000
 
 // DefaultCallTimeout bounds a store call when Options says nothing.
 const DefaultCallTimeout = 2 * time.Second
@@ -142,16 +159,47 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	} else {
 		s.listener = newClassicListener(rdb, s.keyspace, follow)
 	}
+	s.eventsArg = "0"
+	plain := plainClient(rdb)
+	if opts.Events && s.cluster == nil && plain != nil {
+		s.events = true
+		max := opts.EventsMax
+		if max <= 0 {
+			max = DefaultEventsMax
+		}
+		s.eventsArg = strconv.Itoa(max)
+		s.blocking = &blockingConns{client: plain}
+	}
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
 	return s, nil
 }
 
+// plainClient returns the go-redis client of a single Redis or a Sentinel
+// master behind rdb, nil for a Cluster (or anything else).
+func plainClient(rdb goredis.UniversalClient) *goredis.Client {
+	switch c := rdb.(type) {
+	case *goredis.Client:
+		return c
+	case *Client:
+		return plainClient(c.UniversalClient)
+	}
+	return nil
+}
+
 // keys lists the keys every script takes, in the order lib.lua names them.
+// While events are not recorded, the lock key stands in for the event log
+// and the expiries set, which no script then touches.
 func (s *Store) keys(name string) []string {
-	return []string{s.lockKey(name), s.fenceKey(name), s.abandonedKey(name),
-		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name)}
+	lock := s.lockKey(name)
+	events, expiries := lock, lock
+	if s.events {
+		events, expiries = s.eventsKey(), s.expiriesKey()
+	}
+	return []string{lock, s.fenceKey(name), s.abandonedKey(name),
+		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name),
+		events, expiries}
 }
 
 // movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
@@ -253,7 +301,7 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		fair = "1"
 	}
 	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID}
+		mode, req.Limit, fair, req.WaiterID, s.eventsArg}
 	cmd, confirmed := s.write(ctx, "acquire", acquireScript, keys, req.MinReplicas, args...)
 	res, err := cmd.Slice()
 	if err != nil {
@@ -359,13 +407,13 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
 	return s.run(ctx, "abandon", abandonScript, s.keys(name),
-		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
+		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish, s.eventsArg).Int64()
 }
 
 // Renew implements lock.Store.
 func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	cmd, confirmed := s.write(ctx, "renew", renewScript, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish)
+	cmd, confirmed := s.write(ctx, "renew", renewScript, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish, s.eventsArg)
 	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
@@ -394,7 +442,7 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	cmd, confirmed := s.write(ctx, "release", releaseScript, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish)
+	cmd, confirmed := s.write(ctx, "release", releaseScript, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, s.eventsArg)
 	res, err := cmd.Slice()
 	if err != nil {
 		return out, storeError(err)
@@ -509,7 +557,7 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
-	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish).Int()
+	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish, principal, s.eventsArg).Int()
 	if err != nil {
 		return false, storeError(err)
 	}
@@ -740,6 +788,9 @@ func (s *Store) Close() error {
 	}
 	err := s.listener.close()
 	s.ghosts.close()
+	if s.blocking != nil {
+		s.blocking.close()
+	}
 	return err
 }
 
