@@ -291,6 +291,138 @@ func TestEvents_force_release(t *testing.T) {
 	}
 }
 
+// expiredEvent waits (up to 5 s) for the expired event of lease l. A
+// store unavailable for a moment (a failover) is asked again.
+func expiredEvent(t *testing.T, s *redisstore.Store, after string, l lock.Lease) lock.Event {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		evs, err := s.WaitEvents(wctx, after, 100)
+		if lock.ErrorCode(err) == lock.CodeUnavailable && wctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("no expired event for lease %s of %s: %v", l.ID, l.Lock, err)
+		}
+		for _, e := range evs {
+			if e.Type == lock.EventExpired && e.LeaseID == l.ID {
+				return e
+			}
+			after = e.ID
+		}
+	}
+}
+
+// TestEvents_expired_within_a_second: the sweeper records a lease's expiry
+// within 1 s of its TTL's end (bound here 1.5 s), measured on Redis's clock
+// (the event's time against the lease's expiry), for each kind of lease.
+func TestEvents_expired_within_a_second(t *testing.T) {
+	s := openEvents(t, redistest.Start(t), newPrefix())
+	for _, req := range []lock.AcquireRequest{
+		{Lock: "x", Owner: "a", TTL: 300 * time.Millisecond},
+		{Lock: "s", Owner: "a", TTL: 300 * time.Millisecond, Mode: lock.Shared},
+		{Lock: "p", Owner: "a", TTL: 300 * time.Millisecond, Limit: 3},
+		// A lease renewed to a shorter TTL than the set's earliest.
+		{Lock: "long", Owner: "a", TTL: time.Minute},
+	} {
+		after, _ := s.LastEventID(ctx)
+		l := acquire(t, s, req).Lease
+		if req.Lock == "long" {
+			var err error
+			if l, err = s.Renew(ctx, lock.LeaseRef{Lock: "long", ID: l.ID}, 200*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := expiredEvent(t, s, after, l)
+		late := e.Time.Sub(l.ExpiresAt)
+		t.Logf("%s (%s, limit %d): expired recorded %v after the TTL's end", req.Lock, l.Mode, l.Limit, late)
+		if late < 0 || late > 1500*time.Millisecond {
+			t.Errorf("%s: expired recorded %v after the TTL's end, want within 1 s", req.Lock, late)
+		}
+		wantLease(t, e, l)
+		if e.HoldCount != 0 || e.Owner != "a" {
+			t.Errorf("expired event %+v", e)
+		}
+	}
+}
+
+// TestEvents_expiry_behind_a_released_one: an expiry later than the one
+// announced goes unannounced; when the announced lease is released early,
+// the sweeper still records the later one on time, in another instance too.
+func TestEvents_expiry_behind_a_released_one(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	b := openEvents(t, srv, prefix)
+	a, err := redisstore.New(srv.Client(t), redisstore.Options{Prefix: prefix, Events: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := acquire(t, a, lock.AcquireRequest{Lock: "first", Owner: "o", TTL: 300 * time.Millisecond}).Lease
+	later := acquire(t, a, lock.AcquireRequest{Lock: "later", Owner: "o", TTL: 600 * time.Millisecond}).Lease
+	release(t, a, first, true)
+	a.Close() // only b sweeps
+	e := expiredEvent(t, b, "", later)
+	late := e.Time.Sub(later.ExpiresAt)
+	t.Logf("expired recorded %v after the TTL's end", late)
+	if late < 0 || late > 1500*time.Millisecond {
+		t.Errorf("expired recorded %v after the TTL's end, want within 1 s", late)
+	}
+}
+
+// TestEvents_expired_once_with_two_sweepers: two instances sweep the same
+// Redis; each expiry is recorded once.
+func TestEvents_expired_once_with_two_sweepers(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	a, b := openEvents(t, srv, prefix), openEvents(t, srv, prefix)
+	const n = 40
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		mode := lock.Exclusive
+		if i%4 >= 2 {
+			mode = lock.Shared
+		}
+		acquire(t, s, lock.AcquireRequest{Lock: fmt.Sprint("n", i), Owner: "o", Mode: mode,
+			TTL: time.Duration(100+i*5) * time.Millisecond})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		expired := map[string]int{}
+		granted := map[string]bool{}
+		for _, e := range readAll(t, a, "") {
+			switch e.Type {
+			case lock.EventExpired:
+				expired[e.LeaseID]++
+			case lock.EventGranted:
+				granted[e.LeaseID] = true
+			}
+		}
+		done := len(expired) == n
+		for id, c := range expired {
+			if c != 1 || !granted[id] {
+				t.Fatalf("lease %s: %d expired events (granted: %v)", id, c, granted[id])
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d leases recorded expired after 5 s", len(expired), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// And no sweeper records any of them again.
+	time.Sleep(300 * time.Millisecond)
+	if evs := readAll(t, b, ""); len(evs) != 2*n {
+		t.Fatalf("%d events, want %d", len(evs), 2*n)
+	}
+}
+
 // TestEvents_read_in_pages: ReadEvents pages through the log in order, and
 // a resume point the log trimmed away is answered events-gone with where
 // the log starts.
@@ -349,6 +481,34 @@ func TestEvents_read_in_pages(t *testing.T) {
 	}
 	_, err = s.ReadEvents(ctx, "nope", 10)
 	storetest.WantCode(t, err, lock.CodeInvalid)
+}
+
+// TestEvents_retention: while this process writes, the sweeper trims
+// events older than the retention.
+func TestEvents_retention(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	// One entry per stream node, so that MINID ~ trims to the entry.
+	if err := srv.Client(t).ConfigSet(ctx, "stream-node-max-entries", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := openEvents(t, srv, prefix, func(o *redisstore.Options) { o.EventsRetention = 300 * time.Millisecond })
+	l := acquire(t, s, lock.AcquireRequest{Lock: "old", Owner: "o"}).Lease
+	release(t, s, l, true)
+	time.Sleep(400 * time.Millisecond)
+	l = acquire(t, s, lock.AcquireRequest{Lock: "new", Owner: "o"}).Lease
+	release(t, s, l, true)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		evs := readAll(t, s, "")
+		if len(evs) == 2 && evs[0].Lock == "new" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("past the retention the log keeps %d events: %v", len(evs), evs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestEvents_wait: WaitEvents returns the next event as soon as it is
@@ -460,4 +620,73 @@ func TestEvents_off(t *testing.T) {
 	storetest.WantCode(t, err, lock.CodeUnavailable)
 	_, err = s.LastEventID(ctx)
 	storetest.WantCode(t, err, lock.CodeUnavailable)
+}
+
+// TestEvents_idle_costs_nothing: while leases are held and nothing
+// changes, the sweeper sends Redis nothing; nor does it while nothing is
+// held.
+func TestEvents_idle_costs_nothing(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	observer := srv.Client(t)
+	s := openEvents(t, srv, prefix)
+	acquire(t, s, lock.AcquireRequest{Lock: "held", Owner: "o", TTL: 5 * time.Minute})
+	time.Sleep(200 * time.Millisecond) // the startup looks and the first trim
+	before := commandCalls(t, observer)
+	time.Sleep(time.Second)
+	if diff := commandsSince(t, observer, before); len(diff) != 0 {
+		t.Errorf("held and idle, the store sent %v", diff)
+	}
+}
+
+// TestSentinel_events_across_failover: the log lives on with the data on
+// the new master; a reader blocked across the failover reads on, and the
+// sweeper, whose announcements follow the master, records expiries there
+// on time.
+func TestSentinel_events_across_failover(t *testing.T) {
+	sen := redistest.StartSentinel(t)
+	s := openStoreOptions(t, redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel},
+		redisstore.Options{Events: true, CallTimeout: time.Second})
+	held := acquire(t, s, lock.AcquireRequest{Lock: "held", Owner: "o"}).Lease
+	after, err := s.LastEventID(ctx)
+	if err != nil || after == "" {
+		t.Fatalf("LastEventID = %q, %v", after, err)
+	}
+	woken := make(chan []lock.Event, 1)
+	go func() {
+		for {
+			evs, err := s.WaitEvents(ctx, after, 10)
+			if err == nil {
+				woken <- evs
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // unavailable during the failover
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	old, cur := sen.Failover(t)
+	t.Logf("failover %s -> %s", old, cur)
+
+	var l lock.Lease
+	eventually(t, 15*time.Second, "acquire after the failover", func() error {
+		g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "short", Owner: "o", TTL: 300 * time.Millisecond})
+		l = g.Lease
+		return err
+	})
+	select {
+	case evs := <-woken:
+		wantEvents(t, evs, "granted short o exclusive h=1")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader blocked across the failover did not read the next event")
+	}
+	e := expiredEvent(t, s, after, l)
+	late := e.Time.Sub(l.ExpiresAt)
+	t.Logf("expired recorded %v after the TTL's end, on the new master", late)
+	if late < 0 || late > 1500*time.Millisecond {
+		t.Errorf("expired recorded %v after the TTL's end, want within 1 s", late)
+	}
+	evs := readAll(t, s, "")
+	if len(evs) == 0 || evs[0].LeaseID != held.ID {
+		t.Errorf("the log lost its first event in the failover: %v", evs)
+	}
 }

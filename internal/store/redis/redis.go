@@ -36,6 +36,8 @@ var (
 	abandonLua string
 	//go:embed scripts/leave.lua
 	leaveLua string
+	//go:embed scripts/expire.lua
+	expireLua string
 	//go:embed scripts/lib.lua
 	libLua string
 
@@ -49,6 +51,7 @@ var (
 	inspectScript      = goredis.NewScript(libLua + inspectLua)
 	abandonScript      = goredis.NewScript(libLua + abandonLua)
 	leaveScript        = goredis.NewScript(libLua + leaveLua)
+	expireScript       = goredis.NewScript(libLua + expireLua)
 )
 
 // DefaultPrefix is the key prefix when none is configured.
@@ -79,6 +82,7 @@ type Store struct {
 	// the log's MAXLEN, or "0" to record none.
 	events    bool
 	eventsArg string
+	sweep     *sweeper // nil unless events
 	blocking  *blockingConns
 }
 
@@ -107,13 +111,17 @@ type Options struct {
 	// the script that makes it. Redis Cluster records none yet.
 	Events bool
 	// EventsMax is about how many events the log keeps at most
-	// (DefaultEventsMax when 0).
-	EventsMax int
+	// (DefaultEventsMax when 0); EventsRetention how long it keeps them at
+	// least while it holds fewer (DefaultEventsRetention when 0).
+	EventsMax       int
+	EventsRetention time.Duration
 }
 
-// DefaultEventsMax bounds the event log when Options says nothing
-// (docs/EVENTS.md).
-const DefaultEventsMax = 1_000_000
+// Event log bounds when Options says nothing (docs/EVENTS.md).
+const (
+	DefaultEventsMax       = 1_000_000
+	DefaultEventsRetention = 24 * time.Hour
+)
 
 // DefaultCallTimeout bounds a store call when Options says nothing.
 const DefaultCallTimeout = 2 * time.Second
@@ -167,12 +175,21 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		if max <= 0 {
 			max = DefaultEventsMax
 		}
+		retention := opts.EventsRetention
+		if retention <= 0 {
+			retention = DefaultEventsRetention
+		}
 		s.eventsArg = strconv.Itoa(max)
+		s.sweep = newSweeper(s, retention)
 		s.blocking = &blockingConns{client: plain}
+		s.listener.(*classicListener).announce(s.expiriesKey(), s.sweep.notice)
 	}
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
+	if s.sweep != nil {
+		s.sweep.start()
+	}
 	return s, nil
 }
 
@@ -232,6 +249,14 @@ func (s *Store) run(ctx context.Context, name string, script *goredis.Script, ke
 		s.observe(name, time.Since(start))
 	}
 	return cmd
+}
+
+// recorded tells the sweeper that a script recorded events, so that it
+// keeps the log's retention.
+func (s *Store) recorded() {
+	if s.sweep != nil {
+		s.sweep.noteWrite()
+	}
 }
 
 // refusedByCluster reports a Redis Cluster redirection: the node did not run
@@ -331,6 +356,9 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	lease := r.lease(req.Lock, 2)
 	lease.Mode, lease.Limit = lock.Mode(r.str(13)), int(r.int(14))
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
+	if !g.Replayed {
+		s.recorded()
+	}
 	if r.err == nil && confirmed < req.MinReplicas {
 		// A failover now could lose this grant and hand the lock to
 		// someone else while its holder works. Undo it.
@@ -406,8 +434,12 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	return s.run(ctx, "abandon", abandonScript, s.keys(name),
+	n, err := s.run(ctx, "abandon", abandonScript, s.keys(name),
 		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish, s.eventsArg).Int64()
+	if n > 0 {
+		s.recorded()
+	}
+	return n, err
 }
 
 // Renew implements lock.Store.
@@ -425,6 +457,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	case -1:
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
+	s.recorded()
 	lease := r.lease(name, 1)
 	lease.Mode, lease.Limit = lock.Mode(r.str(10)), int(r.int(11))
 	if r.err == nil && confirmed < s.minReplicas {
@@ -457,6 +490,9 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	out.HoldCount = int(r.int(1))
 	out.Released = r.int(2) == 1
 	out.Retried = r.int(3) == 1
+	if !out.Retried {
+		s.recorded()
+	}
 	if r.err == nil && confirmed < s.minReplicas {
 		return out, unconfirmed("release", confirmed, s.minReplicas,
 			"it took effect on the master, but a failover now could undo it: release again (a repeat is safe)")
@@ -560,6 +596,9 @@ func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish, principal, s.eventsArg).Int()
 	if err != nil {
 		return false, storeError(err)
+	}
+	if n == 1 {
+		s.recorded()
 	}
 	return n == 1, nil
 }
@@ -780,9 +819,12 @@ func (s *Store) clusterCovered(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the pub/sub connection and the reaper. It does not close the
-// Redis client.
+// Close stops the pub/sub connection, the reaper and the sweeper. It does
+// not close the Redis client.
 func (s *Store) Close() error {
+	if s.sweep != nil {
+		s.sweep.close()
+	}
 	if s.batch != nil {
 		s.batch.close()
 	}

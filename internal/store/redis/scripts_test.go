@@ -27,6 +27,7 @@ func TestScripts_pinned(t *testing.T) {
 		{"inspect.lua", inspectScript, "4454a53c199bf0d645a471162a6a56261703152e"},
 		{"abandon.lua", abandonScript, "61c7e7302cc388c32503fc2490a14f54a696258c"},
 		{"leave.lua", leaveScript, "756513d3d687ece68f3d735b817da5fca5912733"},
+		{"expire.lua", expireScript, "6118d79eff729170a78c5254c0fc0f234c261720"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
