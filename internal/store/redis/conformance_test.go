@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,14 +112,40 @@ func TestTopologies(t *testing.T) {
 	})
 }
 
+// BenchmarkStore_AcquireRelease measures an acquire and release cycle with
+// events recorded and not, and the CPU time Redis spends on it.
 func BenchmarkStore_AcquireRelease(b *testing.B) {
-	srv := redistest.Start(b)
-	s, err := redisstore.New(srv.Client(b), redisstore.Options{})
+	for _, events := range []bool{false, true} {
+		b.Run(fmt.Sprintf("events=%v", events), func(b *testing.B) {
+			srv := redistest.Start(b)
+			rdb := srv.Client(b)
+			s, err := redisstore.New(rdb, redisstore.Options{Events: events})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			before := redisCPU(b, rdb)
+			storetest.BenchAcquireRelease(b, s)
+			b.ReportMetric(float64((redisCPU(b, rdb)-before).Microseconds())/float64(b.N), "redis-µs/cycle")
+		})
+	}
+}
+
+// redisCPU reads the CPU time the Redis server used (INFO cpu).
+func redisCPU(b *testing.B, rdb *goredis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	storetest.BenchAcquireRelease(b, s)
+	var total float64
+	for line := range strings.Lines(info) {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // servers remembers the server behind each store that openRedisWith opened,
