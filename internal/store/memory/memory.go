@@ -2,14 +2,17 @@
 // store lockapi serves from when no Redis is configured.
 //
 // It follows docs/LOCK_KINDS.md ("Store rules, step by step") as the Redis
-// store's scripts do, one operation at a time under one mutex.
+// store's scripts do, one operation at a time under one mutex, and records
+// each change in its event log (docs/EVENTS.md) under the same mutex.
 package memory
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,8 +36,15 @@ type Store struct {
 	mu     sync.Mutex
 	names  map[string]*memName  // leases and queues; may hold expired ones until swept
 	fences map[string]*memFence // never deleted, like the Redis fence hash
-	done   chan struct{}
-	closed bool
+	log    *eventLog
+	// due holds every live lease, earliest expiry first; timer fires at
+	// the earliest (expiry.go). armedAt is when it is set to fire.
+	due     schedule
+	timer   *time.Timer
+	armed   bool
+	armedAt time.Time
+	done    chan struct{}
+	closed  bool
 }
 
 // memName is what one lock name holds now: its exclusive lease, its shared
@@ -56,6 +66,7 @@ type memLease struct {
 	lock.Lease
 	op, idem, idemOp string
 	settled          map[string]byte
+	slot             int // index in Store.due; -1 once the lease ended
 }
 
 // memFence is what outlives a lease: the last token, the last lease that
@@ -71,20 +82,42 @@ type memFence struct {
 
 var _ lock.Store = (*Store)(nil)
 
-// New returns an empty memory store. Close stops its expiry sweeper.
-func New() *Store {
+// Options configure a memory store. The zero value is what New uses.
+type Options struct {
+	// MaxEvents is how many events the event log keeps at most
+	// (LOCKAPI_EVENTS_MAX); 0 means DefaultMaxEvents.
+	MaxEvents int
+	// EventRetention is how long the event log keeps an event
+	// (LOCKAPI_EVENTS_RETENTION); 0 means DefaultEventRetention.
+	EventRetention time.Duration
+	// NoEvents turns event recording off (LOCKAPI_EVENTS=false):
+	// EventsEnabled reports false and the EventLog methods fail.
+	NoEvents bool
+}
+
+// New returns an empty memory store with default Options. Close stops its
+// timers.
+func New() *Store { return NewWithOptions(Options{}) }
+
+// NewWithOptions returns an empty memory store configured by o.
+func NewWithOptions(o Options) *Store {
 	m := &Store{
 		hub:    notify.New(nil),
 		names:  make(map[string]*memName),
 		fences: make(map[string]*memFence),
+		log:    newEventLog(o),
 		done:   make(chan struct{}),
 	}
+	m.timer = time.AfterFunc(time.Hour, m.expireDue)
+	m.timer.Stop() // armed by the first lease
 	go m.sweep()
 	return m
 }
 
-// sweep drops expired leases and lapsed queue places so that abandoned locks
-// do not pile up; every operation already treats them as absent.
+// sweep drops lapsed queue places (and any expired lease the expiry timer
+// has not dropped yet) so that abandoned locks do not pile up, and trims
+// the event log by age while nothing is recorded; every operation already
+// treats lapsed places as absent.
 func (m *Store) sweep() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -97,6 +130,7 @@ func (m *Store) sweep() {
 			for name := range m.names {
 				m.live(name, now)
 			}
+			m.log.trim(now)
 			m.mu.Unlock()
 		}
 	}
@@ -110,7 +144,7 @@ func (m *Store) live(name string, now time.Time) *memName {
 	if n == nil {
 		return nil
 	}
-	n.prune(now)
+	m.prune(n, now)
 	if n.empty() {
 		delete(m.names, name)
 		return nil
@@ -134,16 +168,30 @@ func (m *Store) fence(name string) *memFence {
 	return f
 }
 
-func (n *memName) prune(now time.Time) {
-	if n.excl != nil && !now.Before(n.excl.ExpiresAt) {
-		n.excl = nil
-	}
-	for id, l := range n.shared {
+// prune drops n's lapsed queue places and expired leases, recording each
+// lease's expiry, in the order their TTLs ran out. Whoever finds a lease
+// expired first (the expiry timer or an operation) drops it, so its expiry
+// is recorded once. Callers hold m.mu.
+func (m *Store) prune(n *memName, now time.Time) {
+	n.pruneQueue(now)
+	var expired []*memLease
+	for l := range n.leases {
 		if !now.Before(l.ExpiresAt) {
-			delete(n.shared, id)
+			expired = append(expired, l)
 		}
 	}
-	n.pruneQueue(now)
+	slices.SortFunc(expired, expiresFirst)
+	for _, l := range expired {
+		m.end(n, l)
+		m.record(lock.EventExpired, n, l, 0, now)
+	}
+}
+
+// end ends lease l of n, whatever ended it. Callers hold m.mu and record
+// the event.
+func (m *Store) end(n *memName, l *memLease) {
+	n.drop(l)
+	m.unschedule(l)
 }
 
 func (n *memName) empty() bool { return !n.held() && len(n.queue) == 0 }
@@ -335,14 +383,16 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		l := reenter
 		l.HoldCount++
 		l.TTL = req.TTL
-		l.ExpiresAt = now.Add(req.TTL)
+		m.reschedule(l, now.Add(req.TTL))
 		l.op = requestID
 		if req.IdempotencyKey != "" {
 			l.idem, l.idemOp = req.IdempotencyKey, requestID
 		}
 		f.version++
 		g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
-		return g, n.admit(req), nil
+		ns := n.admit(req)
+		m.record(lock.EventReentered, n, l, l.HoldCount, now)
+		return g, ns, nil
 	}
 	if len(inTheWay) > 0 || (!skipQueue && n.heldOff(req)) {
 		return lock.Grant{}, nil, m.refuse(n, f, req, now, inTheWay, joins)
@@ -376,8 +426,11 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 	} else {
 		n.shared[l.ID] = l
 	}
+	m.schedule(l)
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
-	return g, n.admit(req), nil
+	ns := n.admit(req)
+	m.record(lock.EventGranted, n, l, 1, now)
+	return g, ns, nil
 }
 
 // admit takes a granted request's place out of the queue (rule 11) and
@@ -466,7 +519,8 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	m.mu.Lock()
 	now := time.Now()
 	var l *memLease
-	if n := m.live(name, now); n != nil {
+	n := m.live(name, now)
+	if n != nil {
 		l = n.find(ref.ID)
 	}
 	if l == nil {
@@ -480,8 +534,9 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	if ttl > 0 {
 		l.TTL = ttl
 	}
-	l.ExpiresAt = now.Add(l.TTL)
+	m.reschedule(l, now.Add(l.TTL))
 	m.fence(name).version++
+	m.record(lock.EventRenewed, n, l, l.HoldCount, now)
 	out := copyLease(&l.Lease)
 	m.mu.Unlock()
 	m.notify(name, granted(out.TTL))
@@ -493,7 +548,8 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	name, leaseID := ref.Lock, ref.ID
 	res := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
 	m.mu.Lock()
-	n := m.live(name, time.Now())
+	now := time.Now()
+	n := m.live(name, now)
 	f := m.fence(name)
 	var l *memLease
 	if n != nil {
@@ -519,11 +575,13 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	if !all && l.HoldCount > 1 {
 		l.HoldCount--
 		res.HoldCount = l.HoldCount
+		m.record(lock.EventReleased, n, l, l.HoldCount, now)
 		m.mu.Unlock()
 		m.notify(name, changed)
 		return res, nil
 	}
-	n.drop(l)
+	m.end(n, l)
+	m.record(lock.EventReleased, n, l, 0, now)
 	f.released, f.releasedBy = leaseID, l.Principal
 	ended := n.ended()
 	m.tidy(name)
@@ -604,7 +662,8 @@ func (l *memLease) settle(requestID string, how byte) bool {
 // abandon.
 func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	m.mu.Lock()
-	n := m.live(name, time.Now())
+	now := time.Now()
+	n := m.live(name, now)
 	var l *memLease
 	if n != nil {
 		for x := range n.leases {
@@ -622,26 +681,35 @@ func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	l.HoldCount--
 	ns := changed
 	if l.HoldCount == 0 {
-		n.drop(l)
+		m.end(n, l)
 		ns = n.ended()
-		m.tidy(name)
 	}
+	m.record(lock.EventReleased, n, l, l.HoldCount, now)
+	m.tidy(name)
 	m.mu.Unlock()
 	m.notify(name, ns)
 	return nil
 }
 
-// ForceRelease implements lock.Store. It ends every lease of the name; the
-// queue stays as it is.
+// ForceRelease implements lock.Store. It ends every lease of the name, each
+// with a force_released event naming principal, in grant order; the queue
+// stays as it is.
 func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
 	m.mu.Lock()
-	n := m.live(name, time.Now())
+	now := time.Now()
+	n := m.live(name, now)
 	if n == nil || !n.held() {
 		m.mu.Unlock()
 		return false, nil
 	}
-	n.excl = nil
-	clear(n.shared)
+	ls := slices.Collect(n.leases)
+	slices.SortFunc(ls, func(a, b *memLease) int { return cmp.Compare(a.Token, b.Token) })
+	for _, l := range ls {
+		m.end(n, l)
+		e := leaseEvent(lock.EventForceReleased, n, l, 0, now)
+		e.Principal = principal
+		m.log.add(e, now)
+	}
 	m.fence(name).version++
 	ended := n.ended()
 	m.tidy(name)
@@ -710,6 +778,8 @@ func (m *Store) Close() error {
 	if !m.closed {
 		m.closed = true
 		close(m.done)
+		m.timer.Stop()
+		m.closeEvents()
 	}
 	return nil
 }
