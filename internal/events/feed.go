@@ -16,6 +16,12 @@
 // catches up from the log by itself, exactly as a resumed subscriber does,
 // until it is back. Only if it falls behind what the log keeps does it fail,
 // with lock.CodeEventsGone.
+//
+// A log that has recorded nothing yet gives no position to start from but
+// its oldest event (ReadEvents after ""), which cannot tell that events
+// were trimmed: should a log that was empty when the reader started trim
+// events before the reader's first read (it would have to record more than
+// it keeps in between), those are skipped unnoticed.
 package events
 
 import (
@@ -52,13 +58,6 @@ type Options struct {
 	// Logger reports the reader's failed reads.
 	Logger zerolog.Logger
 }
-
-// origin is the position before every event: where a reader of a log that
-// has recorded nothing yet stands. Unlike "" (the oldest event kept), a
-// read after it fails with events-gone once the log has trimmed anything,
-// so a reader that started on an empty log cannot skip what was trimmed
-// before its first read.
-const origin = "0-0"
 
 // ErrClosed is the error of a Subscribe or Next on a closed Feed, and of
 // Next on a closed Subscription: the server is shutting down.
@@ -137,7 +136,7 @@ func (f *Feed) Subscribe(ctx context.Context, after string, filter lock.EventFil
 	if after == "" {
 		// Every event recorded after this id reaches the inbox, which is on
 		// the feed already; any event up to it that reaches it is dropped.
-		id, err := lastEventID(ctx, f.log)
+		id, err := f.log.LastEventID(ctx)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -172,7 +171,7 @@ func (f *Feed) join(ctx context.Context) error {
 	// The reader must start where no subscriber has looked yet: it is
 	// placed before any subscriber of its generation joins the live feed,
 	// so every event recorded after a subscriber joins reaches its inbox.
-	pos, err := lastEventID(ctx, f.log)
+	pos, err := f.log.LastEventID(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err == nil && f.closed {
@@ -233,7 +232,7 @@ func (f *Feed) read(ctx context.Context, gen uint64, pos string) {
 			// serve without a gap, catch up by themselves: they fail only
 			// if they too are past what the log keeps.
 			var newPos string
-			if newPos, err = lastEventID(ctx, f.log); err == nil {
+			if newPos, err = f.log.LastEventID(ctx); err == nil {
 				f.mu.Lock()
 				if f.gen == gen {
 					f.dropLocked()
@@ -286,15 +285,6 @@ func (f *Feed) deliverLocked(evs []lock.Event) {
 	}
 }
 
-// lastEventID is log's newest event id, or origin when it has none.
-func lastEventID(ctx context.Context, log lock.EventLog) (string, error) {
-	id, err := log.LastEventID(ctx)
-	if id == "" && err == nil {
-		id = origin
-	}
-	return id, err
-}
-
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -312,7 +302,9 @@ type Subscription struct {
 	feed   *Feed
 	filter lock.EventFilter
 	// last is the subscription's position in the log: every event up to
-	// it has been returned or did not pass the filter.
+	// it has been returned or did not pass the filter. "" before the
+	// first event of a log that had none: ReadEvents reads it from its
+	// oldest event.
 	last string
 	// ib is the inbox on the live feed; nil when the subscription is off
 	// it (it joins again at its next Next).
@@ -339,7 +331,7 @@ func (s *Subscription) Next(ctx context.Context) (lock.Event, error) {
 		for len(s.page) > 0 {
 			e := s.page[0]
 			s.page = s.page[1:]
-			if lock.CompareEventIDs(e.ID, s.last) <= 0 {
+			if s.last != "" && lock.CompareEventIDs(e.ID, s.last) <= 0 {
 				continue // returned already, from the log or the feed
 			}
 			s.last = e.ID
@@ -387,7 +379,7 @@ func (s *Subscription) Next(ctx context.Context) (lock.Event, error) {
 			default:
 			}
 		}
-		if s.first != nil && lock.CompareEventIDs(s.last, s.first.ID) >= 0 {
+		if s.first != nil && s.last != "" && lock.CompareEventIDs(s.last, s.first.ID) >= 0 {
 			s.goLive()
 			continue
 		}

@@ -400,9 +400,14 @@ func TestFeed_EventsGone(t *testing.T) {
 func TestFeed_EventsGone_MemoryStore(t *testing.T) {
 	mem := memory.NewWithOptions(memory.Options{MaxEvents: 10})
 	t.Cleanup(func() { _ = mem.Close() })
+	ctx := context.Background()
+	// One event first: the subscriber then has a place in the log (see
+	// the package doc on a log that has recorded nothing).
+	if _, err := mem.TryAcquire(ctx, lock.AcquireRequest{Lock: "first", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
 	f := mustOpenFeed(t, mem, events.Options{Buffer: 2, Page: 2})
 	s := mustSubscribe(t, f, "", lock.EventFilter{})
-	ctx := context.Background()
 	for i := range 15 {
 		g, err := mem.TryAcquire(ctx, lock.AcquireRequest{Lock: fmt.Sprint("l", i), Owner: "o", TTL: time.Minute})
 		if err != nil {
