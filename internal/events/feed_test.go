@@ -13,6 +13,8 @@ import (
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // promptly bounds what should happen "at once": generous, so that a loaded
@@ -151,36 +153,59 @@ func TestFeed_HandOver_NoGapNoDuplicate(t *testing.T) {
 	t.Run("MemoryStore", func(t *testing.T) {
 		mem := memory.New()
 		t.Cleanup(func() { _ = mem.Close() })
-		ctx := context.Background()
-		record := func(i int) {
-			g, err := mem.TryAcquire(ctx, lock.AcquireRequest{Lock: fmt.Sprint("l", i%7), Owner: "o", TTL: time.Minute})
-			if err != nil {
-				t.Errorf("acquire: %v", err)
-				return
-			}
-			if _, err := mem.Release(ctx, lock.LeaseRef{Lock: g.Lease.Lock, ID: g.Lease.ID}, true); err != nil {
-				t.Errorf("release: %v", err)
-			}
-		}
-		all := func() []lock.Event {
-			var out []lock.Event
-			for {
-				after := ""
-				if len(out) > 0 {
-					after = out[len(out)-1].ID
-				}
-				page, err := mem.ReadEvents(ctx, after, 1000)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(page) == 0 {
-					return out
-				}
-				out = append(out, page...)
-			}
-		}
-		testHandOver(t, mem, record, all)
+		testHandOver(t, mem, storeRecorder(t, mem), storeReader(t, mem))
 	})
+	t.Run("Redis", func(t *testing.T) {
+		rs := redistest.Start(t)
+		rdb, err := redisstore.NewClient(redisstore.ClientConfig{URL: rs.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rdb.Close() })
+		st, err := redisstore.New(rdb, redisstore.Options{Prefix: "eventstest:", Events: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		testHandOver(t, st, storeRecorder(t, st), storeReader(t, st))
+	})
+}
+
+// storeRecorder records two events of a lock of st: a grant and a release.
+func storeRecorder(t *testing.T, st lock.Store) func(i int) {
+	return func(i int) {
+		ctx := context.Background()
+		g, err := st.TryAcquire(ctx, lock.AcquireRequest{Lock: fmt.Sprint("l", i%7), Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Errorf("acquire: %v", err)
+			return
+		}
+		if _, err := st.Release(ctx, lock.LeaseRef{Lock: g.Lease.Lock, ID: g.Lease.ID}, true); err != nil {
+			t.Errorf("release: %v", err)
+		}
+	}
+}
+
+// storeReader reads the whole event log of st.
+func storeReader(t *testing.T, log lock.EventLog) func() []lock.Event {
+	return func() []lock.Event {
+		var out []lock.Event
+		for {
+			after := ""
+			if len(out) > 0 {
+				after = out[len(out)-1].ID
+			}
+			page, err := log.ReadEvents(context.Background(), after, 1000)
+			if err != nil {
+				t.Errorf("read the log: %v", err) // not Fatal: subscribers call it too
+				return out
+			}
+			if len(page) == 0 {
+				return out
+			}
+			out = append(out, page...)
+		}
+	}
 }
 
 // testHandOver runs the hand-over test on log, which record(i) adds one or
@@ -213,8 +238,7 @@ func testHandOver(t *testing.T, log lock.EventLog, record func(i int), all func(
 		wg.Go(func() {
 			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
 			var resume string
-			if i%4 != 0 { // a quarter subscribe from now
-				evs := all()
+			if evs := all(); i%4 != 0 && len(evs) > 0 { // a quarter subscribe from now
 				resume = evs[rand.IntN(len(evs))].ID
 			}
 			s, err := f.Subscribe(context.Background(), resume, lock.EventFilter{})
