@@ -57,7 +57,7 @@ func MustOpenRedisEnv(t *testing.T, cfg lockhttp.Config) (*Env, *redistest.Serve
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
-	st, err := redisstore.New(rdb, redisstore.Options{Prefix: "clienttest:"})
+	st, err := redisstore.New(rdb, redisstore.Options{Prefix: "clienttest:", Events: true}) // as lockapi serve does
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,12 @@
 // catches up from the log by itself, exactly as a resumed subscriber does,
 // until it is back. Only if it falls behind what the log keeps does it fail,
 // with lock.CodeEventsGone.
+//
+// A log that has recorded nothing yet gives no position to start from but
+// its oldest event (ReadEvents after ""), which cannot tell that events
+// were trimmed: should a log that was empty when the reader started trim
+// events before the reader's first read (it would have to record more than
+// it keeps in between), those are skipped unnoticed.
 package events
 
 import (
@@ -297,7 +303,8 @@ type Subscription struct {
 	filter lock.EventFilter
 	// last is the subscription's position in the log: every event up to
 	// it has been returned or did not pass the filter. "" before the
-	// first event of a log that was empty.
+	// first event of a log that had none: ReadEvents reads it from its
+	// oldest event.
 	last string
 	// ib is the inbox on the live feed; nil when the subscription is off
 	// it (it joins again at its next Next).

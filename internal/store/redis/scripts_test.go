@@ -20,13 +20,14 @@ func TestScripts_pinned(t *testing.T) {
 		script *goredis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "1c37ccffca27054bbbd96b9747fa972933387962"},
-		{"renew.lua", renewScript, "b8d34fd685622444f1200f3f2682d98af433d2f3"},
-		{"release.lua", releaseScript, "d86be1d40252addb11ee785b885f8998ef01145e"},
-		{"force_release.lua", forceReleaseScript, "bde72f317e99eb40082899135a9aa8f3c14d9d03"},
-		{"inspect.lua", inspectScript, "9e50440ca2bd43b2c9a3ba0b8bc4b68f3baeeadb"},
-		{"abandon.lua", abandonScript, "6859a6de46b2a963f3774a0714dc093b72f1ccff"},
-		{"leave.lua", leaveScript, "192e6920470d37e6f2c543c03e9539370c53541b"},
+		{"acquire.lua", acquireScript, "a3b6ab2b5422c7795982535ad784c93c8d1ca550"},
+		{"renew.lua", renewScript, "816a978f7dfc2f12e74a3003d7752bb998abe156"},
+		{"release.lua", releaseScript, "fcbb655bcd5e9147d16fc2c6630d159ce6c827a3"},
+		{"force_release.lua", forceReleaseScript, "e3e4e9b76d9ce6dd8f358ae20dda43d2d79d9d3d"},
+		{"inspect.lua", inspectScript, "4454a53c199bf0d645a471162a6a56261703152e"},
+		{"abandon.lua", abandonScript, "61c7e7302cc388c32503fc2490a14f54a696258c"},
+		{"leave.lua", leaveScript, "756513d3d687ece68f3d735b817da5fca5912733"},
+		{"expire.lua", expireScript, "6118d79eff729170a78c5254c0fc0f234c261720"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
