@@ -272,6 +272,8 @@ var problemStatus = map[string]int{
 	"not-found":              http.StatusNotFound,
 	"method-not-allowed":     http.StatusMethodNotAllowed,
 	"lock-held":              http.StatusConflict,
+	"events-gone":            http.StatusGone,
+	"events-disabled":        http.StatusNotImplemented,
 	"limit-mismatch":         http.StatusConflict,
 	"upgrade-refused":        http.StatusConflict,
 	"lease-lost":             http.StatusGone,
