@@ -76,6 +76,10 @@ type Config struct {
 	// Metrics, when set, records requests and waits and is served at
 	// GET /metrics.
 	Metrics *metrics.Metrics
+
+	// Webhooks serves /v1/webhooks; nil answers them 501
+	// webhooks-disabled.
+	Webhooks Webhooks
 }
 
 // Defaults of the limits.
@@ -148,6 +152,13 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		r.Get("/v1/locks", s.handleList)
 		r.Post("/v1/leases", s.handleAcquireAll)
 		r.Delete("/v1/leases", s.handleReleaseAll)
+		r.Post("/v1/webhooks", s.handleCreateWebhook)
+		r.Get("/v1/webhooks", s.handleListWebhooks)
+		r.Get("/v1/webhooks/{id}", s.handleGetWebhook)
+		r.Delete("/v1/webhooks/{id}", s.handleDeleteWebhook)
+		r.Post("/v1/webhooks/{id}/ping", s.handlePingWebhook)
+		r.Get("/v1/webhooks/{id}/dead-letters", s.handleDeadLetters)
+		r.Post("/v1/webhooks/{id}/dead-letters/{event_id}/replay", s.handleReplayDeadLetter)
 	})
 	// The signed release URL carries its own authorization.
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
