@@ -25,9 +25,10 @@ type behaviour struct {
 
 // behaviours is the whole suite. A behaviour exists only as an entry of this
 // table, which Run iterates, so none can be written and then left out of a
-// backend's run. It is kept in two parts: the plain lock's behaviours here,
-// and those of the lock kinds (docs/LOCK_KINDS.md) in kinds.go.
-var behaviours = append(coreBehaviours, kindBehaviours...)
+// backend's run. It is kept in three parts: the plain lock's behaviours here,
+// those of the lock kinds (docs/LOCK_KINDS.md) in kinds.go, and those of the
+// event log (docs/EVENTS.md) in events.go.
+var behaviours = append(append(coreBehaviours, kindBehaviours...), eventBehaviours...)
 
 // coreBehaviours are the plain (exclusive) lock's behaviours.
 var coreBehaviours = []behaviour{
