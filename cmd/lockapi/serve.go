@@ -55,6 +55,10 @@ type serveConfig struct {
 	RedisTimeout time.Duration
 	MinReplicas  int
 
+	Events          bool
+	EventsMax       int
+	EventsRetention time.Duration
+
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 
@@ -121,6 +125,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&batchOn, "redis-batch", "LOCKAPI_REDIS_BATCH", batchOn, "send concurrent script calls to Redis together in pipelines (true or false)")
 	metricsOn := envOr("LOCKAPI_METRICS", "true")
 	str(&metricsOn, "metrics", "LOCKAPI_METRICS", metricsOn, "serve Prometheus metrics at /metrics (true or false)")
+	eventsOn := envOr("LOCKAPI_EVENTS", "true")
+	str(&eventsOn, "events", "LOCKAPI_EVENTS", eventsOn, "record every lock change in the event log (true or false; Redis Cluster records none yet)")
+	num(&c.EventsMax, "events-max", "LOCKAPI_EVENTS_MAX", redisstore.DefaultEventsMax, "about how many events the event log keeps at most")
+	dur(&c.EventsRetention, "events-retention", "LOCKAPI_EVENTS_RETENTION", redisstore.DefaultEventsRetention, "how long the event log keeps events at least, within -events-max")
 	str(&c.AdminAddr, "admin-addr", "LOCKAPI_ADMIN_ADDR", "", "address of a separate admin listener with pprof and /metrics; empty: off")
 	str(&c.TLSCert, "tls-cert", "LOCKAPI_TLS_CERT", "", "PEM certificate file: serve HTTPS (with -tls-key)")
 	str(&c.TLSKey, "tls-key", "LOCKAPI_TLS_KEY", "", "PEM private key file for -tls-cert")
@@ -144,6 +152,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if c.RedisBatch, err = strconv.ParseBool(batchOn); err != nil {
 		return c, fmt.Errorf("-redis-batch %q: want true or false", batchOn)
 	}
+	if c.Events, err = strconv.ParseBool(eventsOn); err != nil {
+		return c, fmt.Errorf("-events %q: want true or false", eventsOn)
+	}
 	if c.Metrics, err = strconv.ParseBool(metricsOn); err != nil {
 		return c, fmt.Errorf("-metrics %q: want true or false", metricsOn)
 	}
@@ -166,6 +177,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, errors.New("-max-wait must not be negative")
 	case c.RedisTimeout <= 0:
 		return c, errors.New("-redis-timeout must be positive")
+	case c.EventsMax <= 0 || c.EventsRetention <= 0:
+		return c, errors.New("-events-max and -events-retention must be positive")
 	case c.MinReplicas < 0:
 		return c, errors.New("-min-replicas must not be negative")
 	case c.MinReplicas > 0 && c.RedisURL == "":
@@ -308,7 +321,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			// Not fatal: /readyz says 503 until Redis answers.
 			log.Warn().Err(err).Msg("Redis does not answer yet")
 		}
-		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas}
+		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas,
+			Events: c.Events, EventsMax: c.EventsMax, EventsRetention: c.EventsRetention}
 		if m != nil {
 			opts.ObserveScript = m.Script
 		}
@@ -323,6 +337,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			func() float64 { n, _ := rs.Ghosts(); return float64(n) })
 		m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
 			func() float64 { return float64(rs.MasterSwitches()) })
+		if c.Events && !rs.EventsEnabled() {
+			log.Warn().Msg("events are not recorded on Redis Cluster yet: /v1/events is off")
+		}
 		st = rs
 		hookState = redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
 		log.Info().Str("redis", redisTarget(c)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")

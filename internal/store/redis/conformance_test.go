@@ -2,10 +2,15 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
@@ -16,9 +21,16 @@ import (
 var ctx = context.Background()
 
 // TestConformance runs the conformance suite on a single Redis, with script
-// calls batched into pipelines and not; each behaviour gets a Redis of its
-// own.
+// calls batched into pipelines and not, and with events not recorded; each
+// behaviour gets a Redis of its own.
 func TestConformance(t *testing.T) {
+	t.Run("redis-events-off", func(t *testing.T) {
+		storetest.Run(t, storetest.Backend{
+			Open: func(t *testing.T) lock.Store {
+				return openStoreOptions(t, redisstore.ClientConfig{URL: redistest.Start(t).URL}, redisstore.Options{})
+			},
+		})
+	})
 	t.Run("redis-batched", func(t *testing.T) {
 		storetest.Run(t, storetest.Backend{
 			Open: func(t *testing.T) lock.Store { return openRedisWith(t, redistest.Start(t), true) },
@@ -73,16 +85,67 @@ func TestTopologies(t *testing.T) {
 			})
 		})
 	}
+	t.Run("cluster-records-no-events", func(t *testing.T) {
+		s := openStore(t, redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false)
+		if s.EventsEnabled() {
+			t.Fatal("EventsEnabled on Redis Cluster")
+		}
+		storetest.Acquire(t, s, "a", "o", time.Minute)
+		_, err := s.ReadEvents(ctx, "", 10)
+		storetest.WantCode(t, err, lock.CodeUnavailable)
+		_, err = s.LastEventID(ctx)
+		storetest.WantCode(t, err, lock.CodeUnavailable)
+		c, err := redisstore.NewClient(redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		err = c.UniversalClient.(*goredis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			if keys := m.Keys(ctx, "*events*").Val(); len(keys) > 0 {
+				return fmt.Errorf("%s has %v", m.Options().Addr, keys)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
+// BenchmarkStore_AcquireRelease measures an acquire and release cycle with
+// events recorded and not, and the CPU time Redis spends on it.
 func BenchmarkStore_AcquireRelease(b *testing.B) {
-	srv := redistest.Start(b)
-	s, err := redisstore.New(srv.Client(b), redisstore.Options{})
+	for _, events := range []bool{false, true} {
+		b.Run(fmt.Sprintf("events=%v", events), func(b *testing.B) {
+			srv := redistest.Start(b)
+			rdb := srv.Client(b)
+			s, err := redisstore.New(rdb, redisstore.Options{Events: events})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			before := redisCPU(b, rdb)
+			storetest.BenchAcquireRelease(b, s)
+			b.ReportMetric(float64((redisCPU(b, rdb)-before).Microseconds())/float64(b.N), "redis-µs/cycle")
+		})
+	}
+}
+
+// redisCPU reads the CPU time the Redis server used (INFO cpu).
+func redisCPU(b *testing.B, rdb *goredis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	storetest.BenchAcquireRelease(b, s)
+	var total float64
+	for line := range strings.Lines(info) {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // servers remembers the server behind each store that openRedisWith opened,
@@ -113,15 +176,23 @@ func openRedisWith(t *testing.T, srv *redistest.Server, batch bool) *redisstore.
 }
 
 // openStore opens a Redis store the way lockapi serve does, on a client from
-// redisstore.NewClient, closed with the test.
+// redisstore.NewClient, closed with the test, recording events (which a
+// Cluster does not).
 func openStore(t *testing.T, cfg redisstore.ClientConfig, batch bool) *redisstore.Store {
+	t.Helper()
+	return openStoreOptions(t, cfg, redisstore.Options{Batch: batch, Events: true})
+}
+
+// openStoreOptions is openStore with opts, under a key prefix of its own.
+func openStoreOptions(t *testing.T, cfg redisstore.ClientConfig, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	c, err := redisstore.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, redisstore.Options{Prefix: "test:" + ulid.Make().String() + ":", Batch: batch})
+	opts.Prefix = "test:" + ulid.Make().String() + ":"
+	s, err := redisstore.New(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

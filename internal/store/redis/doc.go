@@ -17,6 +17,16 @@
 //	<prefix>{<name>}:unlock     pub/sub channel (sharded on Cluster): "r" when the lock became
 //	                            free, "c:<ttl ms>" on a grant or renewal, "c" on other changes
 //
+// Shared leases, permits and the queue add keys of their own (scripts/lib.lua).
+// While events are recorded (Options.Events, not on Cluster), there are two
+// keys per Redis, outside any hash tag:
+//
+//	<prefix>events              stream: the event log (docs/EVENTS.md), one entry per change,
+//	                            written by the script that makes the change
+//	<prefix>events:expiries     sorted set: every live lease, scored by its expiry, so that
+//	                            the sweeper records expiries Redis makes silently; also the
+//	                            pub/sub channel where a new earliest expiry is announced
+//
 // Callers import it as redisstore, since go-redis (imported here as goredis)
 // owns the name redis.
 package redis

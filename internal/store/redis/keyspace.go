@@ -17,6 +17,12 @@ func (k keyspace) expiryKey(name string) string   { return k.prefix + "{" + name
 func (k keyspace) queueKey(name string) string    { return k.prefix + "{" + name + "}:queue" }
 func (k keyspace) deadlineKey(name string) string { return k.prefix + "{" + name + "}:queue:deadline" }
 
+// The event log and its lease expiries: one of each per Redis (no hash
+// tag), used outside Redis Cluster only; see scripts/lib.lua. The expiries
+// key's name is also the channel where an earliest expiry is announced.
+func (k keyspace) eventsKey() string   { return k.prefix + "events" }
+func (k keyspace) expiriesKey() string { return k.prefix + "events:expiries" }
+
 // nameOfChannel inverts channel; ok is false for foreign channels.
 func (k keyspace) nameOfChannel(ch string) (string, bool) {
 	rest, ok := strings.CutPrefix(ch, k.prefix+"{")

@@ -49,6 +49,13 @@ type classicListener struct {
 
 	reconnects     atomic.Int64
 	masterSwitches atomic.Int64
+
+	// announcements, when set, is a channel that stays subscribed for the
+	// life of the listener; its messages go to announced, and so does ""
+	// whenever messages may have been lost (a new connection, a master
+	// switch) or the subscription is confirmed.
+	announcements string
+	announced     func(payload string)
 }
 
 func newClassicListener(rdb goredis.UniversalClient, keys keyspace, follow *sentinelConfig) *classicListener {
@@ -62,10 +69,19 @@ func newClassicListener(rdb goredis.UniversalClient, keys keyspace, follow *sent
 	}
 }
 
+// announce subscribes channel for good, with every message handed to fn;
+// called before start.
+func (l *classicListener) announce(channel string, fn func(payload string)) {
+	l.announcements, l.announced = channel, fn
+}
+
 func (l *classicListener) start(hub *notify.Hub) {
 	l.hub = hub
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
+	if l.announcements != "" {
+		_ = l.ps.Subscribe(ctx, l.announcements)
+	}
 	go l.receive(ctx)
 	if l.follow != nil {
 		go l.follow.follow(ctx, l.masterChanged)
@@ -123,9 +139,12 @@ func (l *classicListener) masterChanged(addr string) {
 	old, oldClient := l.ps, l.psClient
 	l.ps, l.psClient = client.Subscribe(context.Background()), client
 	ps := l.ps
-	channels := make([]string, 0, len(l.subscribed))
+	channels := make([]string, 0, len(l.subscribed)+1)
 	for name := range l.subscribed {
 		channels = append(channels, l.keys.channel(name))
+	}
+	if l.announcements != "" {
+		channels = append(channels, l.announcements)
 	}
 	l.mu.Unlock()
 	_ = old.Close()
@@ -133,6 +152,9 @@ func (l *classicListener) masterChanged(addr string) {
 		_ = oldClient.Close()
 	}
 	l.hub.Reset()
+	if l.announced != nil {
+		l.announced("")
+	}
 	if len(channels) > 0 {
 		_ = ps.Subscribe(context.Background(), channels...)
 	} else {
@@ -168,6 +190,9 @@ func (l *classicListener) receive(ctx context.Context) {
 			// resubscription is confirmed.
 			l.reconnects.Add(1)
 			l.hub.Reset()
+			if l.announced != nil {
+				l.announced("")
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -177,8 +202,33 @@ func (l *classicListener) receive(ctx context.Context) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		deliver(l.hub, l.keys, msg)
+		if !l.announcement(msg) {
+			deliver(l.hub, l.keys, msg)
+		}
 	}
+}
+
+// announcement hands msg to announced if it belongs to the announcements
+// channel.
+func (l *classicListener) announcement(msg any) bool {
+	if l.announcements == "" {
+		return false
+	}
+	switch m := msg.(type) {
+	case *goredis.Subscription:
+		if m.Channel == l.announcements {
+			if m.Kind == "subscribe" {
+				l.announced("")
+			}
+			return true
+		}
+	case *goredis.Message:
+		if m.Channel == l.announcements {
+			l.announced(m.Payload)
+			return true
+		}
+	}
+	return false
 }
 
 // deliver hands one pub/sub message to the hub: a confirmed subscription or

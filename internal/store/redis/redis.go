@@ -36,6 +36,8 @@ var (
 	abandonLua string
 	//go:embed scripts/leave.lua
 	leaveLua string
+	//go:embed scripts/expire.lua
+	expireLua string
 	//go:embed scripts/lib.lua
 	libLua string
 
@@ -49,6 +51,7 @@ var (
 	inspectScript      = goredis.NewScript(libLua + inspectLua)
 	abandonScript      = goredis.NewScript(libLua + abandonLua)
 	leaveScript        = goredis.NewScript(libLua + leaveLua)
+	expireScript       = goredis.NewScript(libLua + expireLua)
 )
 
 // DefaultPrefix is the key prefix when none is configured.
@@ -73,6 +76,14 @@ type Store struct {
 	publish string
 	// minReplicas: see Options.MinReplicas.
 	minReplicas int
+
+	// events is set while the scripts record events (Options.Events,
+	// outside Redis Cluster); eventsArg is the scripts' events argument:
+	// the log's MAXLEN, or "0" to record none.
+	events    bool
+	eventsArg string
+	sweep     *sweeper // nil unless events
+	blocking  *blockingConns
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -96,7 +107,21 @@ type Options struct {
 	// it, a failover could undo an acknowledged renewal, and the lease would
 	// end at its earlier expiry while its holder works.
 	MinReplicas int
+	// Events records every change in the event log (docs/EVENTS.md), in
+	// the script that makes it. Redis Cluster records none yet.
+	Events bool
+	// EventsMax is about how many events the log keeps at most
+	// (DefaultEventsMax when 0); EventsRetention how long it keeps them at
+	// least while it holds fewer (DefaultEventsRetention when 0).
+	EventsMax       int
+	EventsRetention time.Duration
 }
+
+// Event log bounds when Options says nothing (docs/EVENTS.md).
+const (
+	DefaultEventsMax       = 1_000_000
+	DefaultEventsRetention = 24 * time.Hour
+)
 
 // DefaultCallTimeout bounds a store call when Options says nothing.
 const DefaultCallTimeout = 2 * time.Second
@@ -142,16 +167,56 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	} else {
 		s.listener = newClassicListener(rdb, s.keyspace, follow)
 	}
+	s.eventsArg = "0"
+	plain := plainClient(rdb)
+	if opts.Events && s.cluster == nil && plain != nil {
+		s.events = true
+		max := opts.EventsMax
+		if max <= 0 {
+			max = DefaultEventsMax
+		}
+		retention := opts.EventsRetention
+		if retention <= 0 {
+			retention = DefaultEventsRetention
+		}
+		s.eventsArg = strconv.Itoa(max)
+		s.sweep = newSweeper(s, retention)
+		s.blocking = &blockingConns{client: plain}
+		s.listener.(*classicListener).announce(s.expiriesKey(), s.sweep.notice)
+	}
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
+	if s.sweep != nil {
+		s.sweep.start()
+	}
 	return s, nil
 }
 
+// plainClient returns the go-redis client of a single Redis or a Sentinel
+// master behind rdb, nil for a Cluster (or anything else).
+func plainClient(rdb goredis.UniversalClient) *goredis.Client {
+	switch c := rdb.(type) {
+	case *goredis.Client:
+		return c
+	case *Client:
+		return plainClient(c.UniversalClient)
+	}
+	return nil
+}
+
 // keys lists the keys every script takes, in the order lib.lua names them.
+// While events are not recorded, the lock key stands in for the event log
+// and the expiries set, which no script then touches.
 func (s *Store) keys(name string) []string {
-	return []string{s.lockKey(name), s.fenceKey(name), s.abandonedKey(name),
-		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name)}
+	lock := s.lockKey(name)
+	events, expiries := lock, lock
+	if s.events {
+		events, expiries = s.eventsKey(), s.expiriesKey()
+	}
+	return []string{lock, s.fenceKey(name), s.abandonedKey(name),
+		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name),
+		events, expiries}
 }
 
 // movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
@@ -184,6 +249,14 @@ func (s *Store) run(ctx context.Context, name string, script *goredis.Script, ke
 		s.observe(name, time.Since(start))
 	}
 	return cmd
+}
+
+// recorded tells the sweeper that a script recorded events, so that it
+// keeps the log's retention.
+func (s *Store) recorded() {
+	if s.sweep != nil {
+		s.sweep.noteWrite()
+	}
 }
 
 // refusedByCluster reports a Redis Cluster redirection: the node did not run
@@ -253,7 +326,7 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		fair = "1"
 	}
 	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID}
+		mode, req.Limit, fair, req.WaiterID, s.eventsArg}
 	cmd, confirmed := s.write(ctx, "acquire", acquireScript, keys, req.MinReplicas, args...)
 	res, err := cmd.Slice()
 	if err != nil {
@@ -283,6 +356,9 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	lease := r.lease(req.Lock, 2)
 	lease.Mode, lease.Limit = lock.Mode(r.str(13)), int(r.int(14))
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
+	if !g.Replayed {
+		s.recorded()
+	}
 	if r.err == nil && confirmed < req.MinReplicas {
 		// A failover now could lose this grant and hand the lock to
 		// someone else while its holder works. Undo it.
@@ -358,14 +434,18 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	return s.run(ctx, "abandon", abandonScript, s.keys(name),
-		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
+	n, err := s.run(ctx, "abandon", abandonScript, s.keys(name),
+		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish, s.eventsArg).Int64()
+	if n > 0 {
+		s.recorded()
+	}
+	return n, err
 }
 
 // Renew implements lock.Store.
 func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	cmd, confirmed := s.write(ctx, "renew", renewScript, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish)
+	cmd, confirmed := s.write(ctx, "renew", renewScript, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish, s.eventsArg)
 	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
@@ -377,6 +457,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	case -1:
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
+	s.recorded()
 	lease := r.lease(name, 1)
 	lease.Mode, lease.Limit = lock.Mode(r.str(10)), int(r.int(11))
 	if r.err == nil && confirmed < s.minReplicas {
@@ -394,7 +475,7 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	cmd, confirmed := s.write(ctx, "release", releaseScript, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish)
+	cmd, confirmed := s.write(ctx, "release", releaseScript, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, s.eventsArg)
 	res, err := cmd.Slice()
 	if err != nil {
 		return out, storeError(err)
@@ -409,6 +490,9 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	out.HoldCount = int(r.int(1))
 	out.Released = r.int(2) == 1
 	out.Retried = r.int(3) == 1
+	if !out.Retried {
+		s.recorded()
+	}
 	if r.err == nil && confirmed < s.minReplicas {
 		return out, unconfirmed("release", confirmed, s.minReplicas,
 			"it took effect on the master, but a failover now could undo it: release again (a repeat is safe)")
@@ -509,9 +593,12 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
-	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish).Int()
+	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish, principal, s.eventsArg).Int()
 	if err != nil {
 		return false, storeError(err)
+	}
+	if n == 1 {
+		s.recorded()
 	}
 	return n == 1, nil
 }
@@ -732,14 +819,20 @@ func (s *Store) clusterCovered(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the pub/sub connection and the reaper. It does not close the
-// Redis client.
+// Close stops the pub/sub connection, the reaper and the sweeper. It does
+// not close the Redis client.
 func (s *Store) Close() error {
+	if s.sweep != nil {
+		s.sweep.close()
+	}
 	if s.batch != nil {
 		s.batch.close()
 	}
 	err := s.listener.close()
 	s.ghosts.close()
+	if s.blocking != nil {
+		s.blocking.close()
+	}
 	return err
 }
 

@@ -20,13 +20,14 @@ func TestScripts_pinned(t *testing.T) {
 		script *goredis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "1c37ccffca27054bbbd96b9747fa972933387962"},
-		{"renew.lua", renewScript, "b8d34fd685622444f1200f3f2682d98af433d2f3"},
-		{"release.lua", releaseScript, "d86be1d40252addb11ee785b885f8998ef01145e"},
-		{"force_release.lua", forceReleaseScript, "bde72f317e99eb40082899135a9aa8f3c14d9d03"},
-		{"inspect.lua", inspectScript, "9e50440ca2bd43b2c9a3ba0b8bc4b68f3baeeadb"},
-		{"abandon.lua", abandonScript, "6859a6de46b2a963f3774a0714dc093b72f1ccff"},
-		{"leave.lua", leaveScript, "192e6920470d37e6f2c543c03e9539370c53541b"},
+		{"acquire.lua", acquireScript, "b606f584d14a8365c343cbefd11806b00ed3ce9b"},
+		{"renew.lua", renewScript, "c768c9fdd041e3e66e485c4a64f180ba3f9ba10e"},
+		{"release.lua", releaseScript, "43bf2b995a1246854bbd88e2905ce084b3e0f90b"},
+		{"force_release.lua", forceReleaseScript, "a6ed16ced2a5d2ec7ea73c545f49ae8a2a7d402b"},
+		{"inspect.lua", inspectScript, "7d6b791240fc17f8182e451b4d346b1d8d308e87"},
+		{"abandon.lua", abandonScript, "9eb5a26e62efd1f67e322f6b39bf09102db5c861"},
+		{"leave.lua", leaveScript, "30c65593be6bc86586212e83f3d93b7ced087e86"},
+		{"expire.lua", expireScript, "4ddc601bfd4a1ea753d5519b0be639f83eed1d09"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

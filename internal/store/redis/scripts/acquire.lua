@@ -14,6 +14,7 @@
 -- ARGV[10] semaphore limit, "0" for a lock
 -- ARGV[11] "1" for a fair acquire
 -- ARGV[12] waiter id, "" for a try (see lock.NewWaiterID)
+-- ARGV[13] events: the event log's MAXLEN, "0" to record none (lib.lua)
 --
 -- Returns, when granted:
 --   {1, fresh (1|0), lease id, owner, principal, token, hold count, ttl ms,
@@ -34,6 +35,10 @@
 --
 -- A grant publishes "c:<ttl ms>" on the unlock channel, so that waiters time
 -- the new holder's expiry.
+--
+-- Events: a fresh lease records granted, another hold reentered; a replay,
+-- a refusal or a queue place records nothing. A lease found expired on the
+-- way records expired first.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local now_us, now = clock()
@@ -45,6 +50,7 @@ local shared = ARGV[9] == 's'
 local limit = tonumber(ARGV[10])
 local fair = ARGV[11] == '1'
 local waiter = ARGV[12]
+EVENTS_MAX = tonumber(ARGV[13])
 local mode = 'exclusive'
 if shared then
 	mode = 'shared'
@@ -54,6 +60,8 @@ if redis.call('SISMEMBER', KEYS[3], req) == 1 then
 	return {-1}
 end
 
+local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop')
+settle_exclusive(now, held[1])
 local nshared = prune_shared(now)
 local queued = prune_queue(now)
 
@@ -73,9 +81,9 @@ local function next_token()
 	return tok
 end
 
--- granted finishes every grant: the caller's queue place goes, and the next
--- head learns it may go when it may be granted beside this one (a reader
--- behind a reader, a permit behind a permit).
+-- granted finishes every grant: the caller's queue place goes, the next head
+-- learns it may go when it may be granted beside this one (a reader behind
+-- a reader, a permit behind a permit), and the grant is recorded.
 local function granted(reply)
 	redis.call('HINCRBY', KEYS[2], 'ver', 1)
 	redis.call(publish, channel, 'c:' .. ARGV[4])
@@ -86,6 +94,11 @@ local function granted(reply)
 			redis.call(publish, channel, 'q:' .. head)
 		end
 	end
+	local event = 'reentered'
+	if reply[2] == 1 then
+		event = 'granted'
+	end
+	record(now, event, reply[3], reply[14], reply[6], reply[4], reply[5], reply[7], reply[10])
 	return reply
 end
 
@@ -95,7 +108,6 @@ local function record_reply(id, rec, fresh, request, replayed)
 end
 
 -- 3. Idempotent replays.
-local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop')
 if idem ~= '' then
 	if held[1] and held[2] == owner and held[3] == principal and held[7] == idem then
 		local state = 's:' .. held[8]
@@ -271,6 +283,7 @@ if not shared and limit == 0 then
 		redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
 	end
 	redis.call('PEXPIRE', KEYS[1], ttl)
+	track_exclusive(req, tok, owner, principal)
 	return granted({1, 1, req, owner, principal, tok, 1, ttl, fmt(now), fmt(exp), ARGV[5], req, 0, mode, 0})
 end
 local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl = ARGV[4],

@@ -3,18 +3,45 @@
 --
 -- ARGV[1]  unlock channel
 -- ARGV[2]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
+-- ARGV[3]  principal of the admin who forces it ("" on an open server)
+-- ARGV[4]  events: the event log's MAXLEN, "0" to record none (lib.lua)
 --
 -- Returns 1 if anything was held, else 0. The fence is left alone, so the
 -- next grant still gets a larger token; "released" is not set, so an
 -- evicted holder's own release answers lease-lost. The queue stays.
+--
+-- Records force_released once per lease ended (the exclusive lease, every
+-- shared lease and permit), with the admin's principal.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
+local by = ARGV[3]
+EVENTS_MAX = tonumber(ARGV[4])
+local ended = {}
+if EVENTS_MAX > 0 then
+	local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token')
+	settle_exclusive(now, h[1])
+	if h[1] then
+		ended[1] = {h[1], 'exclusive', h[4], h[2], h[3]}
+	end
+end
 -- After pruning, the keys that exist hold live leases only.
 prune_shared(now)
+if EVENTS_MAX > 0 then
+	for _, id in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+		local rec = load_record(id)
+		if rec then
+			ended[#ended + 1] = {id, record_mode(rec), rec.token, rec.owner, rec.principal}
+		end
+	end
+end
 if redis.call('DEL', KEYS[1], KEYS[4], KEYS[5]) == 0 then
 	return 0
 end
 redis.call('HINCRBY', KEYS[2], 'ver', 1)
+untrack_exclusive()
 lease_ended(now, ARGV[1], ARGV[2])
+for _, e in ipairs(ended) do
+	record(now, 'force_released', e[1], e[2], e[3], e[4], e[5], 0, nil, by)
+end
 return 1

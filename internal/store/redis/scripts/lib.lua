@@ -1,7 +1,7 @@
 -- lib.lua: shared by every script that reads shared leases, permits or the
 -- queue; the store prepends it to those scripts (see scripts.go).
 --
--- Those scripts take the same seven keys, all tagged {name}:
+-- Those scripts take the same nine keys, the first seven tagged {name}:
 --   KEYS[1] lock hash (the exclusive lease)   <prefix>{name}:lock
 --   KEYS[2] fence hash                        <prefix>{name}:fence
 --   KEYS[3] abandoned request ids (set)       <prefix>{name}:abandoned
@@ -9,6 +9,13 @@
 --   KEYS[5] their expiries (sorted set)       <prefix>{name}:lock:expiry
 --   KEYS[6] queue: waiter id -> arrival       <prefix>{name}:queue
 --   KEYS[7] queue: waiter id -> deadline ms   <prefix>{name}:queue:deadline
+--   KEYS[8] event log (stream)                <prefix>events
+--   KEYS[9] lease expiries (sorted set)       <prefix>events:expiries
+--
+-- KEYS[8] and KEYS[9] are one per Redis, not per name: they are given only
+-- when events are recorded, which is never on Redis Cluster (their slot is
+-- not the name's). Otherwise the store passes KEYS[1] in their place, the
+-- script's events argument is "0", and no script touches them.
 --
 -- A shared lease or permit is one field of KEYS[4]: its lease id -> a JSON
 -- record {owner, principal, token, count, ttl, acq, exp, meta, op, idem,
@@ -22,6 +29,11 @@
 -- Lua's own conversion, keeps 14 significant digits.
 
 local QUEUE_TTL = 1000 -- ms a queue place lasts unless renewed (lock.QueueEntryTTL)
+
+-- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded. A
+-- script that records events sets it from its events argument (its header
+-- says which ARGV) before it changes anything.
+local EVENTS_MAX = 0
 
 local function clock()
 	local t = redis.call('TIME')
@@ -49,6 +61,114 @@ local function owner_field(principal, owner)
 	return 'o:' .. principal .. '\n' .. owner
 end
 
+local function record_mode(rec)
+	if rec.limit ~= '0' then
+		return 'exclusive' -- a semaphore permit
+	end
+	return 'shared'
+end
+
+-- Events (docs/EVENTS.md). record appends one event to the log (KEYS[8]):
+-- fields t type, l lock, k lease id, o owner, p principal, m mode, n token,
+-- h holds left, q queue length. The stream trims itself to about
+-- EVENTS_MAX entries; the store trims what is older than the retention.
+--
+-- A lease is tracked in KEYS[9] while it lives, so that its expiry can be
+-- recorded although Redis deletes its keys when it expires: the member
+-- carries all the expired event needs,
+--   <name>\n<lease id>\n<mode>\n<token>\n<owner>\n<principal>
+-- (names, owners and principals hold no newline), scored by the expiry ms.
+-- The fence's 'evx' field names the member of the exclusive lease, whose
+-- keys vanish with it, so that the next script of the name records its
+-- expiry before its own event (see settle_exclusive).
+--
+-- Every instance's sweeper sleeps until the earliest expiry it knows of. A
+-- script that adds an expiry earlier than any in KEYS[9] publishes its ms
+-- on the channel named like KEYS[9], and marks it with the member "" (no
+-- lease's): every sweeper wakes up by then, so a later expiry needs no
+-- announcement while the mark is pending. The sweeper that finds the mark
+-- due removes it and looks at KEYS[9] again.
+
+local name_of_lock = nil
+local function lock_name()
+	if not name_of_lock then
+		-- KEYS[1] is <prefix>{<name>}:lock and the prefix holds no brace.
+		name_of_lock = string.sub(KEYS[1], string.find(KEYS[1], '{', 1, true) + 1, -7)
+	end
+	return name_of_lock
+end
+
+local function lease_member(id, mode, token, owner, principal)
+	return lock_name() .. '\n' .. id .. '\n' .. mode .. '\n' .. token .. '\n' .. owner .. '\n' .. principal
+end
+
+-- record records event t of lease id: count is its holds left (0: the lease
+-- ended), exp its expiry ms when it lives on. by, when given, is the
+-- principal that made the change (a force release's admin). An expiry is
+-- recorded only by the script that takes the lease out of KEYS[9], so once
+-- whichever scripts and sweepers see it.
+local function record(now, t, id, mode, token, owner, principal, count, exp, by)
+	if EVENTS_MAX == 0 then
+		return
+	end
+	local member = lease_member(id, mode, token, owner, principal)
+	if tonumber(count) == 0 then
+		if redis.call('ZREM', KEYS[9], member) == 0 and t == 'expired' then
+			return
+		end
+	elseif exp then
+		local first = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
+		redis.call('ZADD', KEYS[9], exp, member)
+		if not first[2] or tonumber(exp) < tonumber(first[2]) then
+			redis.call('ZADD', KEYS[9], exp, '')
+			redis.call('PUBLISH', KEYS[9], exp)
+		end
+	end
+	redis.call('XADD', KEYS[8], 'MAXLEN', '~', EVENTS_MAX, '*', 't', t, 'l', lock_name(), 'k', id,
+		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count,
+		'q', redis.call('ZCOUNT', KEYS[7], '(' .. now, '+inf'))
+end
+
+-- track_exclusive notes the member of a fresh exclusive lease in the fence.
+local function track_exclusive(id, token, owner, principal)
+	if EVENTS_MAX > 0 then
+		redis.call('HSET', KEYS[2], 'evx', lease_member(id, 'exclusive', token, owner, principal))
+	end
+end
+
+-- untrack_exclusive forgets it when the lease ends by a script.
+local function untrack_exclusive()
+	if EVENTS_MAX > 0 then
+		redis.call('HDEL', KEYS[2], 'evx')
+	end
+end
+
+local function split_member(m)
+	local f = {}
+	for part in string.gmatch(m .. '\n', '([^\n]*)\n') do
+		f[#f + 1] = part
+	end
+	return f -- name, lease id, mode, token, owner, principal
+end
+
+-- settle_exclusive records the expiry of the exclusive lease when Redis
+-- deleted its hash (its TTL ran out) and the sweeper has not recorded it
+-- yet, so that the name's events stay in the order of its changes. lease
+-- is the lock hash's lease as the script read it: while there is one, the
+-- fence's 'evx' names it.
+local function settle_exclusive(now, lease)
+	if EVENTS_MAX == 0 or lease then
+		return
+	end
+	local m = redis.call('HGET', KEYS[2], 'evx')
+	if not m then
+		return
+	end
+	local f = split_member(m)
+	redis.call('HDEL', KEYS[2], 'evx')
+	record(now, 'expired', f[2], f[3], f[4], f[5], f[6], 0)
+end
+
 -- drop_record removes a shared lease or permit and the index fields that
 -- point at it.
 local function drop_record(id, rec)
@@ -71,26 +191,42 @@ local function drop_record(id, rec)
 	end
 end
 
--- prune_shared drops expired shared leases and permits and returns how many
--- are live.
+-- prune_shared drops expired shared leases and permits, records their
+-- expiry, and returns how many are live.
 local function prune_shared(now)
 	if redis.call('EXISTS', KEYS[5]) == 0 then
 		return 0
 	end
 	local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
 	for _, id in ipairs(gone) do
-		drop_record(id, load_record(id))
+		local rec = load_record(id)
+		drop_record(id, rec)
+		if rec then
+			record(now, 'expired', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0)
+		end
 	end
 	return redis.call('ZCARD', KEYS[5])
 end
 
--- keep_shared makes the shared keys outlive their longest lease and no more,
--- so that a name whose holders all died leaves nothing behind.
+-- EXPIRED_GRACE is how long (ms) the shared keys outlive their longest
+-- lease while events are recorded: their records tell the expiry of the
+-- last leases to the sweeper, which records it and drops them within a
+-- second, or to the name's next script, which records it before its own
+-- event. The grace only matters while no sweeper runs.
+local EXPIRED_GRACE = 600000
+
+-- keep_shared makes the shared keys outlive their longest lease and no more
+-- (but the grace), so that a name whose holders all died leaves nothing
+-- behind.
 local function keep_shared()
 	local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
 	if last[2] then
-		redis.call('PEXPIREAT', KEYS[4], last[2])
-		redis.call('PEXPIREAT', KEYS[5], last[2])
+		local at = tonumber(last[2])
+		if EVENTS_MAX > 0 then
+			at = at + EXPIRED_GRACE
+		end
+		redis.call('PEXPIREAT', KEYS[4], fmt(at))
+		redis.call('PEXPIREAT', KEYS[5], fmt(at))
 	end
 end
 

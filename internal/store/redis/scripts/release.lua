@@ -6,15 +6,19 @@
 -- ARGV[3]  unlock channel
 -- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
 -- ARGV[5]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
+-- ARGV[6]  events: the event log's MAXLEN, "0" to record none (lib.lua)
 --
 -- Returns {1, holds left, ended (1|0), retried (1|0)}, {0} when the lease
 -- does not hold the lock, or {-1} when it belongs to another principal. A
 -- retry of the release that ended a lease finds the lease id in the fence
 -- hash's "released" field and succeeds again without touching anything.
+-- Records released with the holds left (0 when the lease ended); a retry
+-- records nothing.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local id, all, channel, principal, publish = ARGV[1], ARGV[2] == '1', ARGV[3], ARGV[4], ARGV[5]
+EVENTS_MAX = tonumber(ARGV[6])
 
 local function ended(by)
 	redis.call('HSET', KEYS[2], 'released', id, 'released_by', by)
@@ -22,7 +26,8 @@ local function ended(by)
 	return {1, 0, 1, 0}
 end
 
-local h = redis.call('HMGET', KEYS[1], 'lease', 'principal')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'owner', 'token')
+settle_exclusive(now, h[1])
 if h[1] == id then
 	if principal ~= '' and h[2] ~= principal then
 		return {-1}
@@ -32,11 +37,15 @@ if h[1] == id then
 		local left = redis.call('HINCRBY', KEYS[1], 'count', -1)
 		if left > 0 then
 			redis.call(publish, channel, 'c')
+			record(now, 'released', id, 'exclusive', h[4], h[3], h[2], left)
 			return {1, left, 0, 0}
 		end
 	end
 	redis.call('DEL', KEYS[1])
-	return ended(h[2])
+	untrack_exclusive()
+	local reply = ended(h[2])
+	record(now, 'released', id, 'exclusive', h[4], h[3], h[2], 0)
+	return reply
 end
 
 prune_shared(now)
@@ -51,10 +60,13 @@ if rec then
 		rec.count = fmt(left)
 		save_record(id, rec)
 		redis.call(publish, channel, 'c')
+		record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, left)
 		return {1, left, 0, 0}
 	end
 	drop_record(id, rec)
-	return ended(rec.principal)
+	local reply = ended(rec.principal)
+	record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0)
+	return reply
 end
 
 local last = redis.call('HMGET', KEYS[2], 'released', 'released_by')

@@ -6,9 +6,10 @@
 -- ARGV[3]  unlock channel
 -- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
 -- ARGV[5]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
+-- ARGV[6]  events: the event log's MAXLEN, "0" to record none (lib.lua)
 --
 -- Publishes "c:<ttl ms>", so that waiters time the lease's new expiry (a
--- renewal may shorten it).
+-- renewal may shorten it). Records renewed.
 --
 -- Returns {0} when the lease does not hold the lock (expired, released,
 -- superseded or unknown), {-1} when it belongs to another principal, else
@@ -19,8 +20,10 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local _, now = clock()
 local id, channel, principal, publish = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
 local ttl = tonumber(ARGV[2])
+EVENTS_MAX = tonumber(ARGV[6])
 
 local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta')
+settle_exclusive(now, h[1])
 if h[1] == id then
 	if principal ~= '' and h[3] ~= principal then
 		return {-1}
@@ -33,6 +36,7 @@ if h[1] == id then
 	redis.call('PEXPIRE', KEYS[1], ttl)
 	redis.call('HINCRBY', KEYS[2], 'ver', 1)
 	redis.call(publish, channel, 'c:' .. fmt(ttl))
+	record(now, 'renewed', id, 'exclusive', h[4], h[2], h[3], h[5], exp)
 	return {1, h[1], h[2], h[3], h[4], tonumber(h[5]), ttl, h[7], exp, h[8], 'exclusive', 0}
 end
 
@@ -53,8 +57,6 @@ redis.call('ZADD', KEYS[5], now + ttl, id)
 keep_shared()
 redis.call('HINCRBY', KEYS[2], 'ver', 1)
 redis.call(publish, channel, 'c:' .. fmt(ttl))
-local mode = 'shared'
-if rec.limit ~= '0' then
-	mode = 'exclusive'
-end
+local mode = record_mode(rec)
+record(now, 'renewed', id, mode, rec.token, rec.owner, rec.principal, rec.count, rec.exp)
 return {1, id, rec.owner, rec.principal, rec.token, tonumber(rec.count), ttl, rec.acq, rec.exp, rec.meta, mode, tonumber(rec.limit)}

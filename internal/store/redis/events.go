@@ -1,0 +1,297 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// The event log (docs/EVENTS.md) is one stream per Redis, <prefix>events,
+// which the scripts append to in the same call as each change (see record
+// in scripts/lib.lua). Its ids are the events' ids.
+
+var _ lock.EventLog = (*Store)(nil)
+
+// EventsEnabled reports whether the store records events: Options.Events,
+// and not on Redis Cluster, which has no event log yet.
+func (s *Store) EventsEnabled() bool { return s.events }
+
+// eventsOff is the error of the EventLog methods while no events are
+// recorded.
+func (s *Store) eventsOff() error {
+	if s.cluster != nil {
+		return &lock.Error{Code: lock.CodeUnavailable, Detail: "events are not recorded on Redis Cluster yet"}
+	}
+	return &lock.Error{Code: lock.CodeUnavailable, Detail: "events are not recorded: they are turned off (LOCKAPI_EVENTS=false)"}
+}
+
+// defaultEventsLimit is a read's limit when the caller gives none.
+const defaultEventsLimit = 100
+
+func checkAfter(after string) error {
+	if after == "" {
+		return nil
+	}
+	if _, _, ok := lock.ParseEventID(after); !ok {
+		return lock.Invalid(lock.FieldError{Field: "after", Detail: "not an event id"})
+	}
+	return nil
+}
+
+// ReadEvents implements lock.EventLog with XRANGE, and XINFO STREAM to tell
+// whether after is older than the log keeps, in one round trip.
+func (s *Store) ReadEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	if !s.events {
+		return nil, s.eventsOff()
+	}
+	if err := checkAfter(after); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = defaultEventsLimit
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	key := s.eventsKey()
+	pipe := s.rdb.Pipeline()
+	var info *goredis.XInfoStreamCmd
+	start := "-"
+	if after != "" {
+		info = pipe.XInfoStream(ctx, key)
+		start = "(" + after
+	}
+	read := pipe.XRangeN(ctx, key, start, "+", int64(limit))
+	_, _ = pipe.Exec(ctx)
+	if info != nil {
+		if err := eventsGone(after, info); err != nil {
+			return nil, err
+		}
+	}
+	msgs, err := read.Result()
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return parseEvents(msgs), nil
+}
+
+// eventsGone returns lock.EventsGone when events recorded after after may
+// have been trimmed: the log trimmed anything and starts after after (or
+// holds nothing while it once held a later event). The newest trimmed id is
+// not known (Redis keeps it for XDEL only), so a reader that stopped right
+// at it is told gone too. A log that never trimmed (entries-added is its
+// length) or that Redis does not have (nothing recorded yet, or the data
+// was lost) answers from what it has.
+func eventsGone(after string, info *goredis.XInfoStreamCmd) error {
+	st, err := info.Result()
+	switch {
+	case err != nil && strings.Contains(err.Error(), "no such key"):
+		return nil
+	case err != nil:
+		return storeError(err)
+	}
+	// entries-added is 0 before Redis 7: then assume something was trimmed.
+	trimmed := st.EntriesAdded > st.Length || st.EntriesAdded == 0 && st.Length > 0
+	switch {
+	case !trimmed:
+	case st.Length > 0 && lock.CompareEventIDs(after, st.FirstEntry.ID) < 0:
+		return lock.EventsGone(after, st.FirstEntry.ID)
+	case st.Length == 0 && lock.CompareEventIDs(after, st.LastGeneratedID) < 0:
+		return lock.EventsGone(after, "")
+	}
+	return nil
+}
+
+// WaitEvents implements lock.EventLog: ReadEvents, then, when nothing was
+// recorded after after, one blocking XREAD on a connection of its own until
+// something is or ctx ends.
+func (s *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	for {
+		evs, err := s.ReadEvents(ctx, after, limit)
+		if err != nil || len(evs) > 0 {
+			return evs, err
+		}
+		from := after
+		if from == "" {
+			from = "0-0"
+		}
+		if err := s.blockUntilAfter(ctx, from); err != nil {
+			return nil, err
+		}
+		// Something was recorded after after: read it as ReadEvents does,
+		// which also tells when the log was trimmed past after meanwhile.
+	}
+}
+
+// blockUntilAfter returns once the log holds an event after from, or with
+// ctx's error once ctx ends.
+func (s *Store) blockUntilAfter(ctx context.Context, from string) error {
+	conn, err := s.blocking.get(ctx, s.callTimeout)
+	if err != nil {
+		return storeError(err)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The read is bounded by ctx through CLIENT UNBLOCK below, not by
+		// its deadline, which would make go-redis drop the connection.
+		streams, err := conn.c.XRead(context.WithoutCancel(ctx), &goredis.XReadArgs{
+			Streams: []string{s.eventsKey(), from}, Count: 1, Block: 0,
+		}).Result()
+		n := 0
+		for _, st := range streams {
+			n += len(st.Messages)
+		}
+		if errors.Is(err, goredis.Nil) {
+			err = nil // unblocked
+		}
+		s.blocking.put(conn, err)
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return storeError(r.err)
+		}
+		if r.n == 0 {
+			// Unblocked by someone else (CLIENT UNBLOCK from an admin):
+			// look again.
+			return ctx.Err()
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	// CLIENT UNBLOCK ends the read; it may have to be repeated if it
+	// overtook the XREAD on its way to Redis. A read that does not end
+	// (Redis is gone) is left to its goroutine, which closes the
+	// connection once it ends.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(s.callTimeout)
+	for {
+		uctx, cancel := context.WithTimeout(context.Background(), s.callTimeout)
+		_ = s.rdb.ClientUnblock(uctx, conn.id).Err()
+		cancel()
+		select {
+		case <-done:
+			return ctx.Err()
+		case <-giveUp:
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// LastEventID implements lock.EventLog.
+func (s *Store) LastEventID(ctx context.Context) (string, error) {
+	if !s.events {
+		return "", s.eventsOff()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	msgs, err := s.rdb.XRevRangeN(ctx, s.eventsKey(), "+", "-", 1).Result()
+	if err != nil {
+		s.noteFailure(err)
+		return "", storeError(err)
+	}
+	if len(msgs) == 0 {
+		return "", nil
+	}
+	return msgs[0].ID, nil
+}
+
+func parseEvents(msgs []goredis.XMessage) []lock.Event {
+	evs := make([]lock.Event, 0, len(msgs))
+	for _, m := range msgs {
+		evs = append(evs, parseEvent(m))
+	}
+	return evs
+}
+
+// parseEvent reads a stream entry as record in scripts/lib.lua writes it.
+func parseEvent(m goredis.XMessage) lock.Event {
+	str := func(field string) string { v, _ := m.Values[field].(string); return v }
+	num := func(field string) int { n, _ := strconv.Atoi(str(field)); return n }
+	token, _ := strconv.ParseUint(str("n"), 10, 64)
+	ms, _, _ := lock.ParseEventID(m.ID)
+	return lock.Event{
+		ID:        m.ID,
+		Type:      lock.EventType(str("t")),
+		Lock:      str("l"),
+		Owner:     str("o"),
+		Principal: str("p"),
+		LeaseID:   str("k"),
+		Mode:      lock.Mode(str("m")),
+		Token:     token,
+		HoldCount: num("h"),
+		Queue:     num("q"),
+		Time:      time.UnixMilli(int64(ms)).UTC(),
+	}
+}
+
+// blockingConns keeps the connections blocking reads wait on, out of the
+// pool the scripts use, each with its CLIENT ID (which CLIENT UNBLOCK
+// names). A connection that failed is closed; at most maxIdleBlocking idle
+// ones are kept.
+type blockingConns struct {
+	client *goredis.Client
+	mu     sync.Mutex
+	idle   []*blockingConn
+	closed bool
+}
+
+type blockingConn struct {
+	c  *goredis.Conn
+	id int64
+}
+
+const maxIdleBlocking = 2
+
+func (b *blockingConns) get(ctx context.Context, timeout time.Duration) (*blockingConn, error) {
+	b.mu.Lock()
+	if n := len(b.idle); n > 0 {
+		c := b.idle[n-1]
+		b.idle = b.idle[:n-1]
+		b.mu.Unlock()
+		return c, nil
+	}
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := b.client.Conn()
+	id, err := c.ClientID(ctx).Result()
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &blockingConn{c: c, id: id}, nil
+}
+
+func (b *blockingConns) put(c *blockingConn, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil || b.closed || len(b.idle) >= maxIdleBlocking {
+		_ = c.c.Close()
+		return
+	}
+	b.idle = append(b.idle, c)
+}
+
+func (b *blockingConns) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for _, c := range b.idle {
+		_ = c.c.Close()
+	}
+	b.idle = nil
+}

@@ -1,0 +1,244 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sweeper records the expiry of leases whose TTL ran out: Redis deletes an
+// expired lease's keys on its own, and no script runs then. Every live
+// lease is a member of the expiries set (see record in scripts/lib.lua),
+// scored by its expiry; the sweeper runs expire.lua for each member that is
+// due, which records the expiry unless a script or another instance's
+// sweeper did already.
+//
+// It sends Redis nothing while nothing is due. It sleeps until the earliest
+// expiry it knows of; a script that adds an expiry earlier than every other
+// announces it on the expiries channel, so every instance learns of it,
+// whichever granted the lease, and marks it in the set (member ""): until
+// the mark is due, later expiries go unannounced, and the look at the mark
+// finds them. Whenever announcements may have been lost (a new pub/sub
+// connection, a Sentinel master switch) it looks at the set again.
+//
+// It also trims the log to its retention, every tenth of it (10 s at most),
+// and only while this process writes: an idle Redis gets no command from it.
+type sweeper struct {
+	s         *Store
+	retention time.Duration
+
+	poke    chan struct{} // something below changed
+	done    chan struct{}
+	stopped chan struct{}
+
+	mu        sync.Mutex
+	announced int64 // Redis ms of the earliest expiry announced since the last look; 0: none
+	lookAgain bool  // announcements may have been lost
+
+	wrote     atomic.Bool   // this process recorded events since the last trim
+	trimEvery time.Duration // how often the log is trimmed while this process writes
+}
+
+const (
+	// sweepBatch bounds the members one look takes; a full batch is
+	// followed by another look at once.
+	sweepBatch = 100
+	// maxTrimEvery bounds how often the log is trimmed to its retention
+	// while this process writes: every tenth of the retention, or this.
+	maxTrimEvery = 10 * time.Second
+)
+
+func newSweeper(s *Store, retention time.Duration) *sweeper {
+	return &sweeper{
+		s:         s,
+		retention: retention,
+		poke:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+		lookAgain: true,
+		trimEvery: min(retention/10, maxTrimEvery),
+	}
+}
+
+func (sw *sweeper) start() { go sw.run() }
+
+func (sw *sweeper) close() {
+	close(sw.done)
+	<-sw.stopped
+}
+
+func (sw *sweeper) wake() {
+	select {
+	case sw.poke <- struct{}{}:
+	default:
+	}
+}
+
+// notice takes a message of the expiries channel: an expiry's ms, or ""
+// when announcements may have been lost.
+func (sw *sweeper) notice(payload string) {
+	sw.mu.Lock()
+	if ms, err := strconv.ParseInt(payload, 10, 64); err == nil && ms > 0 {
+		if sw.announced == 0 || ms < sw.announced {
+			sw.announced = ms
+		}
+	} else {
+		sw.lookAgain = true
+	}
+	sw.mu.Unlock()
+	sw.wake()
+}
+
+// noteWrite notes that this process recorded events, so that the log's
+// retention is kept.
+func (sw *sweeper) noteWrite() {
+	if !sw.wrote.Load() && sw.wrote.CompareAndSwap(false, true) {
+		sw.wake()
+	}
+}
+
+func (sw *sweeper) run() {
+	defer close(sw.stopped)
+	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
+	backoff := minBackoff
+	var (
+		next     int64         // Redis ms of the earliest expiry known; 0: none
+		offset   time.Duration // Redis's clock minus ours
+		lastTrim time.Time
+		look     bool
+	)
+	redisNow := func() int64 { return time.Now().Add(offset).UnixMilli() }
+	for {
+		sw.mu.Lock()
+		if sw.announced != 0 && (next == 0 || sw.announced < next) {
+			next = sw.announced
+		}
+		sw.announced = 0
+		look = look || sw.lookAgain
+		sw.lookAgain = false
+		sw.mu.Unlock()
+
+		trim := sw.wrote.Load() && time.Since(lastTrim) >= sw.trimEvery
+		if look || trim || (next != 0 && next < redisNow()) {
+			if trim {
+				sw.wrote.Store(false)
+			}
+			n, off, err := sw.sweep(trim, offset)
+			if err != nil {
+				if trim {
+					sw.wrote.Store(true)
+				}
+				look = true
+				select {
+				case <-sw.done:
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(backoff*2, maxBackoff)
+				continue
+			}
+			backoff = minBackoff
+			next, offset, look = n, off, false
+			if trim {
+				lastTrim = time.Now()
+			}
+			continue // take the announcements made meanwhile
+		}
+
+		var timer *time.Timer
+		var fired <-chan time.Time
+		wait := time.Duration(-1)
+		if next != 0 {
+			// A lease's keys go one ms after its expiry.
+			wait = time.Duration(next+1-redisNow()) * time.Millisecond
+		}
+		if sw.wrote.Load() {
+			if d := sw.trimEvery - time.Since(lastTrim); wait < 0 || d < wait {
+				wait = d
+			}
+		}
+		if wait >= 0 {
+			timer = time.NewTimer(max(wait, time.Millisecond))
+			fired = timer.C
+		}
+		select {
+		case <-sw.done:
+		case <-sw.poke:
+		case <-fired:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		select {
+		case <-sw.done:
+			return
+		default:
+		}
+	}
+}
+
+// sweep looks at the earliest expiries, runs expire.lua for those due, and
+// trims the log when trim is set. It returns the Redis ms of the earliest
+// expiry not yet due (0: none), and Redis's clock minus ours. offset is the
+// last one known, which times the trim.
+func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Duration, err error) {
+	s := sw.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.callTimeout)
+	defer cancel()
+	sent := time.Now()
+	pipe := s.rdb.Pipeline()
+	now := pipe.Time(ctx)
+	first := pipe.ZRangeWithScores(ctx, s.expiriesKey(), 0, sweepBatch-1)
+	if trim {
+		minID := strconv.FormatInt(sent.Add(offset).Add(-sw.retention).UnixMilli(), 10) + "-0"
+		pipe.XTrimMinIDApprox(ctx, s.eventsKey(), minID, 0)
+	}
+	_, _ = pipe.Exec(ctx)
+	// A failed trim waits for the next one; expiries go on.
+	if err := errors.Join(now.Err(), first.Err()); err != nil {
+		return 0, offset, err
+	}
+	rtt := time.Since(sent)
+	offset = now.Val().Sub(sent.Add(rtt / 2))
+	nowMs := now.Val().UnixMilli()
+
+	var calls []*scriptCall
+	mark := false
+	for _, z := range first.Val() {
+		member, _ := z.Member.(string)
+		if int64(z.Score) > nowMs {
+			next = int64(z.Score)
+			break
+		}
+		if member == "" {
+			mark = true
+			continue
+		}
+		name, _, _ := strings.Cut(member, "\n")
+		calls = append(calls, &scriptCall{script: expireScript, keys: s.keys(name), args: []any{member, s.eventsArg}})
+	}
+	if mark {
+		// The announced mark is due: no script moves it now (an expiry
+		// to come is later), so it goes, and the look that follows sees
+		// every expiry added without an announcement meanwhile.
+		if err := s.rdb.ZRem(ctx, s.expiriesKey(), "").Err(); err != nil {
+			return 0, offset, err
+		}
+	}
+	if len(calls) > 0 {
+		runPipelined(ctx, s.rdb, calls)
+		for _, c := range calls {
+			if err := c.cmd.Err(); err != nil {
+				return 0, offset, err
+			}
+		}
+	}
+	if mark || len(calls) == sweepBatch || (next != 0 && next <= nowMs) {
+		next = nowMs // look again at once
+	}
+	return next, offset, nil
+}
