@@ -30,6 +30,13 @@ var contract = []struct {
 	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodGet, "/v1/locks", "listLocks", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodGet, "/v1/events", "getEvents", []string{"200", "400", "401", "403", "410", "429", "501", "503"}},
+	{http.MethodPost, "/v1/webhooks", "createWebhook", []string{"201", "400", "401", "403", "409", "413", "415", "429", "501", "503"}},
+	{http.MethodGet, "/v1/webhooks", "listWebhooks", []string{"200", "400", "401", "403", "429", "501", "503"}},
+	{http.MethodGet, "/v1/webhooks/{id}", "getWebhook", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
+	{http.MethodDelete, "/v1/webhooks/{id}", "deleteWebhook", []string{"204", "400", "401", "403", "404", "409", "429", "501", "503"}},
+	{http.MethodPost, "/v1/webhooks/{id}/ping", "pingWebhook", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
+	{http.MethodGet, "/v1/webhooks/{id}/dead-letters", "listDeadLetters", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
+	{http.MethodPost, "/v1/webhooks/{id}/dead-letters/{event_id}/replay", "replayDeadLetter", []string{"202", "400", "401", "403", "404", "429", "501", "503"}},
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
 	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},
@@ -160,7 +167,7 @@ func TestOpenAPI_ProblemTypes(t *testing.T) {
 		got = append(got, v.(string))
 	}
 	var want []string
-	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "unavailable", "internal"} {
+	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "webhook-exists", "webhook-read-only", "webhooks-disabled", "unavailable", "internal"} {
 		want = append(want, "https://lockapi.dev/problems/"+name)
 		if !strings.Contains(doc.Info.Description, "https://lockapi.dev/problems/"+name) {
 			t.Errorf("info.description does not list problem type %s", name)

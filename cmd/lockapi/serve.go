@@ -21,6 +21,9 @@ import (
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
+	"github.com/lockapi/lockapi/internal/webhook"
+	"github.com/lockapi/lockapi/internal/webhook/memstate"
+	"github.com/lockapi/lockapi/internal/webhook/redisstate"
 )
 
 // serveConfig is everything `lockapi serve` can be told. Each field has a
@@ -58,6 +61,13 @@ type serveConfig struct {
 
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
+
+	WebhooksFile         string
+	WebhooksAllowPrivate bool
+	WebhooksTimeout      time.Duration
+	WebhooksRetryFor     time.Duration
+	WebhooksBackoffMin   time.Duration
+	WebhooksBackoffMax   time.Duration
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
@@ -125,6 +135,13 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&c.RedisTLSCA, "redis-tls-ca", "LOCKAPI_REDIS_TLS_CA", "", "PEM CA bundle that signs the Redis server's certificate (rediss://)")
 	str(&c.RedisTLSCert, "redis-tls-cert", "LOCKAPI_REDIS_TLS_CERT", "", "PEM client certificate for Redis (rediss://)")
 	str(&c.RedisTLSKey, "redis-tls-key", "LOCKAPI_REDIS_TLS_KEY", "", "PEM client key for -redis-tls-cert")
+	str(&c.WebhooksFile, "webhooks-file", "LOCKAPI_WEBHOOKS_FILE", "", "JSON file of webhook subscriptions, beside those created over /v1/webhooks (see the README)")
+	allowPrivate := envOr("LOCKAPI_WEBHOOKS_ALLOW_PRIVATE", "false")
+	str(&allowPrivate, "webhooks-allow-private", "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE", allowPrivate, "let webhooks reach loopback, link-local and private addresses, and use http (true or false)")
+	dur(&c.WebhooksTimeout, "webhooks-timeout", "LOCKAPI_WEBHOOKS_TIMEOUT", webhook.DefaultTimeout, "time limit of one webhook delivery attempt")
+	dur(&c.WebhooksRetryFor, "webhooks-retry-for", "LOCKAPI_WEBHOOKS_RETRY_FOR", webhook.DefaultRetryFor, "how long after an event its webhook delivery is retried before it becomes a dead letter")
+	dur(&c.WebhooksBackoffMin, "webhooks-backoff-min", "LOCKAPI_WEBHOOKS_BACKOFF_MIN", webhook.DefaultBackoff.Min, "ceiling of the first wait between webhook attempts; it doubles per failure (full jitter)")
+	dur(&c.WebhooksBackoffMax, "webhooks-backoff-max", "LOCKAPI_WEBHOOKS_BACKOFF_MAX", webhook.DefaultBackoff.Max, "largest ceiling of the wait between webhook attempts")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -140,6 +157,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.Metrics, err = strconv.ParseBool(metricsOn); err != nil {
 		return c, fmt.Errorf("-metrics %q: want true or false", metricsOn)
+	}
+	if c.WebhooksAllowPrivate, err = strconv.ParseBool(allowPrivate); err != nil {
+		return c, fmt.Errorf("-webhooks-allow-private %q: want true or false", allowPrivate)
 	}
 	if c.RateLimit, err = strconv.ParseFloat(rate, 64); err != nil || c.RateLimit < 0 {
 		return c, fmt.Errorf("-rate-limit %q: want a number of requests per second, 0 for none", rate)
@@ -163,6 +183,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, errors.New("-min-replicas must not be negative")
 	case c.MinReplicas > 0 && c.RedisURL == "":
 		return c, errors.New("-min-replicas needs Redis with replicas; the embedded memory store has none")
+	case c.WebhooksTimeout <= 0 || c.WebhooksRetryFor <= 0 || c.WebhooksBackoffMin <= 0:
+		return c, errors.New("-webhooks-timeout, -webhooks-retry-for and -webhooks-backoff-min must be positive")
+	case c.WebhooksBackoffMax < c.WebhooksBackoffMin:
+		return c, errors.New("-webhooks-backoff-max must be at least -webhooks-backoff-min")
 	}
 	return c, nil
 }
@@ -273,8 +297,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	var st lock.Store
+	var hookState webhook.State
 	if c.RedisURL == "" {
 		st = memory.New()
+		hookState = memstate.New()
 		log.Warn().Msg("no Redis configured (LOCKAPI_REDIS_URL): running on the embedded memory store; locks live only as long as this process")
 	} else {
 		rdb, err := openRedis(c)
@@ -315,9 +341,25 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Warn().Msg("events are not recorded on Redis Cluster yet: /v1/events is off")
 		}
 		st = rs
+		hookState = redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
 		log.Info().Str("redis", redisTarget(c)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
 	}
 	defer st.Close()
+
+	hooks, err := openWebhooks(c, st, hookState, m, log)
+	if err != nil {
+		log.Error().Err(err).Msg("bad webhooks configuration")
+		return 2
+	}
+	hooksDone := make(chan struct{})
+	if hooks != nil {
+		go func() {
+			defer close(hooksDone)
+			hooks.Run(ctx)
+		}()
+	} else {
+		close(hooksDone)
+	}
 
 	srv := lockhttp.NewServer(st, lockhttp.Config{
 		DefaultTTL:  c.DefaultTTL,
@@ -334,6 +376,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RateBurst:           c.RateBurst,
 		TLS:                 tlsConfig,
 		Metrics:             m,
+		Webhooks:            webhooksAPI(hooks),
 	})
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Msg("cannot listen")
@@ -358,7 +401,73 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error().Err(err).Msg("shutdown did not finish in time")
 		return 1
 	}
+	// The webhook workers release their leases, for another instance to
+	// take over at once.
+	select {
+	case <-hooksDone:
+	case <-sctx.Done():
+		log.Error().Msg("webhook workers did not stop in time")
+		return 1
+	}
 	return 0
+}
+
+// openWebhooks returns the webhook service, or nil when the store records
+// no events: then there is nothing to deliver, and a webhooks file is a
+// configuration error.
+func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.Metrics, log zerolog.Logger) (*webhook.Service, error) {
+	policy := webhook.Policy{AllowPrivate: c.WebhooksAllowPrivate}
+	var file []webhook.Subscription
+	if c.WebhooksFile != "" {
+		var err error
+		if file, err = webhook.LoadFile(c.WebhooksFile, policy); err != nil {
+			return nil, err
+		}
+	}
+	events, ok := st.(lock.EventLog)
+	if sw, has := st.(interface{ EventsEnabled() bool }); has && !sw.EventsEnabled() {
+		ok = false
+	}
+	if !ok {
+		if len(file) > 0 {
+			return nil, fmt.Errorf("%s configures webhooks, but this store records no lock events to deliver", c.WebhooksFile)
+		}
+		log.Info().Msg("webhooks off: the store records no lock events; /v1/webhooks answers 501")
+		return nil, nil
+	}
+	if c.WebhooksAllowPrivate {
+		log.Warn().Msg("LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true: webhooks may reach loopback, link-local and private addresses, over http too")
+	}
+	svc, err := webhook.New(webhook.Config{
+		Store:      st,
+		Log:        events,
+		State:      state,
+		File:       file,
+		Policy:     policy,
+		Timeout:    c.WebhooksTimeout,
+		RetryFor:   c.WebhooksRetryFor,
+		Backoff:    webhook.Backoff{Min: c.WebhooksBackoffMin, Max: c.WebhooksBackoffMax},
+		Logger:     log,
+		OnDelivery: func(o webhook.Outcome) { m.WebhookDelivery(string(o)) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Gauge("lockapi_webhook_retry_backlog", "Webhook events this instance waits to try again after a failed attempt (each subscription delivers in order: at most one each).",
+		func() float64 { return float64(svc.RetryBacklog()) })
+	m.Gauge("lockapi_webhook_oldest_undelivered_seconds", "Age of the oldest event this instance's webhook workers read and have not delivered yet; 0 when caught up.",
+		func() float64 { return svc.OldestUndelivered().Seconds() })
+	log.Info().Int("from_file", len(file)).Msg("webhooks on")
+	return svc, nil
+}
+
+// webhooksAPI is the service as the HTTP layer takes it: a nil service is
+// a nil interface, which answers 501.
+func webhooksAPI(svc *webhook.Service) lockhttp.Webhooks {
+	if svc == nil {
+		return nil
+	}
+	return svc
 }
 
 // redisLogger adapts zerolog to go-redis's logger.

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/webhook"
 )
 
 // ProblemTypeBase prefixes every problem type slug; the resulting URIs are
@@ -48,6 +49,13 @@ var (
 	kindEventsOff    = problemKind{http.StatusNotImplemented, "events-disabled", "Events disabled"}
 )
 
+// Problem types of webhooks (internal/webhook).
+var (
+	kindWebhookExists   = problemKind{http.StatusConflict, "webhook-exists", "Webhook exists"}
+	kindWebhookReadOnly = problemKind{http.StatusConflict, "webhook-read-only", "Webhook read-only"}
+	kindWebhooksOff     = problemKind{http.StatusNotImplemented, "webhooks-disabled", "Webhooks disabled"}
+)
+
 // codeKinds maps the domain's error codes to problem types.
 var codeKinds = map[lock.Code]problemKind{
 	lock.CodeInvalid:       kindInvalid,
@@ -59,6 +67,10 @@ var codeKinds = map[lock.Code]problemKind{
 	lock.CodeEventsGone:    kindEventsGone,
 	lock.CodeUnavailable:   kindUnavailable,
 	lock.CodeInternal:      kindInternal,
+
+	webhook.CodeNotFound: kindNotFound,
+	webhook.CodeExists:   kindWebhookExists,
+	webhook.CodeReadOnly: kindWebhookReadOnly,
 }
 
 // httpError is a failure of the HTTP exchange itself, which the domain has
@@ -160,7 +172,7 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 			}
 		}
 		switch kind {
-		case kindInvalid:
+		case kindInvalid, kindWebhookExists:
 			for _, f := range e.Fields {
 				p.Errors = append(p.Errors, FieldError{Field: f.Field, Detail: f.Detail})
 			}

@@ -88,6 +88,9 @@ type Config struct {
 	// EventsHeartbeat is how often GET /v1/events writes a keep-alive
 	// comment to a stream with nothing to send (15s).
 	EventsHeartbeat time.Duration
+	// Webhooks serves /v1/webhooks; nil answers them 501
+	// webhooks-disabled.
+	Webhooks Webhooks
 }
 
 // Defaults of the limits.
@@ -167,6 +170,13 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		r.Post("/v1/leases", s.handleAcquireAll)
 		r.Delete("/v1/leases", s.handleReleaseAll)
 		r.Get("/v1/events", s.handleEvents)
+		r.Post("/v1/webhooks", s.handleCreateWebhook)
+		r.Get("/v1/webhooks", s.handleListWebhooks)
+		r.Get("/v1/webhooks/{id}", s.handleGetWebhook)
+		r.Delete("/v1/webhooks/{id}", s.handleDeleteWebhook)
+		r.Post("/v1/webhooks/{id}/ping", s.handlePingWebhook)
+		r.Get("/v1/webhooks/{id}/dead-letters", s.handleDeadLetters)
+		r.Post("/v1/webhooks/{id}/dead-letters/{event_id}/replay", s.handleReplayDeadLetter)
 	})
 	// The signed release URL carries its own authorization.
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)

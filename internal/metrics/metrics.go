@@ -28,6 +28,7 @@ type Metrics struct {
 	leaseLost    prometheus.Counter
 	waitDuration *prometheus.HistogramVec
 	scripts      *prometheus.HistogramVec
+	webhooks     *prometheus.CounterVec
 
 	// observers caches the request series of each (route, method, status):
 	// WithLabelValues hashes its labels on every call.
@@ -61,6 +62,7 @@ func New() *Metrics {
 		[]float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60}, "outcome")
 	m.scripts = f.histogramVec("lockapi_store_script_duration_seconds", "Redis script round trips by script.",
 		[]float64{.0001, .0002, .0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}, "script")
+	m.webhooks = f.counterVec("lockapi_webhook_deliveries_total", "Webhook delivery attempts by outcome: delivered, rejected (a non-2xx answer), unreachable, refused (a destination not allowed); dead_lettered counts events given up.", "outcome")
 	return m
 }
 
@@ -153,5 +155,13 @@ func (m *Metrics) Wait(d time.Duration, outcome string) {
 func (m *Metrics) Script(name string, d time.Duration) {
 	if m != nil {
 		m.scripts.WithLabelValues(name).Observe(d.Seconds())
+	}
+}
+
+// WebhookDelivery records one webhook delivery attempt, or one event given
+// up, by outcome.
+func (m *Metrics) WebhookDelivery(outcome string) {
+	if m != nil {
+		m.webhooks.WithLabelValues(outcome).Inc()
 	}
 }

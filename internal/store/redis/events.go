@@ -82,16 +82,24 @@ func (s *Store) ReadEvents(ctx context.Context, after string, limit int) ([]lock
 }
 
 // eventsGone returns lock.EventsGone when events recorded after after may
-// have been trimmed: the log starts after it, or holds nothing while it
-// once held a later event. A log Redis does not have (it lost its data)
-// keeps nothing of after either.
+// have been trimmed: the log trimmed anything and starts after after (or
+// holds nothing while it once held a later event). The newest trimmed id is
+// not known (Redis keeps it for XDEL only), so a reader that stopped right
+// at it is told gone too. A log that never trimmed (entries-added is its
+// length) or that Redis does not have (nothing recorded yet, or the data
+// was lost) answers from what it has.
 func eventsGone(after string, info *goredis.XInfoStreamCmd) error {
 	st, err := info.Result()
 	switch {
 	case err != nil && strings.Contains(err.Error(), "no such key"):
-		return lock.EventsGone(after, "")
+		return nil
 	case err != nil:
 		return storeError(err)
+	}
+	// entries-added is 0 before Redis 7: then assume something was trimmed.
+	trimmed := st.EntriesAdded > st.Length || st.EntriesAdded == 0 && st.Length > 0
+	switch {
+	case !trimmed:
 	case st.Length > 0 && lock.CompareEventIDs(after, st.FirstEntry.ID) < 0:
 		return lock.EventsGone(after, st.FirstEntry.ID)
 	case st.Length == 0 && lock.CompareEventIDs(after, st.LastGeneratedID) < 0:

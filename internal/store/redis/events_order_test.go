@@ -48,12 +48,19 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 	if _, err := s.Renew(ctx, lock.LeaseRef{Lock: "s", ID: r.ID}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	// The last shared lease of a name, gone with its keys, then a force
-	// release that finds nothing: the expiry is recorded all the same.
+	// The last shared lease of a name, then a force release that finds
+	// nothing held: the expiry is recorded all the same, from the record
+	// the shared keys keep past their last lease.
 	try(lock.AcquireRequest{Lock: "f", Owner: "r", Mode: lock.Shared, TTL: short})
 	time.Sleep(2 * short)
 	if ok, err := s.ForceRelease(ctx, "f", "root"); err != nil || ok {
 		t.Fatalf("force release of an expired lease: %v, %v", ok, err)
+	}
+	// A lease whose keys are gone (the grace passed with no sweeper).
+	try(lock.AcquireRequest{Lock: "g", Owner: "r", Mode: lock.Shared, TTL: short})
+	time.Sleep(2 * short)
+	if err := srv.Client(t).Del(ctx, s.sharedKey("g"), s.expiryKey("g")).Err(); err != nil {
+		t.Fatal(err)
 	}
 
 	evs, err := s.ReadEvents(ctx, "", 100)
@@ -67,13 +74,14 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 	want := []string{
 		"granted x a", "expired x a", "granted x b",
 		"granted s r1", "granted s r2", "expired s r2", "renewed s r1",
-		"granted f r",
+		"granted f r", "expired f r",
+		"granted g r",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 
-	// The sweeper records what no script saw (f's lease), and nothing twice.
+	// The sweeper records what no script saw (g's lease), and nothing twice.
 	s.sweep = newSweeper(s, DefaultEventsRetention)
 	s.sweep.start()
 	deadline := time.Now().Add(3 * time.Second)
@@ -82,7 +90,7 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(evs) == 1 && evs[0].Type == lock.EventExpired && evs[0].Lock == "f" {
+		if len(evs) == 1 && evs[0].Type == lock.EventExpired && evs[0].Lock == "g" {
 			break
 		}
 		if len(evs) > 1 || time.Now().After(deadline) {

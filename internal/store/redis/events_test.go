@@ -483,6 +483,25 @@ func TestEvents_read_in_pages(t *testing.T) {
 	storetest.WantCode(t, err, lock.CodeInvalid)
 }
 
+// TestEvents_gone_only_when_trimmed: a resume point before the oldest event
+// is fine while the log never trimmed anything (0-0 reads everything), and
+// on a log that has recorded nothing yet.
+func TestEvents_gone_only_when_trimmed(t *testing.T) {
+	s := openEvents(t, redistest.Start(t), newPrefix())
+	if evs, err := s.ReadEvents(ctx, "0-0", 10); err != nil || len(evs) != 0 {
+		t.Fatalf("after 0-0 on a log with nothing recorded: %v, %v", evs, err)
+	}
+	l := acquire(t, s, lock.AcquireRequest{Lock: "a", Owner: "o"}).Lease
+	release(t, s, l, true)
+	evs, err := s.ReadEvents(ctx, "0-0", 10)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("after 0-0 on a log that trimmed nothing: %v, %v", evs, err)
+	}
+	if evs, err := s.ReadEvents(ctx, "1-0", 10); err != nil || len(evs) != 2 {
+		t.Fatalf("after 1-0 on a log that trimmed nothing: %v, %v", evs, err)
+	}
+}
+
 // TestEvents_retention: while this process writes, the sweeper trims
 // events older than the retention.
 func TestEvents_retention(t *testing.T) {

@@ -20,14 +20,14 @@ func TestScripts_pinned(t *testing.T) {
 		script *goredis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "a3b6ab2b5422c7795982535ad784c93c8d1ca550"},
-		{"renew.lua", renewScript, "816a978f7dfc2f12e74a3003d7752bb998abe156"},
-		{"release.lua", releaseScript, "fcbb655bcd5e9147d16fc2c6630d159ce6c827a3"},
-		{"force_release.lua", forceReleaseScript, "e3e4e9b76d9ce6dd8f358ae20dda43d2d79d9d3d"},
-		{"inspect.lua", inspectScript, "4454a53c199bf0d645a471162a6a56261703152e"},
-		{"abandon.lua", abandonScript, "61c7e7302cc388c32503fc2490a14f54a696258c"},
-		{"leave.lua", leaveScript, "756513d3d687ece68f3d735b817da5fca5912733"},
-		{"expire.lua", expireScript, "6118d79eff729170a78c5254c0fc0f234c261720"},
+		{"acquire.lua", acquireScript, "b606f584d14a8365c343cbefd11806b00ed3ce9b"},
+		{"renew.lua", renewScript, "c768c9fdd041e3e66e485c4a64f180ba3f9ba10e"},
+		{"release.lua", releaseScript, "43bf2b995a1246854bbd88e2905ce084b3e0f90b"},
+		{"force_release.lua", forceReleaseScript, "a6ed16ced2a5d2ec7ea73c545f49ae8a2a7d402b"},
+		{"inspect.lua", inspectScript, "7d6b791240fc17f8182e451b4d346b1d8d308e87"},
+		{"abandon.lua", abandonScript, "9eb5a26e62efd1f67e322f6b39bf09102db5c861"},
+		{"leave.lua", leaveScript, "30c65593be6bc86586212e83f3d93b7ced087e86"},
+		{"expire.lua", expireScript, "4ddc601bfd4a1ea753d5519b0be639f83eed1d09"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -208,13 +208,25 @@ local function prune_shared(now)
 	return redis.call('ZCARD', KEYS[5])
 end
 
--- keep_shared makes the shared keys outlive their longest lease and no more,
--- so that a name whose holders all died leaves nothing behind.
+-- EXPIRED_GRACE is how long (ms) the shared keys outlive their longest
+-- lease while events are recorded: their records tell the expiry of the
+-- last leases to the sweeper, which records it and drops them within a
+-- second, or to the name's next script, which records it before its own
+-- event. The grace only matters while no sweeper runs.
+local EXPIRED_GRACE = 600000
+
+-- keep_shared makes the shared keys outlive their longest lease and no more
+-- (but the grace), so that a name whose holders all died leaves nothing
+-- behind.
 local function keep_shared()
 	local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
 	if last[2] then
-		redis.call('PEXPIREAT', KEYS[4], last[2])
-		redis.call('PEXPIREAT', KEYS[5], last[2])
+		local at = tonumber(last[2])
+		if EVENTS_MAX > 0 then
+			at = at + EXPIRED_GRACE
+		end
+		redis.call('PEXPIREAT', KEYS[4], fmt(at))
+		redis.call('PEXPIREAT', KEYS[5], fmt(at))
 	end
 end
 

@@ -1,0 +1,90 @@
+package redisstate_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/oklog/ulid/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/webhook"
+	"github.com/lockapi/lockapi/internal/webhook/redisstate"
+	"github.com/lockapi/lockapi/internal/webhook/statetest"
+)
+
+// newState returns a State on rdb under a prefix of the test's own, whose
+// keys are deleted when the test ends.
+func newState(t *testing.T, rdb goredis.UniversalClient) webhook.State {
+	prefix := "test:" + ulid.Make().String() + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		del := func(c *goredis.Client) {
+			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				c.Del(ctx, iter.Val())
+			}
+		}
+		switch c := rdb.(type) {
+		case *goredis.Client:
+			del(c)
+		case *goredis.ClusterClient:
+			_ = c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { del(n); return nil })
+		}
+	})
+	return redisstate.New(rdb, prefix, 0)
+}
+
+func TestConformance(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	statetest.Run(t, func(t *testing.T) webhook.State { return newState(t, rdb) })
+}
+
+// TestConformance_cluster: a subscription's keys share a slot, so the
+// same commands work on Redis Cluster.
+func TestConformance_cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	rdb := redistest.StartCluster(t).Client(t)
+	statetest.Run(t, func(t *testing.T) webhook.State { return newState(t, rdb) })
+}
+
+// TestKeys pins the key names: other instances, and operators, find the
+// State by them.
+func TestKeys(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	s := redisstate.New(rdb, "pin:", 0)
+	t.Cleanup(func() {
+		rdb.Del(ctx, "pin:webhooks:subs", "pin:webhooks:dedupe", "pin:webhooks:{wh:abc}:cursor", "pin:webhooks:{wh:abc}:dead", "pin:webhooks:{wh:abc}:replay")
+	})
+	sub := webhook.Subscription{ID: "abc", URL: "https://a.example/", Secrets: []string{webhook.NewSecret()}, Source: webhook.SourceAPI}
+	if err := s.Create(ctx, sub, "1-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddDeadLetter(ctx, "abc", webhook.DeadLetter{EventID: "2-0", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for key, typ := range map[string]string{
+		"pin:webhooks:subs":            "hash",
+		"pin:webhooks:dedupe":          "hash",
+		"pin:webhooks:{wh:abc}:cursor": "string",
+		"pin:webhooks:{wh:abc}:dead":   "hash",
+	} {
+		if got := rdb.Type(ctx, key).Val(); got != typ {
+			t.Errorf("TYPE %s = %q, want %q", key, got, typ)
+		}
+	}
+}
+
+// TestUnavailable: a Redis that does not answer is CodeUnavailable.
+func TestUnavailable(t *testing.T) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	_, err := redisstate.New(rdb, "x:", 0).List(context.Background())
+	if lock.ErrorCode(err) != lock.CodeUnavailable {
+		t.Fatalf("List on no Redis: %v", err)
+	}
+}

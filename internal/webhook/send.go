@@ -1,0 +1,127 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// DefaultTimeout bounds one delivery attempt, from dialing to the end of
+// the receiver's answer.
+const DefaultTimeout = 10 * time.Second
+
+// userAgent names lockapi to receivers.
+const userAgent = "lockapi-webhooks/1"
+
+// maxAnswer is how much of a receiver's answer is read: enough to keep the
+// connection for the next delivery, and nothing is kept.
+const maxAnswer = 64 << 10
+
+// Outcome is how one delivery attempt ended (the outcome label of
+// lockapi_webhook_deliveries_total), or that an event was given up.
+type Outcome string
+
+const (
+	OutcomeDelivered   Outcome = "delivered"     // the receiver answered 2xx
+	OutcomeRejected    Outcome = "rejected"      // it answered something else (3xx included: redirects are not followed)
+	OutcomeUnreachable Outcome = "unreachable"   // no answer: DNS, connection, TLS or the timeout failed
+	OutcomeRefused     Outcome = "refused"       // the destination is not allowed (a private address)
+	OutcomeDeadLetter  Outcome = "dead_lettered" // the event was given up and kept as a dead letter
+)
+
+// Attempt is what one delivery attempt found.
+type Attempt struct {
+	Outcome Outcome
+	// Status is the receiver's HTTP status, 0 when it gave none.
+	Status int
+	// Err says why the attempt failed; nil when it was delivered.
+	Err      error
+	Duration time.Duration
+	// RetryAfter is the receiver's Retry-After, in seconds, on a 429 or
+	// 503: the next attempt waits at least that long.
+	RetryAfter time.Duration
+}
+
+// OK reports whether the receiver took the message.
+func (a Attempt) OK() bool { return a.Outcome == OutcomeDelivered }
+
+// sender makes delivery attempts: each a signed POST through a transport
+// that dials only addresses the Policy allows, follows no redirect and
+// uses no proxy (a proxy would dial for us, unchecked).
+type sender struct {
+	client  *http.Client
+	timeout time.Duration
+	now     func() time.Time
+}
+
+func newSender(p Policy, timeout time.Duration) *sender {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	tr := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           p.DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   timeout,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConnsPerHost:   2,
+		IdleConnTimeout:       90 * time.Second,
+	}
+	return &sender{
+		client: &http.Client{
+			Transport: tr,
+			// A redirect could point anywhere, another host or a
+			// private address: it is answered as a failure.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		timeout: timeout,
+		now:     time.Now,
+	}
+}
+
+// send POSTs one signed message to sub's URL.
+func (s *sender) send(ctx context.Context, sub Subscription, id string, body []byte) Attempt {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := s.now()
+	a := s.post(ctx, sub, id, body, start)
+	a.Duration = s.now().Sub(start)
+	return a
+}
+
+func (s *sender) post(ctx context.Context, sub Subscription, id string, body []byte, at time.Time) Attempt {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.URL, bytes.NewReader(body))
+	if err != nil {
+		return Attempt{Outcome: OutcomeRefused, Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	SignHeaders(req.Header, sub.Secrets, id, at, body)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if re, ok := errors.AsType[*RefusedError](err); ok {
+			return Attempt{Outcome: OutcomeRefused, Err: re}
+		}
+		return Attempt{Outcome: OutcomeUnreachable, Err: err}
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return Attempt{Outcome: OutcomeDelivered, Status: resp.StatusCode}
+	}
+	a := Attempt{Outcome: OutcomeRejected, Status: resp.StatusCode, Err: fmt.Errorf("the receiver answered %s", resp.Status)}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		a.Err = fmt.Errorf("the receiver answered %s: redirects are not followed; subscribe the final URL", resp.Status)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			a.RetryAfter = time.Duration(secs) * time.Second
+		}
+	}
+	return a
+}

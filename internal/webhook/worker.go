@@ -1,0 +1,388 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+const (
+	// leasePrincipal is the principal of the workers' leases.
+	leasePrincipal = "lockapi"
+	// leaseWait is how long one wait for a subscription's lease lasts
+	// before the worker waits again (it wakes at once when the lease is
+	// released or expires).
+	leaseWait = time.Minute
+	// batch is how many events one read of the log returns at most.
+	batch = 100
+	// replayPoll is how long a worker waits for events before it looks
+	// for replays queued on other instances.
+	replayPoll = 2 * time.Second
+	// persistEvery is how often a cursor that moved past events the
+	// subscription skips is recorded; a delivered event is recorded at
+	// once.
+	persistEvery = 10 * time.Second
+	// stateRetry spaces the tries of a State or log call that failed.
+	stateRetryMin, stateRetryMax = 100 * time.Millisecond, 5 * time.Second
+	// callTimeout bounds a store call made when the worker's context may
+	// already be over (releasing the lease).
+	callTimeout = 5 * time.Second
+)
+
+// worker delivers one subscription's events, in log order, while it holds
+// the subscription's lease.
+type worker struct {
+	svc  *Service
+	sub  Subscription
+	log  zerolog.Logger
+	stop func()
+	// wake is poked when a replay was queued on this instance.
+	wake chan struct{}
+
+	// retrying is true while the event at hand failed and waits for its
+	// next attempt; head is the time (unix ns) of the event at hand, 0
+	// while there is none. Read by the metrics.
+	retrying atomic.Bool
+	head     atomic.Int64
+}
+
+func startWorker(ctx context.Context, svc *Service, sub Subscription) *worker {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &worker{
+		svc:  svc,
+		sub:  sub,
+		log:  svc.log.With().Str("component", "webhook").Str("webhook", sub.ID).Logger(),
+		wake: make(chan struct{}, 1),
+	}
+	done := make(chan struct{})
+	w.stop = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		w.run(ctx)
+	}()
+	return w
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run takes the subscription's lease whenever it is free, and delivers
+// while it holds it, until ctx ends.
+func (w *worker) run(ctx context.Context) {
+	req := lock.AcquireRequest{
+		Lock:      LeaseName(w.sub.ID),
+		Owner:     w.svc.cfg.Owner,
+		Principal: leasePrincipal,
+		TTL:       w.svc.cfg.LeaseTTL,
+	}
+	retry := newRetry()
+	for ctx.Err() == nil {
+		g, err := lock.AcquireWait(ctx, w.svc.cfg.Store, req, leaseWait)
+		switch {
+		case err == nil:
+			retry.reset()
+			w.log.Info().Uint64("token", g.Lease.Token).Msg("webhook worker took the subscription's lease: delivering from this instance")
+			w.hold(ctx, g.Lease)
+		case ctx.Err() != nil:
+			return
+		case lock.ErrorCode(err) == lock.CodeHeld:
+			// Another instance delivers; wait again.
+		default:
+			w.log.Warn().Err(err).Msg("webhook worker cannot take its lease")
+			retry.sleep(ctx)
+		}
+	}
+}
+
+// hold delivers while the lease lives: a goroutine renews it, and ends the
+// delivery when the lease is lost. On the way out the lease is released,
+// so another instance takes over at once.
+func (w *worker) hold(ctx context.Context, lease lock.Lease) {
+	hctx, cancel := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		w.renew(hctx, cancel, lease)
+	}()
+	w.deliver(hctx)
+	cancel()
+	<-renewed
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer rcancel()
+	_, err := w.svc.cfg.Store.Release(rctx, lock.LeaseRef{Lock: lease.Lock, ID: lease.ID}, true)
+	if err != nil && lock.ErrorCode(err) != lock.CodeLeaseLost {
+		w.log.Debug().Err(err).Msg("webhook worker could not release its lease; it expires")
+	}
+}
+
+// renew renews the lease every third of its TTL until ctx ends. When the
+// lease is lost, or cannot be renewed before it would have expired, it
+// calls lost: another instance may deliver from then on.
+func (w *worker) renew(ctx context.Context, lost context.CancelFunc, lease lock.Lease) {
+	ttl := w.svc.cfg.LeaseTTL
+	validUntil := time.Now().Add(ttl)
+	every := ttl / 3
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, min(callTimeout, time.Until(validUntil)))
+		start := time.Now()
+		_, err := w.svc.cfg.Store.Renew(rctx, lock.LeaseRef{Lock: lease.Lock, ID: lease.ID}, ttl)
+		cancel()
+		switch {
+		case err == nil:
+			validUntil = start.Add(ttl)
+			t.Reset(every)
+		case ctx.Err() != nil:
+			return
+		case lock.ErrorCode(err) == lock.CodeLeaseLost:
+			w.log.Warn().Msg("webhook worker lost its lease: another instance delivers now")
+			lost()
+			return
+		case time.Until(validUntil) <= 0:
+			w.log.Warn().Err(err).Msg("webhook worker could not renew its lease in time: it stops delivering")
+			lost()
+			return
+		default:
+			t.Reset(min(every, max(time.Until(validUntil)/4, 10*time.Millisecond)))
+		}
+	}
+}
+
+// deliver reads the log from the cursor and delivers what the
+// subscription selects, until ctx ends.
+func (w *worker) deliver(ctx context.Context) {
+	cursor, ok := w.cursor(ctx)
+	if !ok {
+		return
+	}
+	persisted, persistedAt := cursor, time.Now()
+	persist := func() {
+		if err := w.svc.cfg.State.SetCursor(ctx, w.sub.ID, cursor); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn().Err(err).Str("cursor", cursor).Msg("webhook worker cannot record its cursor; it tries again after the next event")
+			}
+			return
+		}
+		persisted, persistedAt = cursor, time.Now()
+	}
+	retry := newRetry()
+	for ctx.Err() == nil {
+		if !w.replays(ctx) {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, replayPoll)
+		evs, err := w.waitEvents(wctx, cursor)
+		polled := wctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case polled:
+			// Nothing new: look for replays again.
+		case lock.ErrorCode(err) == lock.CodeEventsGone:
+			w.log.Error().Err(err).Str("cursor", cursor).Msg("webhook worker's cursor is older than the event log keeps: the events in between are lost to this subscription; it goes on from the oldest kept")
+			cursor = ""
+		case err != nil:
+			w.log.Warn().Err(err).Msg("webhook worker cannot read the event log")
+			retry.sleep(ctx)
+			continue
+		}
+		retry.reset()
+		for _, e := range evs {
+			if !w.sub.Match(e) {
+				cursor = e.ID
+				continue
+			}
+			if !w.deliverOne(ctx, e.ID, encode(NewPayload(e)), e.Time, true) {
+				return
+			}
+			cursor = e.ID
+			persist()
+		}
+		if cursor != persisted && time.Since(persistedAt) >= persistEvery {
+			persist()
+		}
+	}
+}
+
+// waitEvents waits for the events after cursor. A replay queued on this
+// instance ends the wait at once, with no events and no error.
+func (w *worker) waitEvents(ctx context.Context, cursor string) ([]lock.Event, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-w.wake:
+			cancel()
+		case <-stop:
+		}
+	}()
+	evs, err := w.svc.cfg.Log.WaitEvents(wctx, cursor, batch)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		return nil, nil // woken for a replay
+	}
+	return evs, err
+}
+
+// cursor returns where the subscription's delivery stands. A subscription
+// without one (from the file, delivered for the first time) starts after
+// the newest event.
+func (w *worker) cursor(ctx context.Context) (string, bool) {
+	retry := newRetry()
+	for ctx.Err() == nil {
+		cursor, ok, err := w.svc.cfg.State.Cursor(ctx, w.sub.ID)
+		if err == nil && !ok {
+			if cursor, err = w.svc.cfg.Log.LastEventID(ctx); err == nil {
+				err = w.svc.cfg.State.SetCursor(ctx, w.sub.ID, cursor)
+			}
+		}
+		if err == nil {
+			return cursor, true
+		}
+		if ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("webhook worker cannot read its cursor")
+		}
+		retry.sleep(ctx)
+	}
+	return "", false
+}
+
+// replays delivers the dead letters queued for replay; false when ctx
+// ended first.
+func (w *worker) replays(ctx context.Context) bool {
+	for {
+		rs, err := w.svc.cfg.State.Replays(ctx, w.sub.ID, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn().Err(err).Msg("webhook worker cannot read its replays")
+			}
+			return ctx.Err() == nil // the next round tries again
+		}
+		if len(rs) == 0 {
+			return true
+		}
+		for _, d := range rs {
+			if !w.deliverOne(ctx, d.EventID, d.Payload, time.Now(), false) {
+				return false
+			}
+			if err := w.svc.cfg.State.DoneReplay(ctx, w.sub.ID, d.EventID); err != nil {
+				// Delivered again by the next round: at least once.
+				return ctx.Err() == nil
+			}
+		}
+	}
+}
+
+// deliverOne delivers one message until the receiver takes it or the
+// retry period that began at since ends, when it becomes a dead letter.
+// It reports false only when ctx ended first: the message is then neither
+// delivered nor given up, and whoever delivers next tries it again.
+func (w *worker) deliverOne(ctx context.Context, id string, body []byte, since time.Time, fromLog bool) bool {
+	w.head.Store(since.UnixNano())
+	defer func() {
+		w.head.Store(0)
+		w.retrying.Store(false)
+	}()
+	deadline := since.Add(w.svc.cfg.RetryFor)
+	failures := 0
+	for {
+		a := w.svc.send.send(ctx, w.sub, id, body)
+		if ctx.Err() != nil {
+			// Cut short by shutdown or a lost lease: not the
+			// receiver's failure.
+			return false
+		}
+		w.svc.observe(a.Outcome)
+		if a.OK() {
+			return true
+		}
+		failures++
+		ev := w.log.Info()
+		if failures > 1 {
+			ev = w.log.Debug()
+		}
+		ev.Str("event", id).Str("outcome", string(a.Outcome)).Int("status", a.Status).Err(a.Err).Int("failures", failures).Msg("webhook delivery failed")
+		if !time.Now().Before(deadline) {
+			return w.bury(ctx, DeadLetter{EventID: id, Payload: json.RawMessage(body), Attempts: failures,
+				LastStatus: a.Status, LastError: errText(a.Err), FailedAt: time.Now().UTC()})
+		}
+		w.retrying.Store(true)
+		wait := max(w.svc.cfg.Backoff.Delay(failures), min(a.RetryAfter, w.svc.cfg.Backoff.Max))
+		// The last attempt is made when the period ends, not after.
+		wait = min(wait, max(time.Until(deadline), 0))
+		if !sleep(ctx, wait) {
+			return false
+		}
+	}
+}
+
+// bury keeps a message the worker gave up on as a dead letter; false when
+// ctx ended before it was kept.
+func (w *worker) bury(ctx context.Context, d DeadLetter) bool {
+	retry := newRetry()
+	for {
+		err := w.svc.cfg.State.AddDeadLetter(ctx, w.sub.ID, d)
+		if err == nil {
+			w.svc.observe(OutcomeDeadLetter)
+			w.log.Warn().Str("event", d.EventID).Int("attempts", d.Attempts).Str("last_error", d.LastError).Msg("webhook delivery given up: the event is a dead letter now")
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		w.log.Warn().Err(err).Str("event", d.EventID).Msg("webhook worker cannot keep a dead letter")
+		if !retry.sleep(ctx) {
+			return false
+		}
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// retry spaces the tries of a failing store call: full jitter, doubling
+// from stateRetryMin to stateRetryMax.
+type retry struct{ failures int }
+
+func newRetry() *retry  { return &retry{} }
+func (r *retry) reset() { r.failures = 0 }
+func (r *retry) sleep(ctx context.Context) bool {
+	r.failures++
+	return sleep(ctx, Backoff{Min: stateRetryMin, Max: stateRetryMax}.Delay(r.failures)+stateRetryMin/10)
+}
