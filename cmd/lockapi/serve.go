@@ -299,7 +299,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var st lock.Store
 	var hookState webhook.State
 	if c.RedisURL == "" {
-		st = memory.New()
+		st = memory.NewWithOptions(memory.Options{MaxEvents: c.EventsMax, EventRetention: c.EventsRetention, NoEvents: !c.Events})
 		hookState = memstate.New()
 		log.Warn().Msg("no Redis configured (LOCKAPI_REDIS_URL): running on the embedded memory store; locks live only as long as this process")
 	} else {
