@@ -195,12 +195,25 @@ func TestRecord(t *testing.T) {
 		}
 	}
 	rec("metrics-off", "", 1000)
-	rec("metrics-off", "", 1100) // replaces the first
-	rec("metrics-on", "metrics-off", 1067)
-
+	// Notes written by hand between the markers survive every recording.
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	const notes = notesBegin + "\n## What the rows mean\n\nhand-written\n" + notesEnd
+	doc := strings.Replace(string(b), "## How to reproduce", notes+"\n\n## How to reproduce", 1)
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec("metrics-off", "", 1100) // replaces the first
+	rec("metrics-on", "metrics-off", 1067)
+
+	b, err = os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), notes) != 1 {
+		t.Errorf("the notes did not survive two recordings:\n%s", b)
 	}
 	rows, m := parseDoc(string(b))
 	if len(rows) != 2 {

@@ -25,6 +25,10 @@ import (
 const (
 	rowsBegin = "<!-- lockbench:rows:begin -->"
 	rowsEnd   = "<!-- lockbench:rows:end -->"
+	// Text between these markers is written by hand (what the rows
+	// mean); a recording keeps it as it is.
+	notesBegin = "<!-- lockbench:notes:begin -->"
+	notesEnd   = "<!-- lockbench:notes:end -->"
 )
 
 // targetMetricsOverhead is the most throughput that metrics may cost.
@@ -82,7 +86,7 @@ func record(ctx context.Context, cfg *config, res *result, log io.Writer) error 
 		return err
 	}
 	tmp := cfg.record + ".tmp"
-	if err := os.WriteFile(tmp, []byte(renderDoc(m, rows)), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(renderDoc(m, rows, notesOf(string(old)))), 0o644); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, cfg.record); err != nil {
@@ -303,7 +307,17 @@ func readTrim(path string) string {
 }
 
 // renderDoc writes the whole file.
-func renderDoc(m machine, rows []row) string {
+// notesOf returns the hand-written notes of a benchmarks file, markers
+// included, or "" when it has none.
+func notesOf(doc string) string {
+	i, j := strings.Index(doc, notesBegin), strings.Index(doc, notesEnd)
+	if i < 0 || j < i {
+		return ""
+	}
+	return doc[i:j+len(notesEnd)] + "\n\n"
+}
+
+func renderDoc(m machine, rows []row, notes string) string {
 	var b strings.Builder
 	b.WriteString(`# Benchmarks
 
@@ -365,9 +379,7 @@ server, and much less with the machine's mood. Latencies are in milliseconds
 		}
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
-	b.WriteString(rowsEnd + `
-
-## How to reproduce
+	b.WriteString(rowsEnd + "\n\n" + notes + `## How to reproduce
 
 ` + "```sh" + `
 redis-server --port 6399 --save '' --appendonly no --daemonize yes
@@ -382,6 +394,15 @@ R=redis://127.0.0.1:6399/0
 /tmp/lockbench handoff -redis $R -record docs/BENCHMARKS.md
 kill %1; /tmp/lockapi &               # idle: a fresh process, so that RSS starts low
 /tmp/lockbench idle -redis $R -record docs/BENCHMARKS.md
+/tmp/lockbench sse -redis $R -record docs/BENCHMARKS.md
+for k in lock fair semaphore multi shared; do        # the lock kinds
+  /tmp/lockbench handoff -kind $k -label kind-$k -prefix h$k: -redis $R -record docs/BENCHMARKS.md
+  /tmp/lockbench throughput -kind $k -label kind-$k -prefix t$k: -redis $R -record docs/BENCHMARKS.md
+done
+
+LOCKAPI_EVENTS=false LOCKAPI_ADDR=:8081 LOCKAPI_REDIS_URL=redis://127.0.0.1:6398/0 /tmp/lockapi &   # events off
+/tmp/lockbench throughput -label events -against http://127.0.0.1:8081 -redis $R -record docs/BENCHMARKS.md
+kill %2
 
 LOCKAPI_ADDR=:8081 LOCKAPI_METRICS=false /tmp/lockapi &   # metrics off, beside the first
 /tmp/lockbench throughput -label metrics -against http://127.0.0.1:8081 -redis $R -record docs/BENCHMARKS.md
