@@ -55,6 +55,23 @@ type State interface {
 	DoneReplay(ctx context.Context, id, eventID string) error
 }
 
+// Notifier is implemented by a State that tells of changes to the
+// subscriptions, so that a Service reads them only when they changed
+// instead of polling. A State shared by several instances (redisstate)
+// tells of the changes made through any of them.
+type Notifier interface {
+	// Changes returns a channel that receives a value soon after a
+	// subscription is created or deleted or a dead letter is queued for
+	// replay, and once the notices are subscribed to, the first time and
+	// after every reconnection (a change made while not subscribed is not
+	// told). Values coalesce: one may stand for several changes, and it
+	// names none. The channel is closed once ctx ends.
+	//
+	// A notice may be lost (a connection that fails as it is sent), so
+	// the Service still reads the subscriptions every Config.Refresh.
+	Changes(ctx context.Context) <-chan struct{}
+}
+
 // MaxDeadLetters bounds a subscription's dead letters: past it the oldest
 // are dropped, so that a receiver that is gone for good costs bounded
 // memory.

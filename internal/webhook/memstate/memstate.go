@@ -20,9 +20,14 @@ type State struct {
 	cursors map[string]string
 	dead    map[string]map[string]webhook.DeadLetter // id -> event id -> letter
 	replays map[string]map[string]webhook.DeadLetter
+	// watchers are the channels of Changes.
+	watchers map[chan struct{}]struct{}
 }
 
-var _ webhook.State = (*State)(nil)
+var (
+	_ webhook.State    = (*State)(nil)
+	_ webhook.Notifier = (*State)(nil)
+)
 
 // New returns an empty State.
 func New() *State {
@@ -32,6 +37,35 @@ func New() *State {
 		cursors: map[string]string{},
 		dead:    map[string]map[string]webhook.DeadLetter{},
 		replays: map[string]map[string]webhook.DeadLetter{},
+
+		watchers: map[chan struct{}]struct{}{},
+	}
+}
+
+// Changes tells of the subscriptions created and deleted and the replays
+// queued in this State: in memory, no change is ever missed.
+func (m *State) Changes(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	ch <- struct{}{} // subscribed
+	m.mu.Lock()
+	m.watchers[ch] = struct{}{}
+	m.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.watchers, ch)
+		close(ch)
+	})
+	return ch
+}
+
+// changedLocked tells every watcher of a change; m.mu is held.
+func (m *State) changedLocked() {
+	for ch := range m.watchers {
+		select {
+		case ch <- struct{}{}:
+		default: // one is pending already
+		}
 	}
 }
 
@@ -53,6 +87,7 @@ func (m *State) Create(ctx context.Context, sub webhook.Subscription, cursor str
 	m.dedupe[key] = sub.ID
 	m.subs[sub.ID] = clone(sub)
 	m.cursors[sub.ID] = cursor
+	m.changedLocked()
 	return nil
 }
 
@@ -88,6 +123,7 @@ func (m *State) Delete(ctx context.Context, id string) error {
 	delete(m.cursors, id)
 	delete(m.dead, id)
 	delete(m.replays, id)
+	m.changedLocked()
 	return nil
 }
 
@@ -140,6 +176,7 @@ func (m *State) Replay(ctx context.Context, id, eventID string) error {
 		m.replays[id] = map[string]webhook.DeadLetter{}
 	}
 	m.replays[id][eventID] = d
+	m.changedLocked()
 	return nil
 }
 

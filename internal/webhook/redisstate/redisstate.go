@@ -14,12 +14,19 @@
 // that touch several of them at once (MULTI, DEL) work on Redis Cluster too;
 // no command touches keys of two subscriptions. The same code serves a
 // single Redis, Sentinel and Cluster.
+//
+// Creating or deleting a subscription and queueing a replay also PUBLISH the
+// subscription's id on the channel webhooks:changed (under the prefix), to
+// which Changes subscribes: instances read the subscriptions when they
+// change instead of polling. It is classic pub/sub, which Redis Cluster
+// delivers to the subscribers on every node.
 package redisstate
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"slices"
 	"time"
 
@@ -32,6 +39,14 @@ import (
 // DefaultCallTimeout bounds each Redis call when Options give none.
 const DefaultCallTimeout = 5 * time.Second
 
+// healthEvery is how long the connection of Changes may stay silent before
+// a PING checks that it still works: a connection that died silently would
+// miss every notice. A variable for the tests.
+var healthEvery = 5 * time.Minute
+
+// Bounds of the wait between two tries to subscribe to the notices.
+const resubscribeMin, resubscribeMax = 100 * time.Millisecond, 5 * time.Second
+
 // State is a webhook.State in Redis.
 type State struct {
 	rdb     goredis.UniversalClient
@@ -39,7 +54,10 @@ type State struct {
 	timeout time.Duration
 }
 
-var _ webhook.State = (*State)(nil)
+var (
+	_ webhook.State    = (*State)(nil)
+	_ webhook.Notifier = (*State)(nil)
+)
 
 // New returns a State on rdb whose keys start with prefix + "webhooks:".
 // timeout bounds each call (DefaultCallTimeout when 0).
@@ -56,6 +74,7 @@ func (s *State) tag(id string) string        { return s.prefix + "{wh:" + id + "
 func (s *State) cursorKey(id string) string  { return s.tag(id) + ":cursor" }
 func (s *State) deadKey(id string) string    { return s.tag(id) + ":dead" }
 func (s *State) replaysKey(id string) string { return s.tag(id) + ":replay" }
+func (s *State) channel() string             { return s.prefix + "changed" }
 
 func (s *State) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
@@ -108,7 +127,94 @@ func (s *State) Create(ctx context.Context, sub webhook.Subscription, cursor str
 	if err := s.rdb.Set(ctx, s.cursorKey(sub.ID), cursor, 0).Err(); err != nil {
 		return fail(err)
 	}
-	return fail(s.rdb.HSet(ctx, s.subsKey(), sub.ID, data).Err())
+	if err := s.rdb.HSet(ctx, s.subsKey(), sub.ID, data).Err(); err != nil {
+		return fail(err)
+	}
+	s.changed(ctx, sub.ID)
+	return nil
+}
+
+// changed tells the instances subscribed to Changes that the subscription
+// id changed. The change is made: a notice that cannot be sent is made up
+// for by their next periodic read, so its failure is no error.
+func (s *State) changed(ctx context.Context, id string) {
+	_ = s.rdb.Publish(ctx, s.channel(), id).Err()
+}
+
+// Changes subscribes to the notices that any instance's State sends on
+// changes (see the package doc). While nothing changes it sends nothing
+// but a PING every 5 minutes.
+func (s *State) Changes(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case out <- struct{}{}:
+		default: // one is pending already
+		}
+	}
+	go func() {
+		defer close(out)
+		wait := resubscribeMin
+		for ctx.Err() == nil {
+			if s.listen(ctx, notify) {
+				wait = resubscribeMin
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			wait = min(2*wait, resubscribeMax)
+		}
+	}()
+	return out
+}
+
+// listen subscribes to the notices on a connection of its own and tells
+// of each, and of the subscription, until ctx ends or the connection
+// fails; subscribed says whether the subscription was confirmed.
+func (s *State) listen(ctx context.Context, notify func()) (subscribed bool) {
+	ps := s.rdb.Subscribe(ctx, s.channel())
+	// A receive does not end with ctx: closing the connection ends it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer func() {
+		stop()
+		_ = ps.Close()
+	}()
+	pinged := false
+	for {
+		wait := healthEvery
+		if pinged {
+			wait = s.timeout
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
+		if ctx.Err() != nil {
+			return subscribed
+		}
+		var ne net.Error
+		switch {
+		case err == nil:
+			switch msg.(type) {
+			case *goredis.Subscription:
+				// Subscribed, or subscribed again after go-redis
+				// reconnected: changes may have been missed meanwhile.
+				subscribed = true
+				notify()
+			case *goredis.Message:
+				notify()
+			}
+			pinged = false
+		case errors.As(err, &ne) && ne.Timeout() && !pinged:
+			if ps.Ping(ctx) != nil {
+				return subscribed
+			}
+			pinged = true
+		default:
+			// Failed, or no answer to the PING: a fresh connection.
+			return subscribed
+		}
+	}
 }
 
 func (s *State) List(ctx context.Context) ([]webhook.Subscription, error) {
@@ -156,6 +262,8 @@ func (s *State) Delete(ctx context.Context, id string) error {
 	if err := s.rdb.HDel(ctx, s.subsKey(), id).Err(); err != nil {
 		return fail(err)
 	}
+	// Gone from the list: the workers stop even if what follows fails.
+	defer s.changed(ctx, id)
 	// The dedupe entry goes only if it is still this subscription's; a
 	// stale one is taken over by the next create anyway.
 	key := sub.DedupeKey()
@@ -233,7 +341,11 @@ func (s *State) Replay(ctx context.Context, id, eventID string) error {
 		p.HDel(ctx, s.deadKey(id), eventID)
 		return nil
 	})
-	return fail(err)
+	if err != nil {
+		return fail(err)
+	}
+	s.changed(ctx, id)
+	return nil
 }
 
 func (s *State) Replays(ctx context.Context, id string, limit int) ([]webhook.DeadLetter, error) {

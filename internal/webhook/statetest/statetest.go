@@ -166,6 +166,71 @@ func Run(t *testing.T, newState func(t *testing.T) webhook.State) {
 		}
 	})
 
+	t.Run("Changes", func(t *testing.T) {
+		s := newState(t)
+		n, ok := s.(webhook.Notifier)
+		if !ok {
+			t.Skip("the State is no Notifier")
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ch := n.Changes(cctx)
+		notice := func(what string) {
+			t.Helper()
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					t.Fatalf("%s: Changes closed", what)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: no notice", what)
+			}
+		}
+		quiet := func(what string) {
+			t.Helper()
+			select {
+			case <-ch:
+				t.Fatalf("a notice after %s", what)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		notice("subscribing") // changes before it may have been missed
+		quiet("subscribing")
+		a := sub("https://a.example/")
+		if err := s.Create(ctx, a, ""); err != nil {
+			t.Fatal(err)
+		}
+		notice("Create")
+		// What moves no subscription tells nothing.
+		if err := s.SetCursor(ctx, a.ID, "1-0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddDeadLetter(ctx, a.ID, webhook.DeadLetter{EventID: "1-0", Payload: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+		quiet("SetCursor, AddDeadLetter and List")
+		if err := s.Replay(ctx, a.ID, "1-0"); err != nil {
+			t.Fatal(err)
+		}
+		notice("Replay")
+		if err := s.Delete(ctx, a.ID); err != nil {
+			t.Fatal(err)
+		}
+		notice("Delete")
+		cancel()
+		select {
+		case _, ok := <-ch:
+			if ok {
+				t.Fatal("a notice after the context ended")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Changes not closed when its context ended")
+		}
+	})
+
 	t.Run("DeadLetters_bounded", func(t *testing.T) {
 		if testing.Short() {
 			t.Skip("adds MaxDeadLetters letters")
