@@ -22,9 +22,13 @@ import (
 const (
 	DefaultRetryFor = 24 * time.Hour
 	DefaultLeaseTTL = 10 * time.Second
-	// DefaultRefresh is how often an instance looks for subscriptions
-	// that other instances created or deleted.
-	DefaultRefresh = 5 * time.Second
+	// DefaultRefresh is how often an instance reads the subscriptions
+	// again in case it missed a State's notice of a change (Notifier): a
+	// safety net, since each change is read when its notice arrives.
+	DefaultRefresh = 5 * time.Minute
+	// DefaultPollRefresh is the Refresh of a State that is no Notifier:
+	// polling is then the only way to see other instances' changes.
+	DefaultPollRefresh = 5 * time.Second
 	// resolveTimeout bounds the look-up of a new subscription's host.
 	resolveTimeout = 5 * time.Second
 )
@@ -49,8 +53,11 @@ type Config struct {
 	// LeaseTTL is the TTL of a worker's lease: how soon another instance
 	// takes a subscription over from one that died (DefaultLeaseTTL).
 	LeaseTTL time.Duration
-	// Refresh is how often the list of subscriptions is read again
-	// (DefaultRefresh).
+	// Refresh is how often the list of subscriptions is read again even
+	// though the State told of no change (DefaultRefresh; with a State
+	// that is no Notifier, DefaultPollRefresh). It also bounds how long a
+	// worker waits for events before it looks for replays that were
+	// queued while a notice was lost.
 	Refresh time.Duration
 	// Owner names this instance in its leases; "" picks the host name
 	// and a random suffix.
@@ -96,6 +103,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
+		if _, ok := cfg.State.(Notifier); !ok {
+			cfg.Refresh = DefaultPollRefresh
+		}
 	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
@@ -118,11 +128,20 @@ func New(cfg Config) (*Service, error) {
 // Run runs a delivery worker for every subscription until ctx ends, and
 // waits for them to stop; each releases its lease on the way out, so that
 // another instance takes over at once.
+//
+// It reads the subscriptions when it starts, on each notice of a change
+// from a State that is a Notifier, and otherwise every Refresh: while
+// nothing changes it sends the State nothing more often than that.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Refresh)
+	var changes <-chan struct{}
+	if n, ok := s.cfg.State.(Notifier); ok {
+		changes = n.Changes(ctx)
+	}
+	t := time.NewTimer(s.cfg.Refresh)
 	defer t.Stop()
 	for {
 		s.reconcile(ctx)
+		t.Reset(s.cfg.Refresh)
 		select {
 		case <-ctx.Done():
 			s.mu.Lock()
@@ -134,8 +153,28 @@ func (s *Service) Run(ctx context.Context) {
 			}
 			return
 		case <-t.C:
+			// Replays queued while a notice was lost.
+			s.pokeWorkers()
 		case <-s.refresh:
+		case _, ok := <-changes:
+			if !ok {
+				changes = nil // ctx ended
+				continue
+			}
+			// The change may be a replay queued on another instance:
+			// the worker holding its subscription's lease delivers it
+			// now rather than on its next look.
+			s.pokeWorkers()
 		}
+	}
+}
+
+// pokeWorkers wakes every worker to look for replays.
+func (s *Service) pokeWorkers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.workers {
+		w.poke()
 	}
 }
 

@@ -20,9 +20,6 @@ const (
 	leaseWait = time.Minute
 	// batch is how many events one read of the log returns at most.
 	batch = 100
-	// replayPoll is how long a worker waits for events before it looks
-	// for replays queued on other instances.
-	replayPoll = 2 * time.Second
 	// persistEvery is how often a cursor that moved past events the
 	// subscription skips is recorded; a delivered event is recorded at
 	// once.
@@ -41,7 +38,8 @@ type worker struct {
 	sub  Subscription
 	log  zerolog.Logger
 	stop func()
-	// wake is poked when a replay was queued on this instance.
+	// wake is poked when a replay may have been queued: on this instance,
+	// or on another that the State's notice tells of.
 	wake chan struct{}
 
 	// retrying is true while the event at hand failed and waits for its
@@ -185,7 +183,10 @@ func (w *worker) deliver(ctx context.Context) {
 		if !w.replays(ctx) {
 			return
 		}
-		wctx, cancel := context.WithTimeout(ctx, replayPoll)
+		// Replays queued on any instance wake the worker (Service.Run
+		// pokes it on the State's notice); the wait's end is the safety
+		// net for a notice lost.
+		wctx, cancel := context.WithTimeout(ctx, w.svc.cfg.Refresh)
 		evs, err := w.waitEvents(wctx, cursor)
 		polled := wctx.Err() != nil && ctx.Err() == nil
 		cancel()
