@@ -3,6 +3,7 @@ package redisstate_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
@@ -86,5 +87,39 @@ func TestUnavailable(t *testing.T) {
 	_, err := redisstate.New(rdb, "x:", 0).List(context.Background())
 	if lock.ErrorCode(err) != lock.CodeUnavailable {
 		t.Fatalf("List on no Redis: %v", err)
+	}
+}
+
+// TestChanges_across_instances_and_silence: notices cross instances (two
+// clients, one prefix), and a connection silent past the health check's
+// PING keeps its subscription without telling of changes that were none.
+func TestChanges_across_instances_and_silence(t *testing.T) {
+	redisstate.SetHealthEvery(t.Cleanup, 100*time.Millisecond)
+	srv := redistest.Start(t)
+	prefix := "test:" + ulid.Make().String() + ":"
+	a := redisstate.New(srv.Client(t), prefix, 0)
+	b := redisstate.New(srv.Client(t), prefix, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := a.Changes(ctx)
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not subscribed")
+	}
+	select {
+	case <-ch:
+		t.Fatal("a notice while nothing changed (past several health PINGs)")
+	case <-time.After(time.Second):
+	}
+	sub := webhook.Subscription{ID: webhook.NewID(), URL: "https://a.example/", Secrets: []string{webhook.NewSecret()}, Source: webhook.SourceAPI}
+	if err := b.Create(context.Background(), sub, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Delete(context.Background(), sub.ID) })
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notice of the other instance's Create")
 	}
 }
