@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -366,4 +369,61 @@ func eventsStatus(t *testing.T, s *server, key string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestUI_webhooks creates a webhook over the API and finds it on the
+// dashboard's webhooks page, its secret nowhere in the HTML. Plain HTTP:
+// no browser needed.
+func TestUI_webhooks(t *testing.T) {
+	adminKey, adminLine := uiKey(t, "ops", auth.ScopeAdmin)
+	s := startServer(t, append([]string{"LOCKAPI_API_KEYS=" + adminLine}, webhookEnv...))
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(receiver.Close)
+
+	var created struct {
+		ID     string `json:"id"`
+		URL    string `json:"url"`
+		Secret string `json:"secret"`
+	}
+	uiCall(t, s, adminKey, "POST", "/v1/webhooks", map[string]any{"url": receiver.URL + "/hook", "prefix": "deploy:"}, &created)
+	if created.ID == "" || !strings.HasPrefix(created.Secret, "whsec_") {
+		t.Fatalf("created %+v", created)
+	}
+
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.PostForm(s.URL+"/ui/signin", url.Values{"key": {adminKey}, "next": {"/ui/webhooks"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || len(cookies) != 1 {
+		t.Fatalf("sign in: %d %v", resp.StatusCode, cookies)
+	}
+	get := func(path string) string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.URL+path, nil)
+		req.AddCookie(cookies[0])
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	page := get("/ui/webhooks")
+	secret := strings.TrimPrefix(created.Secret, "whsec_")
+	if !strings.Contains(page, `data-webhook="`+created.ID+`"`) || !strings.Contains(page, created.URL) {
+		t.Fatalf("the page does not list webhook %s:\n%s", created.ID, page)
+	}
+	if strings.Contains(page, secret) || strings.Contains(page, "whsec_") {
+		t.Fatalf("the webhook's secret is on the page:\n%s", page)
+	}
+	if dl := get("/ui/webhooks/" + created.ID + "/dead-letters"); !strings.Contains(dl, "No dead letters") || strings.Contains(dl, secret) {
+		t.Fatalf("dead letters page:\n%s", dl)
+	}
 }

@@ -189,7 +189,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.Get("/readyz", s.handleReady)
 	r.Get("/openapi.yaml", s.handleOpenAPI)
 	// The admin dashboard; its live feed asks this router for /v1/events.
-	r.Mount("/ui", ui.New(store, cfg.Keys, r))
+	r.Mount("/ui", ui.New(store, cfg.Keys, r, cfg.Webhooks))
 	s.router = r
 	return s
 }

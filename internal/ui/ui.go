@@ -38,17 +38,20 @@ type Handler struct {
 	keys  *auth.Keyring
 	// api serves the JSON API: the live feed is its GET /v1/events, asked
 	// with the session's key.
-	api   http.Handler
-	pages map[string]*template.Template
-	next  http.Handler
+	api http.Handler
+	// webhooks serves the webhooks page; nil: no webhooks.
+	webhooks Webhooks
+	pages    map[string]*template.Template
+	next     http.Handler
 }
 
 // New returns the dashboard of store. keys are the API's keys (none: the
 // dashboard is open); api is the API's handler, which serves the event
-// stream the live feed shows.
-func New(store lock.Store, keys *auth.Keyring, api http.Handler) *Handler {
-	h := &Handler{store: store, keys: keys, api: api, pages: map[string]*template.Template{}}
-	for _, name := range []string{"signin", "locks", "lock", "confirm", "error"} {
+// stream the live feed shows; webhooks, when not nil, is the webhook
+// service whose subscriptions the webhooks page lists.
+func New(store lock.Store, keys *auth.Keyring, api http.Handler, webhooks Webhooks) *Handler {
+	h := &Handler{store: store, keys: keys, api: api, webhooks: webhooks, pages: map[string]*template.Template{}}
+	for _, name := range []string{"signin", "locks", "lock", "confirm", "error", "webhooks", "deadletters"} {
 		h.pages[name] = template.Must(template.New("").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}
 
@@ -71,6 +74,8 @@ func New(store lock.Store, keys *auth.Keyring, api http.Handler) *Handler {
 	mux.HandleFunc("GET /ui/locks/{name}", h.withSession(true, h.handleLock))
 	mux.HandleFunc("GET /ui/locks/{name}/release", h.withSession(true, h.handleConfirm))
 	mux.HandleFunc("POST /ui/locks/{name}/release", h.withSession(false, h.handleForceRelease))
+	mux.HandleFunc("GET /ui/webhooks", h.withSession(true, h.handleWebhooks))
+	mux.HandleFunc("GET /ui/webhooks/{id}/dead-letters", h.withSession(true, h.handleDeadLetters))
 	// What the pages' script fetches.
 	mux.HandleFunc("GET /ui/rows", h.withSession(false, h.handleRows))
 	mux.HandleFunc("GET /ui/locks/{name}/state", h.withSession(false, h.handleLockState))

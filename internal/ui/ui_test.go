@@ -28,6 +28,12 @@ type dash struct {
 
 func newDash(t *testing.T, store lock.Store) *dash {
 	t.Helper()
+	return newDashWith(t, store, nil)
+}
+
+// newDashWith is newDash with the webhook service webhooks.
+func newDashWith(t *testing.T, store lock.Store, webhooks Webhooks) *dash {
+	t.Helper()
 	d := &dash{store: store}
 	var lines []string
 	key := func(principal string, scope auth.Scope, pattern string) string {
@@ -49,7 +55,7 @@ func newDash(t *testing.T, store lock.Store) *dash {
 		d.api = r
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, ": the API\n\n")
-	}))
+	}), webhooks)
 	return d
 }
 
@@ -267,7 +273,7 @@ func TestList(t *testing.T) {
 
 func TestOpenServer(t *testing.T) {
 	store := memory.New()
-	h := New(store, nil, http.NotFoundHandler())
+	h := New(store, nil, http.NotFoundHandler(), nil)
 	w := serve(h, "GET", "/ui/", "", nil)
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "Open server") || len(w.Result().Cookies()) != 1 {
 		t.Fatalf("%d %v\n%s", w.Code, w.Result().Cookies(), w.Body)
