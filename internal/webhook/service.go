@@ -330,6 +330,13 @@ func (s *Service) DeadLetters(ctx context.Context, id, after string, limit int) 
 	return s.cfg.State.DeadLetters(ctx, id, after, limit)
 }
 
+// Cursor returns the id of the last event a subscription is done with
+// (delivered or dead-lettered), wherever its worker runs; ok is false when
+// its delivery has not started. The dashboard shows it.
+func (s *Service) Cursor(ctx context.Context, id string) (cursor string, ok bool, err error) {
+	return s.cfg.State.Cursor(ctx, id)
+}
+
 // Replay queues a dead letter for delivery again: the subscription's
 // worker, wherever it runs, delivers it before its next event, with a
 // fresh retry period.
