@@ -52,21 +52,13 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Principal = c.principal
 
-	ctx := r.Context()
-	if wait > 0 {
-		var end func()
-		var err error
-		if ctx, end, err = s.beginWait(r, c); err != nil {
-			Error(w, r, err)
-			return
-		}
-		defer end()
-	}
-	start := time.Now()
-	g, err := lock.AcquireWait(ctx, s.store, req, wait)
-	err = waitError(ctx, err)
-	if wait > 0 {
-		s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	var g lock.Grant
+	admitted, err := s.acquiring(w, r, c, wait, func(ctx context.Context) (err error) {
+		g, err = lock.AcquireWait(ctx, s.store, req, wait)
+		return err
+	})
+	if !admitted {
+		return
 	}
 	if err != nil {
 		Error(w, r, &lock.LockError{Lock: req.Lock, Err: err})
@@ -82,6 +74,28 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", leaseLocation(g.Lease))
 	writeJSON(w, r, status, s.newLease(g.Lease))
+}
+
+// acquiring runs acquire, which may wait up to wait. A waiting acquire is
+// first admitted under the waiter limits (admitted is false when it was
+// refused; the refusal is answered), and its wait is timed for the wait
+// histogram. err is acquire's, or the cause that ended the wait.
+func (s *Server) acquiring(w http.ResponseWriter, r *http.Request, c caller, wait time.Duration, acquire func(ctx context.Context) error) (admitted bool, err error) {
+	ctx := r.Context()
+	if wait > 0 {
+		var end func()
+		if ctx, end, err = s.beginWait(r, c); err != nil {
+			Error(w, r, err)
+			return false, nil
+		}
+		defer end()
+	}
+	start := time.Now()
+	err = waitError(ctx, acquire(ctx))
+	if wait > 0 {
+		s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	}
+	return true, err
 }
 
 // waitOutcome names how a waiting acquire ended, for the wait histogram.

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -46,21 +47,13 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 		reqs[i].Principal = c.principal
 	}
 
-	ctx := r.Context()
-	if wait > 0 {
-		var end func()
-		var err error
-		if ctx, end, err = s.beginWait(r, c); err != nil {
-			Error(w, r, err)
-			return
-		}
-		defer end()
-	}
-	start := time.Now()
-	grants, err := lock.AcquireAll(ctx, s.store, reqs, wait)
-	err = waitError(ctx, err)
-	if wait > 0 {
-		s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	var grants []lock.Grant
+	admitted, err := s.acquiring(w, r, c, wait, func(ctx context.Context) (err error) {
+		grants, err = lock.AcquireAll(ctx, s.store, reqs, wait)
+		return err
+	})
+	if !admitted {
+		return
 	}
 	if err != nil {
 		Error(w, r, err)
