@@ -168,14 +168,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	params := &api.AcquireLeaseParams{IdempotencyKey: &key}
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	for {
-		var wait time.Duration
-		if opts.Wait > 0 {
-			wait = time.Until(deadline)
-		}
-		body.WaitMs = nil
-		if ms := wait.Milliseconds(); ms > 0 {
-			body.WaitMs = &ms
-		}
+		wait, waitMs := remaining(deadline)
+		body.WaitMs = waitMs
 		rctx, cancel := context.WithTimeout(ctx, wait+c.timeout)
 		sent := time.Now()
 		resp, err := c.api.AcquireLeaseWithResponse(rctx, name, params, body)
@@ -273,6 +267,19 @@ func (c *Client) WithLock(ctx context.Context, name string, opts AcquireOptions,
 	return fn(fctx, l)
 }
 
+// remaining is what is left of an acquire's wait that ends at deadline (zero:
+// no wait): the time, and the wait_ms to ask the server for (nil: try once).
+func remaining(deadline time.Time) (time.Duration, *int64) {
+	if deadline.IsZero() {
+		return 0, nil
+	}
+	wait := time.Until(deadline)
+	if ms := wait.Milliseconds(); ms > 0 {
+		return wait, &ms
+	}
+	return wait, nil
+}
+
 // uniqueOwner returns an owner nobody else uses: host, process id and 48
 // random bits.
 func uniqueOwner() string {
@@ -347,14 +354,8 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts AcquireOpt
 	}
 	bo := newBackoff(100*time.Millisecond, 5*time.Second)
 	for {
-		var wait time.Duration
-		if opts.Wait > 0 {
-			wait = time.Until(deadline)
-		}
-		body.WaitMs = nil
-		if ms := wait.Milliseconds(); ms > 0 {
-			body.WaitMs = &ms
-		}
+		wait, waitMs := remaining(deadline)
+		body.WaitMs = waitMs
 		rctx, cancel := context.WithTimeout(ctx, wait+c.timeout)
 		sent := time.Now()
 		resp, err := c.api.AcquireLeasesWithResponse(rctx, body)
