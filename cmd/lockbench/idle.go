@@ -179,22 +179,11 @@ func runIdle(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 
 	// The window. The tool's own INFO and CLIENT calls are left out of the
 	// command count; nothing else of the tool touches Redis meanwhile.
-	meter := &cpuMeter{pid: pid, rdb: rdb}
-	cpu0 := meter.sample(ctx)
-	inWindow.Store(true)
-	calls0, err := commandCalls(ctx, rdb)
+	win, err := measureWindow(ctx, wctx, rdb, pid, cfg.window, &inWindow)
 	if err != nil {
-		return nil, fmt.Errorf("INFO commandstats: %w", err)
+		return nil, err
 	}
-	t0 := time.Now()
-	sleep(wctx, cfg.window)
-	calls1, err := commandCalls(ctx, rdb)
-	if err != nil {
-		return nil, fmt.Errorf("INFO commandstats: %w", err)
-	}
-	window := time.Since(t0)
-	inWindow.Store(false)
-	cpu1 := meter.sample(ctx)
+	cpu0, cpu1, window := win.cpu0, win.cpu1, win.took
 	if err := runErr.get(); err != nil {
 		return nil, err
 	}
@@ -206,7 +195,7 @@ func runIdle(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	during := serverMem(ctx, mon, pid)
 	metrics, _ := scrapeMetrics(ctx, mon)
 
-	cmds, lockCmds, breakdown := commandDiff(calls0, calls1)
+	cmds, lockCmds, breakdown := commandDiff(win.calls0, win.calls1)
 	r := cfg.newResult()
 	r.setInt("waiters", int64(n))
 	r.set("parked_by", how)
@@ -257,6 +246,41 @@ func runIdle(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 			Pass: lockCmds == 0, NA: na},
 	)
 	return r, nil
+}
+
+// window is a measured stretch of a run: Redis's command counts and the CPU
+// of the server and Redis at its start and end.
+type window struct {
+	cpu0, cpu1     cpuSample
+	calls0, calls1 map[string]int64
+	took           time.Duration
+}
+
+// measureWindow samples CPU and Redis's command counts, waits d (or until
+// wctx ends) and samples them again. during, when set, is true while the
+// command counts are being taken.
+func measureWindow(ctx, wctx context.Context, rdb *redis.Client, pid int, d time.Duration, during *atomic.Bool) (window, error) {
+	var w window
+	meter := &cpuMeter{pid: pid, rdb: rdb}
+	w.cpu0 = meter.sample(ctx)
+	if during != nil {
+		during.Store(true)
+	}
+	var err error
+	if w.calls0, err = commandCalls(ctx, rdb); err != nil {
+		return w, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	t0 := time.Now()
+	sleep(wctx, d)
+	if w.calls1, err = commandCalls(ctx, rdb); err != nil {
+		return w, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	w.took = time.Since(t0)
+	if during != nil {
+		during.Store(false)
+	}
+	w.cpu1 = meter.sample(ctx)
+	return w, nil
 }
 
 // waitQuiet waits until Redis has run no command (but the tool's own) for

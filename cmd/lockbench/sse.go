@@ -103,27 +103,18 @@ func runSSE(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	}
 	fmt.Fprintf(log, "lockbench: %d streams open (redis quiet: %v); measuring for %v\n", n, quiet, cfg.window)
 
-	meter := &cpuMeter{pid: pid, rdb: rdb}
-	cpu0 := meter.sample(ctx)
-	calls0, err := commandCalls(ctx, rdb)
+	win, err := measureWindow(ctx, sctx, rdb, pid, cfg.window, nil)
 	if err != nil {
-		return nil, fmt.Errorf("INFO commandstats: %w", err)
+		return nil, err
 	}
-	t0 := time.Now()
-	sleep(sctx, cfg.window)
-	calls1, err := commandCalls(ctx, rdb)
-	if err != nil {
-		return nil, fmt.Errorf("INFO commandstats: %w", err)
-	}
-	window := time.Since(t0)
-	cpu1 := meter.sample(ctx)
 	if err := runErr.get(); err != nil {
 		return nil, err
 	}
 	during := serverMem(ctx, mon, pid)
 	clients, _, _ := clientCounts(ctx, rdb)
 
-	cmds, lockCmds, breakdown := commandDiff(calls0, calls1)
+	cmds, lockCmds, breakdown := commandDiff(win.calls0, win.calls1)
+	window := win.took
 	r := cfg.newResult()
 	r.setInt("streams", int64(n))
 	r.set("window", window.Round(time.Millisecond).String())
@@ -142,7 +133,7 @@ func runSSE(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	r.setFloat("redis_cmds_per_s", float64(cmds)/window.Seconds(), 2)
 	r.setFloat("lock_cmds_per_s", float64(lockCmds)/window.Seconds(), 2)
 	r.set("redis_cmds", breakdown)
-	addCPU(r, cpu0, cpu1)
+	addCPU(r, win.cpu0, win.cpu1)
 	r.targets = append(r.targets, target{What: "Redis commands/s with idle event streams (pub/sub keep-alive PINGs aside)", Want: "0 (1,000 streams)",
 		Got:  strconv.FormatFloat(float64(lockCmds)/window.Seconds(), 'f', 2, 64) + " (" + breakdown + ")",
 		Pass: lockCmds == targetSSECmds, NA: n != targetSSEStreams})
