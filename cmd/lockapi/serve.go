@@ -126,7 +126,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	metricsOn := envOr("LOCKAPI_METRICS", "true")
 	str(&metricsOn, "metrics", "LOCKAPI_METRICS", metricsOn, "serve Prometheus metrics at /metrics (true or false)")
 	eventsOn := envOr("LOCKAPI_EVENTS", "true")
-	str(&eventsOn, "events", "LOCKAPI_EVENTS", eventsOn, "record every lock change in the event log (true or false; Redis Cluster records none yet)")
+	str(&eventsOn, "events", "LOCKAPI_EVENTS", eventsOn, "record every lock change in the event log (true or false)")
 	num(&c.EventsMax, "events-max", "LOCKAPI_EVENTS_MAX", redisstore.DefaultEventsMax, "about how many events the event log keeps at most")
 	dur(&c.EventsRetention, "events-retention", "LOCKAPI_EVENTS_RETENTION", redisstore.DefaultEventsRetention, "how long the event log keeps events at least, within -events-max")
 	str(&c.AdminAddr, "admin-addr", "LOCKAPI_ADMIN_ADDR", "", "address of a separate admin listener with pprof and /metrics; empty: off")
@@ -337,9 +337,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			func() float64 { n, _ := rs.Ghosts(); return float64(n) })
 		m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
 			func() float64 { return float64(rs.MasterSwitches()) })
-		if c.Events && !rs.EventsEnabled() {
-			log.Warn().Msg("events are not recorded on Redis Cluster yet: /v1/events is off")
-		}
 		st = rs
 		hookState = redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
 		log.Info().Str("redis", redisTarget(c)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")

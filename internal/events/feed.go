@@ -261,7 +261,11 @@ func (f *Feed) read(ctx context.Context, gen uint64, pos string) {
 		}
 		f.deliverLocked(evs)
 		f.mu.Unlock()
-		pos = evs[len(evs)-1].ID
+		for _, e := range evs {
+			if !e.Late { // a late event is before pos already
+				pos = e.ID
+			}
+		}
 	}
 }
 
@@ -331,10 +335,15 @@ func (s *Subscription) Next(ctx context.Context) (lock.Event, error) {
 		for len(s.page) > 0 {
 			e := s.page[0]
 			s.page = s.page[1:]
-			if s.last != "" && lock.CompareEventIDs(e.ID, s.last) <= 0 {
+			switch {
+			case e.Late:
+				// Out of order (lock.Event.Late): delivered, leaving the
+				// position where it is.
+			case s.last != "" && lock.CompareEventIDs(e.ID, s.last) <= 0:
 				continue // returned already, from the log or the feed
+			default:
+				s.last = e.ID
 			}
-			s.last = e.ID
 			if s.filter.Match(e) {
 				return e, nil
 			}

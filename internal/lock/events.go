@@ -44,6 +44,12 @@ type Event struct {
 	HoldCount int // holds left after the change
 	Queue     int // queued waiters, where the store knew it (-1: unknown)
 	Time      time.Time
+	// Late marks an event read after events with larger ids: a log that
+	// merges several (Redis Cluster's, one per master) orders them by the
+	// masters' clocks, and a master whose clock is behind records events
+	// that sort before ones already read. A reader delivers a late event
+	// rather than drop it as a repeat.
+	Late bool
 }
 
 // EventFilter selects events: by exact lock or name prefix, and by type.

@@ -205,14 +205,18 @@ func (w *worker) deliver(ctx context.Context) {
 		}
 		retry.reset()
 		for _, e := range evs {
+			next := cursor
+			if !e.Late { // a late event is before the cursor already
+				next = e.ID
+			}
 			if !w.sub.Match(e) {
-				cursor = e.ID
+				cursor = next
 				continue
 			}
 			if !w.deliverOne(ctx, e.ID, encode(NewPayload(e)), e.Time, true) {
 				return
 			}
-			cursor = e.ID
+			cursor = next
 			persist()
 		}
 		if cursor != persisted && time.Since(persistedAt) >= persistEvery {

@@ -85,29 +85,68 @@ func TestTopologies(t *testing.T) {
 			})
 		})
 	}
-	t.Run("cluster-records-no-events", func(t *testing.T) {
+	// No hot key: each master records the events of its names in a log of
+	// its own, and a read merges them, each lock's events in order.
+	t.Run("cluster-one-event-log-per-master", func(t *testing.T) {
 		s := openStore(t, redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false)
-		if s.EventsEnabled() {
-			t.Fatal("EventsEnabled on Redis Cluster")
+		if !s.EventsEnabled() {
+			t.Fatal("events are off on Redis Cluster")
 		}
-		storetest.Acquire(t, s, "a", "o", time.Minute)
-		_, err := s.ReadEvents(ctx, "", 10)
-		storetest.WantCode(t, err, lock.CodeUnavailable)
-		_, err = s.LastEventID(ctx)
-		storetest.WantCode(t, err, lock.CodeUnavailable)
+		from, err := s.LastEventID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const names = 30
+		for i := range names {
+			storetest.Acquire(t, s, fmt.Sprintf("hot:%d", i), "o", time.Minute)
+		}
 		c, err := redisstore.NewClient(redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		var mu sync.Mutex
+		perMaster := map[string]int64{}
 		err = c.UniversalClient.(*goredis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
-			if keys := m.Keys(ctx, "*events*").Val(); len(keys) > 0 {
-				return fmt.Errorf("%s has %v", m.Options().Addr, keys)
+			keys, err := m.Keys(ctx, "*:events").Result()
+			if err != nil {
+				return err
 			}
+			var n int64
+			for _, k := range keys {
+				n += m.XLen(ctx, k).Val()
+			}
+			mu.Lock()
+			perMaster[m.Options().Addr] = n
+			mu.Unlock()
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		busy := 0
+		for addr, n := range perMaster {
+			t.Logf("%s: %d events", addr, n)
+			if n > 0 {
+				busy++
+			}
+		}
+		if busy < 2 {
+			t.Fatalf("events of %d names on %d master(s): %v", names, busy, perMaster)
+		}
+		time.Sleep(s.EventsHold())
+		evs, err := s.ReadEvents(ctx, from, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := map[string]bool{}
+		for _, e := range evs {
+			if e.Type == lock.EventGranted && strings.HasPrefix(e.Lock, "hot:") {
+				granted[e.Lock] = true
+			}
+		}
+		if len(granted) != names {
+			t.Fatalf("read %d grants of %d names", len(granted), names)
 		}
 	})
 }

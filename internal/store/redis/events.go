@@ -19,16 +19,12 @@ import (
 
 var _ lock.EventLog = (*Store)(nil)
 
-// EventsEnabled reports whether the store records events: Options.Events,
-// and not on Redis Cluster, which has no event log yet.
+// EventsEnabled reports whether the store records events (Options.Events).
 func (s *Store) EventsEnabled() bool { return s.events }
 
 // eventsOff is the error of the EventLog methods while no events are
 // recorded.
 func (s *Store) eventsOff() error {
-	if s.cluster != nil {
-		return &lock.Error{Code: lock.CodeUnavailable, Detail: "events are not recorded on Redis Cluster yet"}
-	}
 	return &lock.Error{Code: lock.CodeUnavailable, Detail: "events are not recorded: they are turned off (LOCKAPI_EVENTS=false)"}
 }
 
@@ -56,6 +52,9 @@ func (s *Store) ReadEvents(ctx context.Context, after string, limit int) ([]lock
 	}
 	if limit <= 0 {
 		limit = defaultEventsLimit
+	}
+	if s.clusterLogs != nil {
+		return s.readClusterEvents(ctx, after, limit)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
@@ -112,6 +111,18 @@ func eventsGone(after string, info *goredis.XInfoStreamCmd) error {
 // recorded after after, one blocking XREAD on a connection of its own until
 // something is or ctx ends.
 func (s *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	if s.clusterLogs != nil {
+		if !s.events {
+			return nil, s.eventsOff()
+		}
+		if err := checkAfter(after); err != nil {
+			return nil, err
+		}
+		if limit <= 0 {
+			limit = defaultEventsLimit
+		}
+		return s.waitClusterEvents(ctx, after, limit)
+	}
 	for {
 		evs, err := s.ReadEvents(ctx, after, limit)
 		if err != nil || len(evs) > 0 {
@@ -121,7 +132,7 @@ func (s *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock
 		if from == "" {
 			from = "0-0"
 		}
-		if err := s.blockUntilAfter(ctx, from); err != nil {
+		if err := s.blockUntilAfter(ctx, s.blocking, s.rdb, s.eventsKey(), from); err != nil {
 			return nil, err
 		}
 		// Something was recorded after after: read it as ReadEvents does,
@@ -129,10 +140,11 @@ func (s *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock
 	}
 }
 
-// blockUntilAfter returns once the log holds an event after from, or with
-// ctx's error once ctx ends.
-func (s *Store) blockUntilAfter(ctx context.Context, from string) error {
-	conn, err := s.blocking.get(ctx, s.callTimeout)
+// blockUntilAfter returns once the stream key holds an entry after from, or
+// with ctx's error once ctx ends. It waits on a connection of conns, and
+// unblocks it through node, the client of the same Redis.
+func (s *Store) blockUntilAfter(ctx context.Context, conns *blockingConns, node goredis.Cmdable, key, from string) error {
+	conn, err := conns.get(ctx, s.callTimeout)
 	if err != nil {
 		return storeError(err)
 	}
@@ -145,7 +157,7 @@ func (s *Store) blockUntilAfter(ctx context.Context, from string) error {
 		// The read is bounded by ctx through CLIENT UNBLOCK below, not by
 		// its deadline, which would make go-redis drop the connection.
 		streams, err := conn.c.XRead(context.WithoutCancel(ctx), &goredis.XReadArgs{
-			Streams: []string{s.eventsKey(), from}, Count: 1, Block: 0,
+			Streams: []string{key, from}, Count: 1, Block: 0,
 		}).Result()
 		n := 0
 		for _, st := range streams {
@@ -154,7 +166,7 @@ func (s *Store) blockUntilAfter(ctx context.Context, from string) error {
 		if errors.Is(err, goredis.Nil) {
 			err = nil // unblocked
 		}
-		s.blocking.put(conn, err)
+		conns.put(conn, err)
 		done <- result{n, err}
 	}()
 	select {
@@ -179,7 +191,7 @@ func (s *Store) blockUntilAfter(ctx context.Context, from string) error {
 	giveUp := time.After(s.callTimeout)
 	for {
 		uctx, cancel := context.WithTimeout(context.Background(), s.callTimeout)
-		_ = s.rdb.ClientUnblock(uctx, conn.id).Err()
+		_ = node.ClientUnblock(uctx, conn.id).Err()
 		cancel()
 		select {
 		case <-done:
@@ -195,6 +207,9 @@ func (s *Store) blockUntilAfter(ctx context.Context, from string) error {
 func (s *Store) LastEventID(ctx context.Context) (string, error) {
 	if !s.events {
 		return "", s.eventsOff()
+	}
+	if s.clusterLogs != nil {
+		return s.lastClusterEventID(ctx)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()

@@ -22,8 +22,8 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.sweep.close()
-	s.sweep = nil
+	s.log.sweep.close()
+	s.log.sweep = nil
 	t.Cleanup(func() { s.Close() })
 	short := 30 * time.Millisecond
 	try := func(req lock.AcquireRequest) lock.Lease {
@@ -82,8 +82,8 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 	}
 
 	// The sweeper records what no script saw (g's lease), and nothing twice.
-	s.sweep = newSweeper(s, DefaultEventsRetention)
-	s.sweep.start()
+	s.log.sweep = newSweeper(s, s.log, DefaultEventsRetention)
+	s.log.sweep.start()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		evs, err := s.ReadEvents(ctx, evs[len(evs)-1].ID, 100)

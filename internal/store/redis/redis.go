@@ -43,16 +43,32 @@ var (
 
 	// Each script is loaded once and run with EVALSHA, falling back to EVAL
 	// when Redis lost its script cache (restart, failover, SCRIPT FLUSH).
-	// Every script starts with lib.lua, the helpers they share.
-	acquireScript      = goredis.NewScript(libLua + acquireLua)
-	renewScript        = goredis.NewScript(libLua + renewLua)
-	releaseScript      = goredis.NewScript(libLua + releaseLua)
-	forceReleaseScript = goredis.NewScript(libLua + forceReleaseLua)
-	inspectScript      = goredis.NewScript(libLua + inspectLua)
-	abandonScript      = goredis.NewScript(libLua + abandonLua)
-	leaveScript        = goredis.NewScript(libLua + leaveLua)
-	expireScript       = goredis.NewScript(libLua + expireLua)
+	plainScripts = newScriptSet("")
+	// On Redis Cluster with events, a script writes the event log of the
+	// master that serves its name, whose keys are in another slot of that
+	// master (see events_from in lib.lua): Redis 7 allows it with this flag.
+	clusterScripts = newScriptSet("#!lua flags=allow-cross-slot-keys\n")
 )
+
+// scriptSet holds the scripts, each starting with lib.lua, the helpers they
+// share, after head.
+type scriptSet struct {
+	acquire, renew, release, forceRelease, inspect, abandon, leave, expire *goredis.Script
+}
+
+func newScriptSet(head string) *scriptSet {
+	lib := head + libLua
+	return &scriptSet{
+		acquire:      goredis.NewScript(lib + acquireLua),
+		renew:        goredis.NewScript(lib + renewLua),
+		release:      goredis.NewScript(lib + releaseLua),
+		forceRelease: goredis.NewScript(lib + forceReleaseLua),
+		inspect:      goredis.NewScript(lib + inspectLua),
+		abandon:      goredis.NewScript(lib + abandonLua),
+		leave:        goredis.NewScript(lib + leaveLua),
+		expire:       goredis.NewScript(lib + expireLua),
+	}
+}
 
 // DefaultPrefix is the key prefix when none is configured.
 const DefaultPrefix = "lockapi:"
@@ -63,6 +79,7 @@ const DefaultPrefix = "lockapi:"
 type Store struct {
 	keyspace
 	rdb         goredis.UniversalClient
+	scripts     *scriptSet
 	cluster     *goredis.ClusterClient // nil unless rdb is one
 	callTimeout time.Duration
 	observe     func(script string, d time.Duration)
@@ -77,13 +94,25 @@ type Store struct {
 	// minReplicas: see Options.MinReplicas.
 	minReplicas int
 
-	// events is set while the scripts record events (Options.Events,
-	// outside Redis Cluster); eventsArg is the scripts' events argument:
-	// the log's MAXLEN, or "0" to record none.
+	// events is set while the scripts record events (Options.Events).
+	// eventsArg is the scripts' events argument outside Redis Cluster: the
+	// log's MAXLEN, or "0" to record none (see events_from in lib.lua).
 	events    bool
 	eventsArg string
-	sweep     *sweeper // nil unless events
-	blocking  *blockingConns
+	eventsMax string // the logs' MAXLEN
+	retention time.Duration
+	// log is the event log of a single Redis; clusterLogs those of a
+	// cluster's masters. Both nil unless events.
+	log         *eventLog
+	clusterLogs *clusterLogs
+	// The connections blocking reads of the log wait on: blocking on a
+	// single Redis, nodeBlocking on a cluster (by master address).
+	blocking     *blockingConns
+	blockingMu   sync.Mutex
+	nodeBlocking map[string]*blockingConns
+	// cursors remembers where the latest cluster reads left each log
+	// (clusterevents.go).
+	cursors cursorCache
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -108,7 +137,8 @@ type Options struct {
 	// end at its earlier expiry while its holder works.
 	MinReplicas int
 	// Events records every change in the event log (docs/EVENTS.md), in
-	// the script that makes it. Redis Cluster records none yet.
+	// the script that makes it (on Redis Cluster, in the log of the
+	// master that serves the name).
 	Events bool
 	// EventsMax is about how many events the log keeps at most
 	// (DefaultEventsMax when 0); EventsRetention how long it keeps them at
@@ -145,6 +175,7 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		callTimeout: opts.CallTimeout,
 		observe:     opts.ObserveScript,
 		minReplicas: opts.MinReplicas,
+		scripts:     plainScripts,
 	}
 	if s.callTimeout <= 0 {
 		s.callTimeout = DefaultCallTimeout
@@ -169,7 +200,7 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s.eventsArg = "0"
 	plain := plainClient(rdb)
-	if opts.Events && s.cluster == nil && plain != nil {
+	if opts.Events && (s.cluster != nil || plain != nil) {
 		s.events = true
 		max := opts.EventsMax
 		if max <= 0 {
@@ -179,16 +210,40 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		if retention <= 0 {
 			retention = DefaultEventsRetention
 		}
-		s.eventsArg = strconv.Itoa(max)
-		s.sweep = newSweeper(s, retention)
-		s.blocking = &blockingConns{client: plain}
-		s.listener.(*classicListener).announce(s.expiriesKey(), s.sweep.notice)
+		s.eventsMax = strconv.Itoa(max)
+		s.retention = retention
+		if s.cluster != nil {
+			s.clusterLogs = &clusterLogs{s: s, bySlot: map[int]*eventLog{}}
+			s.scripts = clusterScripts
+			s.nodeBlocking = map[string]*blockingConns{}
+		} else {
+			s.eventsArg = s.eventsMax
+			s.log = &eventLog{slot: -1, key: s.eventsKey(), exp: s.expiriesKey(), arg: s.eventsArg}
+			s.log.sweep = newSweeper(s, s.log, retention)
+			s.blocking = &blockingConns{client: plain}
+			s.listener.(*classicListener).announce(s.expiriesKey(), s.log.sweep.notice)
+		}
 	}
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
-	if s.sweep != nil {
-		s.sweep.start()
+	if s.log != nil {
+		s.log.sweep.start()
+	}
+	if s.clusterLogs != nil {
+		// Each master's log gets its sweeper, and its announcements, once
+		// the slot map names it.
+		sharded := s.listener.(*shardedListener)
+		s.clusterLogs.onNew = func(l *eventLog) {
+			l.sweep = newSweeper(s, l, s.retention)
+			sharded.announce(l.announcer, l.sweep.notice)
+			l.sweep.start()
+		}
+		go func() {
+			// Load the slot map now, so that expiries left by earlier
+			// processes are swept without waiting for a first call.
+			_, _ = s.clusterLogs.all(context.Background())
+		}()
 	}
 	return s, nil
 }
@@ -211,8 +266,8 @@ func plainClient(rdb goredis.UniversalClient) *goredis.Client {
 func (s *Store) keys(name string) []string {
 	lock := s.lockKey(name)
 	events, expiries := lock, lock
-	if s.events {
-		events, expiries = s.eventsKey(), s.expiriesKey()
+	if s.log != nil {
+		events, expiries = s.log.key, s.log.exp
 	}
 	return []string{lock, s.fenceKey(name), s.abandonedKey(name),
 		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name),
@@ -239,6 +294,18 @@ func (s *Store) run(ctx context.Context, name string, script *goredis.Script, ke
 		} else {
 			cmd = script.Run(ctx, s.rdb, keys, args...)
 		}
+		if s.clusterLogs != nil && isNonLocal(cmd.Err()) && attempt < movedAttempts {
+			// The events argument named a log its master does not serve
+			// (the slot map changed): nothing ran; name the right one.
+			if err := s.clusterLogs.load(ctx); err == nil && len(args) > 0 {
+				if _, ok := args[len(args)-1].(string); ok {
+					if ev, _, err := s.eventsOf(ctx, s.nameOfKey(keys[0])); err == nil {
+						args[len(args)-1] = ev
+					}
+				}
+			}
+			continue
+		}
 		if !s.refusedByCluster(cmd.Err()) || attempt == movedAttempts || ctx.Err() != nil {
 			break
 		}
@@ -249,14 +316,6 @@ func (s *Store) run(ctx context.Context, name string, script *goredis.Script, ke
 		s.observe(name, time.Since(start))
 	}
 	return cmd
-}
-
-// recorded tells the sweeper that a script recorded events, so that it
-// keeps the log's retention.
-func (s *Store) recorded() {
-	if s.sweep != nil {
-		s.sweep.noteWrite()
-	}
 }
 
 // refusedByCluster reports a Redis Cluster redirection: the node did not run
@@ -316,6 +375,10 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		}
 		meta = string(b)
 	}
+	ev, evlog, err := s.eventsOf(ctx, req.Lock)
+	if err != nil {
+		return lock.Grant{}, storeError(err)
+	}
 	requestID := ulid.Make().String()
 	keys := s.keys(req.Lock)
 	mode, fair := "x", "0"
@@ -326,8 +389,8 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		fair = "1"
 	}
 	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID, s.eventsArg}
-	cmd, confirmed := s.write(ctx, "acquire", acquireScript, keys, req.MinReplicas, args...)
+		mode, req.Limit, fair, req.WaiterID, ev}
+	cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquire, keys, req.MinReplicas, args...)
 	res, err := cmd.Slice()
 	if err != nil {
 		if outcomeUnknown(err) {
@@ -357,7 +420,7 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	lease.Mode, lease.Limit = lock.Mode(r.str(13)), int(r.int(14))
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
 	if !g.Replayed {
-		s.recorded()
+		evlog.recorded()
 	}
 	if r.err == nil && confirmed < req.MinReplicas {
 		// A failover now could lose this grant and hand the lock to
@@ -434,10 +497,14 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	n, err := s.run(ctx, "abandon", abandonScript, s.keys(name),
-		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish, s.eventsArg).Int64()
+	ev, evlog, err := s.eventsOf(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.run(ctx, "abandon", s.scripts.abandon, s.keys(name),
+		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish, ev).Int64()
 	if n > 0 {
-		s.recorded()
+		evlog.recorded()
 	}
 	return n, err
 }
@@ -445,7 +512,11 @@ func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, err
 // Renew implements lock.Store.
 func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	cmd, confirmed := s.write(ctx, "renew", renewScript, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish, s.eventsArg)
+	ev, evlog, err := s.eventsOf(ctx, name)
+	if err != nil {
+		return lock.Lease{}, storeError(err)
+	}
+	cmd, confirmed := s.write(ctx, "renew", s.scripts.renew, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish, ev)
 	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
@@ -457,7 +528,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	case -1:
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
-	s.recorded()
+	evlog.recorded()
 	lease := r.lease(name, 1)
 	lease.Mode, lease.Limit = lock.Mode(r.str(10)), int(r.int(11))
 	if r.err == nil && confirmed < s.minReplicas {
@@ -475,7 +546,11 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	cmd, confirmed := s.write(ctx, "release", releaseScript, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, s.eventsArg)
+	ev, evlog, err := s.eventsOf(ctx, name)
+	if err != nil {
+		return out, storeError(err)
+	}
+	cmd, confirmed := s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, ev)
 	res, err := cmd.Slice()
 	if err != nil {
 		return out, storeError(err)
@@ -491,7 +566,7 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	out.Released = r.int(2) == 1
 	out.Retried = r.int(3) == 1
 	if !out.Retried {
-		s.recorded()
+		evlog.recorded()
 	}
 	if r.err == nil && confirmed < s.minReplicas {
 		return out, unconfirmed("release", confirmed, s.minReplicas,
@@ -502,7 +577,7 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 
 // Inspect implements lock.Store.
 func (s *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
-	res, err := s.run(ctx, "inspect", inspectScript, s.keys(name)).Slice()
+	res, err := s.run(ctx, "inspect", s.scripts.inspect, s.keys(name)).Slice()
 	if err != nil {
 		return lock.State{}, storeError(err)
 	}
@@ -593,12 +668,16 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
-	n, err := s.run(ctx, "force_release", forceReleaseScript, s.keys(name), s.channel(name), s.publish, principal, s.eventsArg).Int()
+	ev, evlog, err := s.eventsOf(ctx, name)
+	if err != nil {
+		return false, storeError(err)
+	}
+	n, err := s.run(ctx, "force_release", s.scripts.forceRelease, s.keys(name), s.channel(name), s.publish, principal, ev).Int()
 	if err != nil {
 		return false, storeError(err)
 	}
 	if n == 1 {
-		s.recorded()
+		evlog.recorded()
 	}
 	return n == 1, nil
 }
@@ -659,7 +738,7 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	}
 	calls := make([]*scriptCall, len(names))
 	for i, name := range names {
-		calls[i] = &scriptCall{script: inspectScript, keys: s.keys(name)}
+		calls[i] = &scriptCall{script: s.scripts.inspect, keys: s.keys(name)}
 	}
 	if len(calls) > 0 {
 		runPipelined(ctx, s.rdb, calls)
@@ -822,8 +901,11 @@ func (s *Store) clusterCovered(ctx context.Context) error {
 // Close stops the pub/sub connection, the reaper and the sweeper. It does
 // not close the Redis client.
 func (s *Store) Close() error {
-	if s.sweep != nil {
-		s.sweep.close()
+	if s.log != nil && s.log.sweep != nil {
+		s.log.sweep.close()
+	}
+	if s.clusterLogs != nil {
+		s.clusterLogs.close()
 	}
 	if s.batch != nil {
 		s.batch.close()
@@ -833,6 +915,11 @@ func (s *Store) Close() error {
 	if s.blocking != nil {
 		s.blocking.close()
 	}
+	s.blockingMu.Lock()
+	for _, b := range s.nodeBlocking {
+		b.close()
+	}
+	s.blockingMu.Unlock()
 	return err
 }
 
@@ -878,7 +965,7 @@ func transientReply(err error) bool {
 
 // Leave implements lock.Store.
 func (s *Store) Leave(ctx context.Context, name, waiterID string) error {
-	if err := s.run(ctx, "leave", leaveScript, s.keys(name), waiterID, s.channel(name), s.publish).Err(); err != nil {
+	if err := s.run(ctx, "leave", s.scripts.leave, s.keys(name), waiterID, s.channel(name), s.publish).Err(); err != nil {
 		return storeError(err)
 	}
 	return nil

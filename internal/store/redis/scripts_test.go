@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -20,14 +19,14 @@ func TestScripts_pinned(t *testing.T) {
 		script *goredis.Script
 		sha    string
 	}{
-		{"acquire.lua", acquireScript, "b606f584d14a8365c343cbefd11806b00ed3ce9b"},
-		{"renew.lua", renewScript, "c768c9fdd041e3e66e485c4a64f180ba3f9ba10e"},
-		{"release.lua", releaseScript, "43bf2b995a1246854bbd88e2905ce084b3e0f90b"},
-		{"force_release.lua", forceReleaseScript, "a6ed16ced2a5d2ec7ea73c545f49ae8a2a7d402b"},
-		{"inspect.lua", inspectScript, "7d6b791240fc17f8182e451b4d346b1d8d308e87"},
-		{"abandon.lua", abandonScript, "9eb5a26e62efd1f67e322f6b39bf09102db5c861"},
-		{"leave.lua", leaveScript, "30c65593be6bc86586212e83f3d93b7ced087e86"},
-		{"expire.lua", expireScript, "4ddc601bfd4a1ea753d5519b0be639f83eed1d09"},
+		{"acquire.lua", plainScripts.acquire, "03f86209f95060276294062e629d23397379e895"},
+		{"renew.lua", plainScripts.renew, "bd72d6abc2c27f3c01b47af41e246e58346f7f63"},
+		{"release.lua", plainScripts.release, "057f7709f9630062ac75ef1afd1d7f1e0636241d"},
+		{"force_release.lua", plainScripts.forceRelease, "565a47bf0e158421f83d3b0630f67b390eeefe10"},
+		{"inspect.lua", plainScripts.inspect, "77d245a34d7a150b359e2915a53512b3a3fb3e96"},
+		{"abandon.lua", plainScripts.abandon, "bb1da827f89d9136ae2277870bea62cb0aaaa3e5"},
+		{"leave.lua", plainScripts.leave, "ec8837f84bc01843ff2198d86b151442e1d4488b"},
+		{"expire.lua", plainScripts.expire, "361749c8add5957d2c6ad181a21dc785fc26d61e"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
@@ -64,26 +63,4 @@ func TestKeys_share_one_cluster_slot(t *testing.T) {
 	if _, err := New(nil, Options{Prefix: "bad{"}); err == nil {
 		t.Error("a prefix with a brace was accepted")
 	}
-}
-
-// clusterSlot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or
-// of the whole key without one, modulo 16384.
-func clusterSlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
 }

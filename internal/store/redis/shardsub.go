@@ -36,6 +36,10 @@ type shardedListener struct {
 	home   map[string]*shardConn // by lock name: where its channel is subscribed
 
 	reconnects atomic.Int64
+
+	// announced holds the names whose channel stays subscribed for good,
+	// with the function their messages go to (see announce).
+	announced map[string]func(payload string)
 }
 
 // shardConn is the SSUBSCRIBE connection to one master.
@@ -156,7 +160,7 @@ func (l *shardedListener) receive(sc *shardConn) {
 			if backoff == 50*time.Millisecond {
 				// The first failure of a streak: notices may be lost
 				// from now on, so everyone looks again once.
-				l.hub.Reset()
+				l.lost()
 			}
 			signal(sc.moved)
 			select {
@@ -180,6 +184,12 @@ func (l *shardedListener) receive(sc *shardConn) {
 				l.mu.Unlock()
 			}
 			continue
+		}
+		if m, ok := msg.(*goredis.Message); ok {
+			if fn := l.announcedFor(m.Channel); fn != nil {
+				fn(m.Payload)
+				continue
+			}
 		}
 		deliver(l.hub, l.keys, msg)
 	}
@@ -271,7 +281,7 @@ func (l *shardedListener) move(sc *shardConn, giveUp bool) (stay, done bool) {
 		_ = to.ps.SSubscribe(ctx, l.keys.channel(name))
 	}
 	if moved > 0 {
-		l.hub.Reset()
+		l.lost()
 	}
 
 	l.mu.Lock()
@@ -296,5 +306,58 @@ func signal(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:
+	}
+}
+
+// announce keeps name's channel subscribed for the life of the listener, on
+// whichever master serves it, and hands every message on it to fn, and ""
+// whenever messages may have been lost (a connection failed, a channel
+// moved, or the first subscription is confirmed).
+func (l *shardedListener) announce(name string, fn func(payload string)) {
+	l.mu.Lock()
+	if l.announced == nil {
+		l.announced = map[string]func(string){}
+	}
+	l.announced[name] = fn
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+			if err := l.Subscribe(name); err == nil {
+				fn("")
+				return
+			}
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+	}()
+}
+
+func (l *shardedListener) announcedFor(channel string) func(string) {
+	name, ok := l.keys.nameOfChannel(channel)
+	if !ok {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.announced[name]
+}
+
+// lost wakes everyone who relies on messages that may have been lost: the
+// hub's waiters look again, and so does every announcement's reader.
+func (l *shardedListener) lost() {
+	l.hub.Reset()
+	l.mu.Lock()
+	fns := make([]func(string), 0, len(l.announced))
+	for _, fn := range l.announced {
+		fns = append(fns, fn)
+	}
+	l.mu.Unlock()
+	for _, fn := range fns {
+		fn("")
 	}
 }

@@ -25,10 +25,13 @@ import (
 // finds them. Whenever announcements may have been lost (a new pub/sub
 // connection, a Sentinel master switch) it looks at the set again.
 //
-// It also trims the log to its retention, every tenth of it (10 s at most),
-// and only while this process writes: an idle Redis gets no command from it.
+// It also trims the log to its retention, once a second at most (a tenth
+// of the retention when shorter), and only while this process writes: the
+// trim ends a second after the last write, and an idle Redis gets no
+// command from it.
 type sweeper struct {
 	s         *Store
+	log       *eventLog
 	retention time.Duration
 
 	poke    chan struct{} // something below changed
@@ -49,12 +52,15 @@ const (
 	sweepBatch = 100
 	// maxTrimEvery bounds how often the log is trimmed to its retention
 	// while this process writes: every tenth of the retention, or this.
-	maxTrimEvery = 10 * time.Second
+	// XTRIM with ~ removes whole stream nodes, so a trim that finds
+	// nothing to remove is cheap.
+	maxTrimEvery = time.Second
 )
 
-func newSweeper(s *Store, retention time.Duration) *sweeper {
+func newSweeper(s *Store, log *eventLog, retention time.Duration) *sweeper {
 	return &sweeper{
 		s:         s,
+		log:       log,
 		retention: retention,
 		poke:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -189,13 +195,17 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 	s := sw.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.callTimeout)
 	defer cancel()
+	node, err := s.logNode(ctx, sw.log)
+	if err != nil {
+		return 0, offset, err
+	}
 	sent := time.Now()
-	pipe := s.rdb.Pipeline()
+	pipe := node.Pipeline()
 	now := pipe.Time(ctx)
-	first := pipe.ZRangeWithScores(ctx, s.expiriesKey(), 0, sweepBatch-1)
+	first := pipe.ZRangeWithScores(ctx, sw.log.exp, 0, sweepBatch-1)
 	if trim {
 		minID := strconv.FormatInt(sent.Add(offset).Add(-sw.retention).UnixMilli(), 10) + "-0"
-		pipe.XTrimMinIDApprox(ctx, s.eventsKey(), minID, 0)
+		pipe.XTrimMinIDApprox(ctx, sw.log.key, minID, 0)
 	}
 	_, _ = pipe.Exec(ctx)
 	// A failed trim waits for the next one; expiries go on.
@@ -219,13 +229,13 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 			continue
 		}
 		name, _, _ := strings.Cut(member, "\n")
-		calls = append(calls, &scriptCall{script: expireScript, keys: s.keys(name), args: []any{member, s.eventsArg}})
+		calls = append(calls, &scriptCall{script: s.scripts.expire, keys: s.keys(name), args: []any{member, sw.log.arg}})
 	}
 	if mark {
 		// The announced mark is due: no script moves it now (an expiry
 		// to come is later), so it goes, and the look that follows sees
 		// every expiry added without an announcement meanwhile.
-		if err := s.rdb.ZRem(ctx, s.expiriesKey(), "").Err(); err != nil {
+		if err := node.ZRem(ctx, sw.log.exp, "").Err(); err != nil {
 			return 0, offset, err
 		}
 	}

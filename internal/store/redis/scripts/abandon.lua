@@ -6,7 +6,7 @@
 -- ARGV[2]  unlock channel
 -- ARGV[3]  how long to remember the request id, in milliseconds
 -- ARGV[4]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
--- ARGV[5]  events: the event log's MAXLEN, "0" to record none (lib.lua)
+-- ARGV[5]  events: see events_from in lib.lua ("0" to record none)
 --
 -- The request id goes into the abandoned set first: an acquire that is still
 -- on its way (in a socket buffer of a paused Redis, say) and runs after this
@@ -26,7 +26,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local req, channel, publish = ARGV[1], ARGV[2], ARGV[4]
-EVENTS_MAX = tonumber(ARGV[5])
+events_from(ARGV[5])
 redis.call('SADD', KEYS[3], req)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 

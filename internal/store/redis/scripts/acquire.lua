@@ -14,7 +14,7 @@
 -- ARGV[10] semaphore limit, "0" for a lock
 -- ARGV[11] "1" for a fair acquire
 -- ARGV[12] waiter id, "" for a try (see lock.NewWaiterID)
--- ARGV[13] events: the event log's MAXLEN, "0" to record none (lib.lua)
+-- ARGV[13] events: see events_from in lib.lua ("0" to record none)
 --
 -- Returns, when granted:
 --   {1, fresh (1|0), lease id, owner, principal, token, hold count, ttl ms,
@@ -50,7 +50,7 @@ local shared = ARGV[9] == 's'
 local limit = tonumber(ARGV[10])
 local fair = ARGV[11] == '1'
 local waiter = ARGV[12]
-EVENTS_MAX = tonumber(ARGV[13])
+events_from(ARGV[13])
 local mode = 'exclusive'
 if shared then
 	mode = 'shared'

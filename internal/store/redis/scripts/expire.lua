@@ -1,9 +1,9 @@
 -- expire.lua: record the expiry of one lease the sweeper found due in the
--- expiries set (KEYS[9]); run only while events are recorded. The keys are
+-- expiries set (see EV_EXP in lib.lua); run only while events are recorded. The keys are
 -- listed in lib.lua; KEYS[1..7] are those of the lease's name.
 --
--- ARGV[1]  the lease's member of KEYS[9] (see record in lib.lua)
--- ARGV[2]  events: the event log's MAXLEN
+-- ARGV[1]  the lease's member of EV_EXP (see record in lib.lua)
+-- ARGV[2]  events: see events_from in lib.lua
 --
 -- Whoever removes the member records the expiry, so sweepers of several
 -- instances, and the scripts of the name itself, record it once. A lease
@@ -15,26 +15,26 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local member = ARGV[1]
-EVENTS_MAX = tonumber(ARGV[2])
-if not redis.call('ZSCORE', KEYS[9], member) then
+events_from(ARGV[2])
+if not redis.call('ZSCORE', EV_EXP, member) then
 	return 1
 end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'exp')
 settle_exclusive(now, h[1])
 prune_shared(now)
-if not redis.call('ZSCORE', KEYS[9], member) then
+if not redis.call('ZSCORE', EV_EXP, member) then
 	return 1
 end
 
 local f = split_member(member)
 local id = f[2]
 if h[1] == id then
-	redis.call('ZADD', KEYS[9], h[2], member)
+	redis.call('ZADD', EV_EXP, h[2], member)
 	return 0
 end
 local rec = load_record(id)
 if rec then
-	redis.call('ZADD', KEYS[9], rec.exp, member)
+	redis.call('ZADD', EV_EXP, rec.exp, member)
 	return 0
 end
 -- Gone with its keys, which Redis deleted at its expiry.

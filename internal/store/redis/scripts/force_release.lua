@@ -4,7 +4,7 @@
 -- ARGV[1]  unlock channel
 -- ARGV[2]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
 -- ARGV[3]  principal of the admin who forces it ("" on an open server)
--- ARGV[4]  events: the event log's MAXLEN, "0" to record none (lib.lua)
+-- ARGV[4]  events: see events_from in lib.lua ("0" to record none)
 --
 -- Returns 1 if anything was held, else 0. The fence is left alone, so the
 -- next grant still gets a larger token; "released" is not set, so an
@@ -16,7 +16,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local by = ARGV[3]
-EVENTS_MAX = tonumber(ARGV[4])
+events_from(ARGV[4])
 local ended = {}
 if EVENTS_MAX > 0 then
 	local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token')

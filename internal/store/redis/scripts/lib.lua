@@ -13,9 +13,8 @@
 --   KEYS[9] lease expiries (sorted set)       <prefix>events:expiries
 --
 -- KEYS[8] and KEYS[9] are one per Redis, not per name: they are given only
--- when events are recorded, which is never on Redis Cluster (their slot is
--- not the name's). Otherwise the store passes KEYS[1] in their place, the
--- script's events argument is "0", and no script touches them.
+-- when events are recorded outside Redis Cluster. Otherwise the store
+-- passes KEYS[1] in their place, and events_from says where the log is.
 --
 -- A shared lease or permit is one field of KEYS[4]: its lease id -> a JSON
 -- record {owner, principal, token, count, ttl, acq, exp, meta, op, idem,
@@ -30,10 +29,30 @@
 
 local QUEUE_TTL = 1000 -- ms a queue place lasts unless renewed (lock.QueueEntryTTL)
 
--- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded. A
--- script that records events sets it from its events argument (its header
--- says which ARGV) before it changes anything.
+-- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded.
+-- EV_LOG is the log (a stream), EV_EXP the expiries of live leases (a
+-- sorted set), and an earliest expiry is announced with EV_PUB on EV_CHAN.
 local EVENTS_MAX = 0
+local EV_LOG, EV_EXP, EV_CHAN, EV_PUB = KEYS[8], KEYS[9], KEYS[9], 'PUBLISH'
+
+-- events_from reads a script's events argument (its header says which
+-- ARGV), before the script changes anything: "<max>" records into KEYS[8]
+-- and KEYS[9], "0" records nothing, and "<max>\n<log>\n<expiries>\n
+-- <channel>" records into the log of the Redis Cluster master that serves
+-- the name, whose keys are not the name's (their slot is the master's
+-- lowest): the store runs the script with the allow-cross-slot-keys flag,
+-- and the first access below fails, before any change, on a master that
+-- does not serve that slot (the store's slot map was stale).
+local function events_from(arg)
+	local max, log, exp, chan = string.match(arg, '^(%d+)\n([^\n]+)\n([^\n]+)\n([^\n]+)$')
+	if not max then
+		EVENTS_MAX = tonumber(arg)
+		return
+	end
+	EVENTS_MAX = tonumber(max)
+	EV_LOG, EV_EXP, EV_CHAN, EV_PUB = log, exp, chan, 'SPUBLISH'
+	redis.call('EXISTS', EV_LOG)
+end
 
 local function clock()
 	local t = redis.call('TIME')
@@ -68,12 +87,12 @@ local function record_mode(rec)
 	return 'shared'
 end
 
--- Events (docs/EVENTS.md). record appends one event to the log (KEYS[8]):
+-- Events (docs/EVENTS.md). record appends one event to the log (EV_LOG):
 -- fields t type, l lock, k lease id, o owner, p principal, m mode, n token,
 -- h holds left, q queue length. The stream trims itself to about
 -- EVENTS_MAX entries; the store trims what is older than the retention.
 --
--- A lease is tracked in KEYS[9] while it lives, so that its expiry can be
+-- A lease is tracked in EV_EXP while it lives, so that its expiry can be
 -- recorded although Redis deletes its keys when it expires: the member
 -- carries all the expired event needs,
 --   <name>\n<lease id>\n<mode>\n<token>\n<owner>\n<principal>
@@ -83,11 +102,11 @@ end
 -- expiry before its own event (see settle_exclusive).
 --
 -- Every instance's sweeper sleeps until the earliest expiry it knows of. A
--- script that adds an expiry earlier than any in KEYS[9] publishes its ms
--- on the channel named like KEYS[9], and marks it with the member "" (no
+-- script that adds an expiry earlier than any in EV_EXP publishes its ms
+-- on EV_CHAN, and marks it with the member "" (no
 -- lease's): every sweeper wakes up by then, so a later expiry needs no
 -- announcement while the mark is pending. The sweeper that finds the mark
--- due removes it and looks at KEYS[9] again.
+-- due removes it and looks at EV_EXP again.
 
 local name_of_lock = nil
 local function lock_name()
@@ -105,7 +124,7 @@ end
 -- record records event t of lease id: count is its holds left (0: the lease
 -- ended), exp its expiry ms when it lives on. by, when given, is the
 -- principal that made the change (a force release's admin). An expiry is
--- recorded only by the script that takes the lease out of KEYS[9], so once
+-- recorded only by the script that takes the lease out of EV_EXP, so once
 -- whichever scripts and sweepers see it.
 local function record(now, t, id, mode, token, owner, principal, count, exp, by)
 	if EVENTS_MAX == 0 then
@@ -113,18 +132,18 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by)
 	end
 	local member = lease_member(id, mode, token, owner, principal)
 	if tonumber(count) == 0 then
-		if redis.call('ZREM', KEYS[9], member) == 0 and t == 'expired' then
+		if redis.call('ZREM', EV_EXP, member) == 0 and t == 'expired' then
 			return
 		end
 	elseif exp then
-		local first = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
-		redis.call('ZADD', KEYS[9], exp, member)
+		local first = redis.call('ZRANGE', EV_EXP, 0, 0, 'WITHSCORES')
+		redis.call('ZADD', EV_EXP, exp, member)
 		if not first[2] or tonumber(exp) < tonumber(first[2]) then
-			redis.call('ZADD', KEYS[9], exp, '')
-			redis.call('PUBLISH', KEYS[9], exp)
+			redis.call('ZADD', EV_EXP, exp, '')
+			redis.call(EV_PUB, EV_CHAN, exp)
 		end
 	end
-	redis.call('XADD', KEYS[8], 'MAXLEN', '~', EVENTS_MAX, '*', 't', t, 'l', lock_name(), 'k', id,
+	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EVENTS_MAX, '*', 't', t, 'l', lock_name(), 'k', id,
 		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count,
 		'q', redis.call('ZCOUNT', KEYS[7], '(' .. now, '+inf'))
 end

@@ -6,7 +6,7 @@
 -- ARGV[3]  unlock channel
 -- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
 -- ARGV[5]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
--- ARGV[6]  events: the event log's MAXLEN, "0" to record none (lib.lua)
+-- ARGV[6]  events: see events_from in lib.lua ("0" to record none)
 --
 -- Returns {1, holds left, ended (1|0), retried (1|0)}, {0} when the lease
 -- does not hold the lock, or {-1} when it belongs to another principal. A
@@ -18,7 +18,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local id, all, channel, principal, publish = ARGV[1], ARGV[2] == '1', ARGV[3], ARGV[4], ARGV[5]
-EVENTS_MAX = tonumber(ARGV[6])
+events_from(ARGV[6])
 
 local function ended(by)
 	redis.call('HSET', KEYS[2], 'released', id, 'released_by', by)

@@ -6,7 +6,7 @@
 -- ARGV[3]  unlock channel
 -- ARGV[4]  principal that must own the lease; "" for anyone (admin, open server)
 -- ARGV[5]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
--- ARGV[6]  events: the event log's MAXLEN, "0" to record none (lib.lua)
+-- ARGV[6]  events: see events_from in lib.lua ("0" to record none)
 --
 -- Publishes "c:<ttl ms>", so that waiters time the lease's new expiry (a
 -- renewal may shorten it). Records renewed.
@@ -20,7 +20,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local _, now = clock()
 local id, channel, principal, publish = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
 local ttl = tonumber(ARGV[2])
-EVENTS_MAX = tonumber(ARGV[6])
+events_from(ARGV[6])
 
 local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta')
 settle_exclusive(now, h[1])

@@ -1,0 +1,364 @@
+package redis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// On Redis Cluster the event log is one stream per master (eventlog.go),
+// read as one log ordered by the masters' clocks:
+//
+//   - An entry <ms>-<seq> of the log in slot L has the id
+//     <ms>-<seq*16384+L>: unique, and ordered by time first.
+//   - A read merges the logs in id order, and holds back what was recorded
+//     in the last clusterHold (by Redis's clock): an event recorded later
+//     on another master with an earlier id (the clocks differ, or two
+//     masters recorded in the same ms) is then still in time to come
+//     first. The masters' clocks must agree within clusterHold for that.
+//   - Reads remember where they left each log, by the id they returned
+//     last (cursorCache): a read after that id goes on from there, so that
+//     this process's reader misses nothing even when the clocks disagree.
+//     An event it finds with an id before the one it started after is
+//     marked Late: it is delivered out of order rather than lost.
+//
+// A reader that resumes from an id this process did not hand out starts
+// each log at that id: with clocks that agree within clusterHold it misses
+// nothing either.
+
+// clusterHold is how long a cluster read holds back the newest events.
+const clusterHold = 200 * time.Millisecond
+
+const slotCount = 16384
+
+// clusterEventID is the id of the entry streamID of the log of slot.
+func clusterEventID(slot int, streamID string) string {
+	ms, seq, _ := lock.ParseEventID(streamID)
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq*slotCount+uint64(slot), 10)
+}
+
+// logAfter returns the stream id of slot's log after which its entries
+// have ids after after.
+func logAfter(slot int, after string) string {
+	if after == "" {
+		return "0-0"
+	}
+	ms, seq, _ := lock.ParseEventID(after)
+	if seq >= uint64(slot) {
+		return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint((seq-uint64(slot))/slotCount, 10)
+	}
+	if ms == 0 {
+		return "0-0"
+	}
+	return strconv.FormatUint(ms-1, 10) + "-" + strconv.FormatUint(math.MaxUint64, 10)
+}
+
+// logPos says, per log slot, the stream id after which the next read of
+// that log starts.
+type logPos map[int]string
+
+// cursorCache remembers the positions that reads left the logs at, by the
+// id of the last event they returned.
+type cursorCache struct {
+	mu    sync.Mutex
+	byID  map[string]logPos
+	order []string
+}
+
+const cursorCacheSize = 64
+
+func (c *cursorCache) get(id string) logPos {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byID[id]
+}
+
+func (c *cursorCache) put(id string, p logPos) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID == nil {
+		c.byID = map[string]logPos{}
+	}
+	if _, ok := c.byID[id]; !ok {
+		c.order = append(c.order, id)
+		if len(c.order) > cursorCacheSize {
+			delete(c.byID, c.order[0])
+			c.order = c.order[1:]
+		}
+	}
+	c.byID[id] = p
+}
+
+// logEntry is an entry read from the log of slot.
+type logEntry struct {
+	slot int
+	id   string // its cluster id
+	msg  goredis.XMessage
+}
+
+// clusterRead is the outcome of reading every log once.
+type clusterRead struct {
+	ready   []logEntry // in id order, recorded before the hold
+	held    bool       // entries were held back
+	nowMs   int64      // Redis's clock when read
+	pos     logPos     // where the logs are left once ready is taken
+	waitPos logPos     // where they are left, held entries included
+}
+
+// readLogs reads up to limit entries of every log after the positions in
+// pos, or after after for logs pos does not name. gone checks whether after
+// is older than a log keeps.
+func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit int, gone bool) (clusterRead, error) {
+	logs, err := s.clusterLogs.all(ctx)
+	if err != nil {
+		return clusterRead{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	from := make(logPos, len(logs))
+	for _, l := range logs {
+		if p, ok := pos[l.slot]; ok {
+			from[l.slot] = p
+		} else {
+			from[l.slot] = logAfter(l.slot, after)
+		}
+	}
+	pipe := s.rdb.Pipeline()
+	now := pipe.Time(ctx)
+	reads := make([]*goredis.XMessageSliceCmd, len(logs))
+	infos := make([]*goredis.XInfoStreamCmd, len(logs))
+	for i, l := range logs {
+		if gone && after != "" {
+			infos[i] = pipe.XInfoStream(ctx, l.key)
+		}
+		reads[i] = pipe.XRangeN(ctx, l.key, "("+from[l.slot], "+", int64(limit))
+	}
+	_, _ = pipe.Exec(ctx)
+	if err := now.Err(); err != nil {
+		s.noteFailure(err)
+		return clusterRead{}, storeError(err)
+	}
+	var all []logEntry
+	for i, l := range logs {
+		if infos[i] != nil {
+			if err := eventsGone(from[l.slot], infos[i]); err != nil {
+				if lock.ErrorCode(err) == lock.CodeEventsGone {
+					st, _ := infos[i].Result()
+					return clusterRead{}, lock.EventsGone(after, clusterEventID(l.slot, st.FirstEntry.ID))
+				}
+				return clusterRead{}, err
+			}
+		}
+		msgs, err := reads[i].Result()
+		if err != nil {
+			s.noteFailure(err)
+			return clusterRead{}, storeError(err)
+		}
+		for _, m := range msgs {
+			all = append(all, logEntry{slot: l.slot, id: clusterEventID(l.slot, m.ID), msg: m})
+		}
+	}
+	slices.SortFunc(all, func(a, b logEntry) int { return lock.CompareEventIDs(a.id, b.id) })
+	r := clusterRead{nowMs: now.Val().UnixMilli(), pos: from, waitPos: maps(from)}
+	for _, e := range all {
+		r.waitPos[e.slot] = e.msg.ID
+	}
+	stable := uint64(r.nowMs - clusterHold.Milliseconds())
+	r.pos = maps(from)
+	for _, e := range all {
+		ms, _, _ := lock.ParseEventID(e.id)
+		if ms > stable || len(r.ready) == limit {
+			r.held = r.held || ms > stable
+			break
+		}
+		r.ready = append(r.ready, e)
+		r.pos[e.slot] = e.msg.ID
+	}
+	return r, nil
+}
+
+func maps(p logPos) logPos {
+	out := make(logPos, len(p))
+	for k, v := range p {
+		out[k] = v
+	}
+	return out
+}
+
+// clusterEvents turns r's ready entries into events, marking Late those
+// before after, and remembers where they leave the logs.
+func (s *Store) clusterEvents(after string, r clusterRead) []lock.Event {
+	evs := make([]lock.Event, 0, len(r.ready))
+	for _, e := range r.ready {
+		ev := parseEvent(e.msg)
+		ev.ID = e.id
+		ev.Late = after != "" && lock.CompareEventIDs(e.id, after) <= 0
+		evs = append(evs, ev)
+	}
+	switch n := len(evs); {
+	case n == 0:
+	case evs[n-1].Late:
+		// Only events before after: a read after after goes on past them.
+		s.cursors.put(after, r.pos)
+	default:
+		s.cursors.put(evs[n-1].ID, r.pos)
+	}
+	return evs
+}
+
+// readClusterEvents implements ReadEvents on Redis Cluster. When the only
+// events after after are held back, it waits for them (clusterHold at
+// most): an empty answer means that nothing was recorded after after.
+func (s *Store) readClusterEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	pos := s.cursors.get(after)
+	for {
+		r, err := s.readLogs(ctx, after, pos, limit, true)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.ready) > 0 || !r.held {
+			return s.clusterEvents(after, r), nil
+		}
+		pos = r.pos
+		if !sleepCtx(ctx, clusterHold/4) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// waitClusterEvents implements WaitEvents on Redis Cluster: it reads, and
+// when nothing is ready waits for the held events to be, or blocks on every
+// log until one records something.
+func (s *Store) waitClusterEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	pos := s.cursors.get(after)
+	for {
+		r, err := s.readLogs(ctx, after, pos, limit, true)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.ready) > 0 {
+			return s.clusterEvents(after, r), nil
+		}
+		pos = r.pos
+		if r.held {
+			if !sleepCtx(ctx, clusterHold/4) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if err := s.blockOnLogs(ctx, r.waitPos); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// blockOnLogs returns once a log records an entry after its position in
+// pos, or with ctx's error: one blocking read per log, each on a connection
+// to its master, and no other command while nothing happens.
+func (s *Store) blockOnLogs(ctx context.Context, pos logPos) error {
+	logs, err := s.clusterLogs.all(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(logs))
+	for _, l := range logs {
+		go func() {
+			errs <- s.blockOnLog(ctx, l, cmp.Or(pos[l.slot], "0-0"))
+		}()
+	}
+	first := <-errs
+	cancel()
+	for range len(logs) - 1 {
+		<-errs
+	}
+	if first != nil && ctx.Err() != nil && errors.Is(first, context.Canceled) {
+		return context.Cause(ctx)
+	}
+	return first
+}
+
+// blockOnLog waits on l's master until l records an entry after from.
+func (s *Store) blockOnLog(ctx context.Context, l *eventLog, from string) error {
+	node, err := s.cluster.MasterForKey(ctx, l.key)
+	if err != nil {
+		s.noteFailure(err)
+		return storeError(err)
+	}
+	addr := node.Options().Addr
+	s.blockingMu.Lock()
+	b := s.nodeBlocking[addr]
+	if b == nil {
+		b = &blockingConns{client: node}
+		s.nodeBlocking[addr] = b
+	}
+	s.blockingMu.Unlock()
+	return s.blockUntilAfter(ctx, b, node, l.key, from)
+}
+
+// lastClusterEventID implements LastEventID on Redis Cluster: the id of the
+// newest event of all logs, remembered with where each log ends, so that a
+// read after it starts each log exactly there.
+func (s *Store) lastClusterEventID(ctx context.Context) (string, error) {
+	logs, err := s.clusterLogs.all(ctx)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	lasts := make([]*goredis.XMessageSliceCmd, len(logs))
+	for i, l := range logs {
+		lasts[i] = pipe.XRevRangeN(ctx, l.key, "+", "-", 1)
+	}
+	_, _ = pipe.Exec(ctx)
+	pos := logPos{}
+	newest := ""
+	for i, l := range logs {
+		msgs, err := lasts[i].Result()
+		if err != nil {
+			s.noteFailure(err)
+			return "", storeError(err)
+		}
+		if len(msgs) == 0 {
+			pos[l.slot] = "0-0"
+			continue
+		}
+		pos[l.slot] = msgs[0].ID
+		if id := clusterEventID(l.slot, msgs[0].ID); newest == "" || lock.CompareEventIDs(id, newest) > 0 {
+			newest = id
+		}
+	}
+	s.cursors.put(newest, pos)
+	return newest, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// EventsHold is how long a read of the log holds back the newest events:
+// clusterHold on Redis Cluster, 0 elsewhere.
+func (s *Store) EventsHold() time.Duration {
+	if s.clusterLogs != nil {
+		return clusterHold
+	}
+	return 0
+}
