@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Targets of the sse mode, with 1,000 streams.
@@ -97,7 +99,13 @@ func runSSE(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	if err := runErr.get(); err != nil {
 		return nil, err
 	}
-	quiet, err := waitQuiet(sctx, rdb, min(time.Second, cfg.window/2), parkTimeout)
+	// Idle means that nothing is left to happen: the expiries of leases
+	// from earlier runs are recorded when they fall due, and the log is
+	// trimmed up to a second after the last write.
+	if err := waitExpiriesDue(sctx, rdb, parkTimeout, log); err != nil {
+		return nil, err
+	}
+	quiet, err := waitQuiet(sctx, rdb, 2*time.Second, parkTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -138,4 +146,38 @@ func runSSE(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 		Got:  strconv.FormatFloat(float64(lockCmds)/window.Seconds(), 'f', 2, 64) + " (" + breakdown + ")",
 		Pass: lockCmds == targetSSECmds, NA: n != targetSSEStreams})
 	return r, nil
+}
+
+// waitExpiriesDue waits until every lease expiry the event sweepers track
+// (the sorted sets *events:expiries, see internal/store/redis) is a second
+// past due, within limit.
+func waitExpiriesDue(ctx context.Context, rdb *redis.Client, limit time.Duration, log io.Writer) error {
+	var last float64
+	iter := rdb.Scan(ctx, 0, "*events:expiries", 100).Iterator()
+	for iter.Next(ctx) {
+		top, err := rdb.ZRangeWithScores(ctx, iter.Val(), -1, -1).Result()
+		if err != nil {
+			return err
+		}
+		if len(top) > 0 && top[0].Score > last {
+			last = top[0].Score
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	wait := time.UnixMilli(int64(last)).Add(time.Second).Sub(now)
+	if wait <= 0 {
+		return nil
+	}
+	if wait > limit {
+		return fmt.Errorf("a lease expiry is tracked %v from now: the server is not idle", wait.Round(time.Second))
+	}
+	fmt.Fprintf(log, "lockbench: waiting %v for the last tracked lease expiry\n", wait.Round(time.Millisecond))
+	sleep(ctx, wait)
+	return ctx.Err()
 }
