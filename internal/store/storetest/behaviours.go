@@ -12,8 +12,9 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/fence"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/testkit/fencetest"
 )
 
 // behaviour is one entry of the suite: a test body that opens its stores
@@ -341,7 +342,7 @@ var coreBehaviours = []behaviour{
 		var last uint64
 		for i := 0; i < 1000; i++ {
 			l := Acquire(t, s, "tokens", "w", time.Minute)
-			if l.Token <= last || l.Token > fencing.MaxToken {
+			if l.Token <= last || l.Token > lock.MaxToken {
 				t.Fatalf("grant %d: token %d after %d", i, l.Token, last)
 			}
 			last = l.Token
@@ -507,7 +508,7 @@ var coreBehaviours = []behaviour{
 	// fenced resource, because the next holder's token is larger.
 	{"Kleppmann", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		var res fencing.Resource
+		var res fencetest.Resource
 		a := Acquire(t, s, "storage", "a", 100*time.Millisecond)
 		// A stalls (a GC pause) past its TTL; B waits for the lock and gets
 		// it when A's lease expires.
@@ -523,7 +524,7 @@ var coreBehaviours = []behaviour{
 			t.Fatal(err)
 		}
 		// A wakes up and writes with its old token.
-		if err := res.Write(a.Token, "from a"); !errors.Is(err, fencing.ErrStale) {
+		if err := res.Write(a.Token, "from a"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("late write with t1 = %v, want ErrStale", err)
 		}
 		if w := res.Writes(); len(w) != 1 || w[0].Value != "from b" {
