@@ -98,7 +98,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
 	dur(&c.RedisTimeout, "redis-timeout", "LOCKAPI_REDIS_TIMEOUT", redisstore.DefaultCallTimeout, "deadline of every Redis call; a call that runs out is answered 503 and never sent again")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
-	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines (from `lockapi keys new`), separated by newlines or ;; none: the server runs open")
+	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines, as lockapi keys new prints them, separated by newlines or ;; none: the server runs open")
 	str(&c.APIKeysFile, "api-keys-file", "LOCKAPI_API_KEYS_FILE", "", "file of API key lines, added to -api-keys")
 	str(&c.ReleaseSecrets, "release-secrets", "LOCKAPI_RELEASE_SECRETS", "", "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: a random secret per process")
 	num(&c.MaxWaiters, "max-waiters", "LOCKAPI_MAX_WAITERS", lockhttp.DefaultMaxWaiters, "most requests waiting at once (long-poll acquires and blocking queries)")

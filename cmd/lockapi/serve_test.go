@@ -62,3 +62,22 @@ func TestServe_bad_environment_is_fatal(t *testing.T) {
 		serveInProcess(t, "--max-ttl", "1h")
 	})
 }
+
+// Every flag's help names its argument by its type: the flag package takes
+// a `quoted` word of the help text for the argument's name instead.
+func TestServe_help(t *testing.T) {
+	r := lockapi(t, "serve", "-h")
+	if r.Code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", r.Code, r.Stderr)
+	}
+	for _, want := range []string{"-api-keys string", "-max-ttl duration", "-max-waiters int", "-rate-limit float", "lockapi keys new"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("help lacks %q:\n%s", want, r.Stderr)
+		}
+	}
+	for _, line := range strings.Split(r.Stderr, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "-") && strings.Count(line, " ") > 3 {
+			t.Errorf("a flag line names an argument of several words: %q", line)
+		}
+	}
+}
