@@ -240,30 +240,6 @@ func openRedis(c serveConfig) (*redisstore.Client, error) {
 	})
 }
 
-// redisTarget describes where a Redis URL points, without its password:
-// the server, the sentinels and master name, or the cluster seeds.
-func redisTarget(c serveConfig) string {
-	switch c.RedisMode {
-	case redisstore.ModeSentinel:
-		if o, err := redis.ParseFailoverURL(c.RedisURL); err == nil {
-			return fmt.Sprintf("sentinels %s, master %q", strings.Join(o.SentinelAddrs, ","), o.MasterName)
-		}
-	case redisstore.ModeCluster:
-		if o, err := redis.ParseClusterURL(c.RedisURL); err == nil {
-			return "cluster seeds " + strings.Join(o.Addrs, ",")
-		}
-	default:
-		if o, err := redis.ParseURL(c.RedisURL); err == nil {
-			scheme := "redis"
-			if o.TLSConfig != nil {
-				scheme = "rediss"
-			}
-			return fmt.Sprintf("%s://%s/%d", scheme, o.Addr, o.DB)
-		}
-	}
-	return "(unparsed URL)"
-}
-
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := parseServeFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -359,7 +335,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		st = rs
 		hookState = redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
-		log.Info().Str("redis", redisTarget(c)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
+		log.Info().Str("redis", rdb.Target()).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
 	}
 	defer st.Close()
 
