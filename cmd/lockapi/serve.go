@@ -100,7 +100,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines, as lockapi keys new prints them, separated by newlines or ;; none: the server runs open")
 	str(&c.APIKeysFile, "api-keys-file", "LOCKAPI_API_KEYS_FILE", "", "file of API key lines, added to -api-keys")
-	str(&c.ReleaseSecrets, "release-secrets", "LOCKAPI_RELEASE_SECRETS", "", "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: a random secret per process")
+	str(&c.ReleaseSecrets, "release-secrets", "LOCKAPI_RELEASE_SECRETS", "", "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: one kept in Redis for every instance (a random one per process on the memory store)")
 	num(&c.MaxWaiters, "max-waiters", "LOCKAPI_MAX_WAITERS", lockhttp.DefaultMaxWaiters, "most requests waiting at once (long-poll acquires and blocking queries)")
 	num(&c.MaxWaitersPerCaller, "max-waiters-per-caller", "LOCKAPI_MAX_WAITERS_PER_CALLER", lockhttp.DefaultMaxWaitersPerCaller, "most waiting requests of one principal (or client address on an open server)")
 	parseRate := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
@@ -265,13 +265,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		log.Info().Int("keys", keys.Len()).Msg("API keys required on /v1 routes")
 	}
-	signer, randomSecret, err := releaseSigner(c)
+	signer, err := releaseSigner(c)
 	if err != nil {
 		log.Error().Err(err).Msg("bad release secret configuration")
 		return 2
-	}
-	if randomSecret {
-		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS: release URLs are signed with a random secret and stop working when this process restarts, and on other instances")
 	}
 	tlsConfig, err := serverTLS(c)
 	if err != nil {
@@ -335,9 +332,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		st = rs
 		hookState = redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
+		if signer == nil {
+			if signer, err = sharedReleaseSigner(ctx, c, rdb, log); err != nil {
+				log.Error().Err(err).Msg("bad release secret in Redis")
+				_ = rs.Close()
+				return 2
+			}
+		}
 		log.Info().Str("redis", rdb.Target()).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
 	}
 	defer st.Close()
+	if signer == nil {
+		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS and no Redis: release URLs are signed with a random secret and stop working when this process restarts")
+	}
 
 	hooks, err := openWebhooks(c, st, hookState, m, log)
 	if err != nil {
