@@ -84,7 +84,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 
 // API returns the low-level client, generated from openapi.yaml, that c
 // sends its requests with: for the operations Client has no method for,
-// such as GetLock, ListLocks and ForceRelease.
+// such as ListLocks and ForceRelease.
 func (c *Client) API() *api.ClientWithResponses { return c.api }
 
 // AcquireOptions tunes an acquire. Every field is optional.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -282,13 +281,7 @@ func TestAcquire_Cancelled(t *testing.T) {
 }
 
 func TestAcquire_ServerDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	_ = ln.Close()
-	c, err := client.New(url)
+	c, err := client.New(DownURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

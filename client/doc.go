@@ -28,8 +28,8 @@
 // resources you guard and have them refuse tokens smaller than one they
 // have seen.
 //
-// The operations without a method here (inspecting, listing and
-// force-releasing locks) are on the low-level client that Client.API
-// returns, generated from openapi.yaml into package
-// github.com/lockapi/lockapi/client/api.
+// Inspect reads a lock's state. The operations without a method here
+// (listing and force-releasing locks, blocking queries) are on the
+// low-level client that Client.API returns, generated from openapi.yaml
+// into package github.com/lockapi/lockapi/client/api.
 package client

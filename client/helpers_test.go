@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -63,6 +64,17 @@ func MustOpenRedisEnv(t *testing.T, cfg lockhttp.Config) (*Env, *redistest.Serve
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return mustOpenEnv(t, st, cfg), rs
+}
+
+// DownURL returns the URL of a loopback port where nothing listens.
+func DownURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ln.Close()
+	return "http://" + ln.Addr().String()
 }
 
 // ForEachStore runs body on the memory store and on Redis.

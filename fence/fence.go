@@ -54,11 +54,16 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockapi/lockapi/internal/lock"
 )
 
 // MaxToken is the largest token lockapi issues: 2^53-1, exact in a JSON
-// number read by JavaScript and in a Lua number in Redis.
-const MaxToken = 1<<53 - 1
+// number read by JavaScript and in a Lua number in Redis. It is the
+// service's own limit (lock.MaxToken, where the token rule lives), passed on
+// as an untyped constant, so that there is one definition and code outside
+// this module can still use it.
+const MaxToken = lock.MaxToken
 
 // SQLStateStale is the SQLSTATE that the SQL function lockapi_fence_check
 // raises for a stale token.

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockapi/lockapi/fence"
-	"github.com/lockapi/lockapi/internal/fencing"
 	"github.com/lockapi/lockapi/internal/testkit/pgtest"
 	"github.com/lockapi/lockapi/migrations"
 )
@@ -53,12 +52,6 @@ func admitIn(t *testing.T, db *sql.DB, resource string, token uint64) error {
 		t.Fatal(err)
 	}
 	return nil
-}
-
-func TestMaxToken_matches_issuer(t *testing.T) {
-	if fence.MaxToken != fencing.MaxToken {
-		t.Fatalf("fence.MaxToken = %d, the service issues up to %d", uint64(fence.MaxToken), uint64(fencing.MaxToken))
-	}
 }
 
 func TestAdmit(t *testing.T) {

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/fence"
 	"github.com/lockapi/lockapi/internal/testkit/apitest"
+	"github.com/lockapi/lockapi/internal/testkit/fencetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
@@ -235,14 +236,14 @@ func TestE2E_sequential_cycles(t *testing.T) {
 func TestE2E_Kleppmann(t *testing.T) {
 	s, _ := startOnRedis(t)
 	a := newAPI(t, s)
-	var storage fencing.Resource
+	var storage fencetest.Resource
 	leaseA := a.mustAcquire("storage", map[string]any{"owner": "A", "ttl_ms": 100}, 201)
 	// A pauses (GC); its lease runs out. B waits and is granted.
 	leaseB := a.mustAcquire("storage", map[string]any{"owner": "B", "wait_ms": 10000}, 201)
 	if err := storage.Write(leaseB.FencingToken, "B"); err != nil {
 		t.Fatal(err)
 	}
-	if err := storage.Write(leaseA.FencingToken, "A, late"); !errors.Is(err, fencing.ErrStale) {
+	if err := storage.Write(leaseA.FencingToken, "A, late"); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("A's late write: %v", err)
 	}
 	if w := storage.Writes(); len(w) != 1 || w[0].Value != "B" {

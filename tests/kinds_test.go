@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/internal/testkit/fencetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
@@ -74,7 +74,7 @@ func TestE2E_fair_grants_in_arrival_order(t *testing.T) {
 		lease Lease
 	}
 	order := make(chan grant, n)
-	var storage fencing.Resource
+	var storage fencetest.Resource
 	var wg sync.WaitGroup
 	defer wg.Wait() // every holder has released before the servers stop
 	for i := range n {
@@ -166,7 +166,7 @@ func TestE2E_readers_and_writers(t *testing.T) {
 		readers, writers, maxReaders atomic.Int64
 		violations                   atomic.Int64
 		lastWriter                   atomic.Uint64
-		storage                      fencing.Resource
+		storage                      fencetest.Resource
 		grants                       [2]atomic.Int64
 	)
 	end := time.Now().Add(3 * time.Second)

@@ -33,11 +33,30 @@ const (
 	failoverWaitMs = 60000
 )
 
-// startPair starts two lockapi instances on the same Redis deployment.
+// startPair starts two lockapi instances on the same Redis deployment, and
+// checks that their startup line names every address of redisURL.
 func startPair(t *testing.T, mode, redisURL string) (a, b *api) {
 	t.Helper()
 	env := []string{"LOCKAPI_REDIS_MODE=" + mode, "LOCKAPI_REDIS_URL=" + redisURL}
-	return newAPI(t, startServer(t, env)), newAPI(t, startServer(t, env))
+	sa, sb := startServer(t, env), startServer(t, env)
+	u, err := url.Parse(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var startup string // logged before /healthz answers, read by a goroutine
+	for deadline := time.Now().Add(5 * time.Second); startup == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for line := range strings.Lines(sa.Logs()) {
+			if strings.Contains(line, "using Redis store") {
+				startup = line
+			}
+		}
+	}
+	for _, addr := range append([]string{u.Host}, u.Query()["addr"]...) {
+		if !strings.Contains(startup, addr) {
+			t.Errorf("the startup line does not name %s: %s", addr, startup)
+		}
+	}
+	return newAPI(t, sa), newAPI(t, sb)
 }
 
 // waitIdle waits until a reports no waiting requests, so that the next

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 
 	"github.com/lockapi/lockapi/client"
@@ -96,17 +95,10 @@ func eventsError(ctx context.Context, err error, stderr io.Writer) int {
 		return 0 // interrupted: the way to stop
 	}
 	fmt.Fprintf(stderr, "lockapi events: %s\n", errText(err))
-	pe, ok := errors.AsType[*client.ProblemError](err)
-	switch {
-	case ok && (pe.Status == http.StatusBadRequest || pe.Status == http.StatusGone):
-		if pe.Status == http.StatusGone {
-			fmt.Fprintln(stderr, "lockapi events: start again without --after")
-		}
-		return exitUsage
-	case ok && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
-		return exitNoPerm
+	if pe, ok := errors.AsType[*client.ProblemError](err); ok && pe.Type == problemEventsGone {
+		fmt.Fprintln(stderr, "lockapi events: start again without --after")
 	}
-	return exitUnavailable
+	return exitCode(err)
 }
 
 // eventLine is an event for people: time, type, lock, owner, token, holds.

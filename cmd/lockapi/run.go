@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -18,18 +17,6 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client"
-)
-
-// Exit statuses of `lockapi run` and `lockapi status` besides the command's
-// own, after sysexits.h where one fits.
-const (
-	exitUsage       = 2   // bad flags or arguments, or input the server refused (400)
-	exitUnavailable = 69  // EX_UNAVAILABLE: the server could not be reached or failed
-	exitLeaseLost   = 70  // EX_SOFTWARE: the lease was lost while the command ran
-	exitTempFail    = 75  // EX_TEMPFAIL: the lock stayed held for all of --wait
-	exitNoPerm      = 77  // EX_NOPERM: the server refused the API key (401, 403)
-	exitCannotExec  = 126 // the command was found but could not be started
-	exitNotFound    = 127 // the command was not found
 )
 
 // signalFromTerminal reports whether a SIGINT came from the terminal, and
@@ -200,31 +187,16 @@ func acquireForRun(ctx context.Context, cl *client.Client, c runConfig, sigs <-c
 		return l, 0
 	}
 
-	var pe *client.ProblemError
 	switch he, held := errors.AsType[*client.HeldError](err); {
 	case ctx.Err() != nil:
 		fmt.Fprintf(stderr, "lockapi run: interrupted while acquiring lock %q\n", c.name)
 		return nil, interruptedStatus(sigs)
 	case held:
 		fmt.Fprintf(stderr, "lockapi run: could not get lock %q within --wait %v: %s\n", c.name, c.wait, heldText(he, true))
-		return nil, exitTempFail
-	case errors.As(err, &pe) && pe.Status == http.StatusConflict:
-		// limit-mismatch or upgrade-refused: waiting would not help.
-		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
-		return nil, exitUsage
-	case errors.Is(err, client.ErrUnavailable):
-		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
-		return nil, exitUnavailable
-	case errors.As(err, &pe) && pe.Status == http.StatusBadRequest:
-		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
-		return nil, exitUsage
-	case errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
-		fmt.Fprintf(stderr, "lockapi run: %s\n", errText(err))
-		return nil, exitNoPerm
 	default:
 		fmt.Fprintf(stderr, "lockapi run: acquire lock %q: %s\n", c.name, errText(err))
-		return nil, exitUnavailable
 	}
+	return nil, exitCode(err)
 }
 
 // heldText says what keeps a lock from a run; long adds the holder's lease.
@@ -383,10 +355,6 @@ func exitStatus(err error) int {
 	}
 	return exitCannotExec
 }
-
-// errText is err's message without the client's "lockapi: " prefix, for
-// lines that have their own.
-func errText(err error) string { return strings.TrimPrefix(err.Error(), "lockapi: ") }
 
 // lockedWriter serializes writes from several goroutines.
 type lockedWriter struct {

@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 )
 
 // loadKeys reads the API keys from -api-keys and -api-keys-file.
@@ -24,22 +30,70 @@ func loadKeys(c serveConfig) (*auth.Keyring, error) {
 	return auth.ParseKeys(text)
 }
 
-// releaseSigner builds the release-URL signer; with no secrets configured it
-// uses a random one and says so, because such URLs die with the process and
-// do not work across instances.
-func releaseSigner(c serveConfig) (signer *auth.ReleaseSigner, random bool, err error) {
+// releaseSigner builds the release-URL signer of -release-secrets, or
+// returns nil when none are configured.
+func releaseSigner(c serveConfig) (*auth.ReleaseSigner, error) {
 	if strings.TrimSpace(c.ReleaseSecrets) == "" {
-		return nil, true, nil // the HTTP server makes a random one
+		return nil, nil
 	}
 	var secrets [][]byte
 	for _, s := range strings.Split(c.ReleaseSecrets, ",") {
 		secrets = append(secrets, []byte(strings.TrimSpace(s)))
 	}
-	signer, err = auth.NewReleaseSigner(secrets...)
+	signer, err := auth.NewReleaseSigner(secrets...)
 	if err != nil {
-		return nil, false, fmt.Errorf("-release-secrets: %w", err)
+		return nil, fmt.Errorf("-release-secrets: %w", err)
 	}
-	return signer, false, nil
+	return signer, nil
+}
+
+// secretRetry is how often a server that could not read the shared release
+// secret from Redis at startup asks again.
+var secretRetry = time.Second
+
+// sharedReleaseSigner signs with the secret that every instance on this
+// Redis shares (redisstore.ReleaseSecret), so that release URLs work on all
+// of them and across restarts with nothing configured. While Redis does not
+// answer, it signs with a random secret and keeps asking until ctx ends;
+// once it has the shared secret, that signs, and the random one still
+// verifies what was signed meanwhile. A value in Redis too short to be a
+// secret is an error.
+func sharedReleaseSigner(ctx context.Context, c serveConfig, rdb *redisstore.Client, log zerolog.Logger) (*auth.ReleaseSigner, error) {
+	key := redisstore.ReleaseSecretKey(c.KeyPrefix)
+	read := func() ([]byte, error) {
+		rctx, cancel := context.WithTimeout(ctx, c.RedisTimeout)
+		defer cancel()
+		return redisstore.ReleaseSecret(rctx, rdb, c.KeyPrefix)
+	}
+	secret, err := read()
+	if err == nil {
+		signer, err := auth.NewReleaseSigner(secret)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w; delete it for a new one", key, err)
+		}
+		log.Info().Str("key", key).Msg("release URLs are signed with the secret kept in Redis")
+		return signer, nil
+	}
+	random := []byte(rand.Text())
+	signer, _ := auth.NewReleaseSigner(random)
+	log.Warn().Err(err).Str("key", key).Msg("cannot read the release URL secret from Redis yet: signing with a random one until Redis answers")
+	go func() {
+		var secret []byte
+		for err := errors.New("not read yet"); err != nil; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(secretRetry):
+				secret, err = read()
+			}
+		}
+		if err := signer.SetSecrets(secret, random); err != nil {
+			log.Error().Err(err).Str("key", key).Msg("bad release secret in Redis: release URLs stay signed with a random secret; delete the key and restart")
+			return
+		}
+		log.Info().Str("key", key).Msg("release URLs are signed with the secret kept in Redis")
+	}()
+	return signer, nil
 }
 
 // serverTLS returns the HTTPS configuration, or nil to serve plain HTTP.

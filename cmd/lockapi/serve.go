@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,17 +79,13 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str := func(p *string, name, env, def, help string) {
 		fs.StringVar(p, name, envOr(env, def), help+" ($"+env+")")
 	}
+	// A variable that does not parse is fatal, unless its flag is given.
+	badEnv := map[string]string{} // by flag name: why its variable does not parse
 	dur := func(p *time.Duration, name, env string, def time.Duration, help string) {
-		v := def
-		if s := os.Getenv(env); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				fmt.Fprintf(stderr, "lockapi: $%s: %v\n", env, err)
-			} else {
-				v = d
-			}
-		}
-		fs.DurationVar(p, name, v, help+" ($"+env+")")
+		fs.DurationVar(p, name, fromEnv(badEnv, name, env, def, time.ParseDuration, "a duration such as 500ms, 30s or 1h"), help+" ($"+env+")")
+	}
+	num := func(p *int, name, env string, def int, help string) {
+		fs.IntVar(p, name, fromEnv(badEnv, name, env, def, strconv.Atoi, "an integer"), help+" ($"+env+")")
 	}
 	str(&c.Addr, "addr", "LOCKAPI_ADDR", ":8080", "address to listen on")
 	str(&c.RedisURL, "redis-url", "LOCKAPI_REDIS_URL", "", "Redis URL, redis:// or rediss://; empty runs on the embedded memory store")
@@ -100,25 +98,14 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
 	dur(&c.RedisTimeout, "redis-timeout", "LOCKAPI_REDIS_TIMEOUT", redisstore.DefaultCallTimeout, "deadline of every Redis call; a call that runs out is answered 503 and never sent again")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
-	num := func(p *int, name, env string, def int, help string) {
-		v := def
-		if s := os.Getenv(env); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				fmt.Fprintf(stderr, "lockapi: $%s: %v\n", env, err)
-			} else {
-				v = n
-			}
-		}
-		fs.IntVar(p, name, v, help+" ($"+env+")")
-	}
-	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines (from `lockapi keys new`), separated by newlines or ;; none: the server runs open")
+	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines, as lockapi keys new prints them, separated by newlines or ;; none: the server runs open")
 	str(&c.APIKeysFile, "api-keys-file", "LOCKAPI_API_KEYS_FILE", "", "file of API key lines, added to -api-keys")
-	str(&c.ReleaseSecrets, "release-secrets", "LOCKAPI_RELEASE_SECRETS", "", "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: a random secret per process")
+	str(&c.ReleaseSecrets, "release-secrets", "LOCKAPI_RELEASE_SECRETS", "", "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: one kept in Redis for every instance (a random one per process on the memory store)")
 	num(&c.MaxWaiters, "max-waiters", "LOCKAPI_MAX_WAITERS", lockhttp.DefaultMaxWaiters, "most requests waiting at once (long-poll acquires and blocking queries)")
 	num(&c.MaxWaitersPerCaller, "max-waiters-per-caller", "LOCKAPI_MAX_WAITERS_PER_CALLER", lockhttp.DefaultMaxWaitersPerCaller, "most waiting requests of one principal (or client address on an open server)")
-	rate := fmt.Sprint(0)
-	str(&rate, "rate-limit", "LOCKAPI_RATE_LIMIT", "0", "requests per second per principal (or client address); 0: no limit")
+	parseRate := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
+	fs.Float64Var(&c.RateLimit, "rate-limit", fromEnv(badEnv, "rate-limit", "LOCKAPI_RATE_LIMIT", 0, parseRate, "a number of requests per second"),
+		"requests per second per principal (or client address); 0: no limit ($LOCKAPI_RATE_LIMIT)")
 	num(&c.MinReplicas, "min-replicas", "LOCKAPI_MIN_REPLICAS", 0, "replicas that must confirm a grant (Redis WAIT) before it is answered; a request may ask for fewer")
 	num(&c.RateBurst, "rate-burst", "LOCKAPI_RATE_BURST", 0, "burst of the rate limit; 0: one second's worth")
 	batchOn := envOr("LOCKAPI_REDIS_BATCH", "true")
@@ -148,21 +135,35 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	var err error
-	if c.RedisBatch, err = strconv.ParseBool(batchOn); err != nil {
-		return c, fmt.Errorf("-redis-batch %q: want true or false", batchOn)
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true; delete(badEnv, f.Name) })
+	if len(badEnv) > 0 {
+		var msgs []string
+		for _, name := range slices.Sorted(maps.Keys(badEnv)) {
+			msgs = append(msgs, badEnv[name])
+		}
+		return c, errors.New(strings.Join(msgs, "; "))
 	}
-	if c.Events, err = strconv.ParseBool(eventsOn); err != nil {
-		return c, fmt.Errorf("-events %q: want true or false", eventsOn)
+	for _, b := range []struct {
+		p              *bool
+		flag, env, val string
+	}{
+		{&c.RedisBatch, "redis-batch", "LOCKAPI_REDIS_BATCH", batchOn},
+		{&c.Events, "events", "LOCKAPI_EVENTS", eventsOn},
+		{&c.Metrics, "metrics", "LOCKAPI_METRICS", metricsOn},
+		{&c.WebhooksAllowPrivate, "webhooks-allow-private", "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE", allowPrivate},
+	} {
+		var err error
+		if *b.p, err = strconv.ParseBool(b.val); err != nil {
+			from := "$" + b.env
+			if given[b.flag] {
+				from = "-" + b.flag
+			}
+			return c, fmt.Errorf("%s %q: want true or false", from, b.val)
+		}
 	}
-	if c.Metrics, err = strconv.ParseBool(metricsOn); err != nil {
-		return c, fmt.Errorf("-metrics %q: want true or false", metricsOn)
-	}
-	if c.WebhooksAllowPrivate, err = strconv.ParseBool(allowPrivate); err != nil {
-		return c, fmt.Errorf("-webhooks-allow-private %q: want true or false", allowPrivate)
-	}
-	if c.RateLimit, err = strconv.ParseFloat(rate, 64); err != nil || c.RateLimit < 0 {
-		return c, fmt.Errorf("-rate-limit %q: want a number of requests per second, 0 for none", rate)
+	if !(c.RateLimit >= 0) { // also NaN
+		return c, fmt.Errorf("-rate-limit %v: want a number of requests per second, 0 for none", c.RateLimit)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return c, errors.New("-tls-cert and -tls-key go together")
@@ -189,6 +190,22 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, errors.New("-webhooks-backoff-max must be at least -webhooks-backoff-min")
 	}
 	return c, nil
+}
+
+// fromEnv returns the value of the variable env, or def when it is unset.
+// A value that does not parse is recorded in bad under the flag's name,
+// with what was wanted, and def stands in.
+func fromEnv[T any](bad map[string]string, flagName, env string, def T, parse func(string) (T, error), want string) T {
+	s := os.Getenv(env)
+	if s == "" {
+		return def
+	}
+	v, err := parse(s)
+	if err != nil {
+		bad[flagName] = fmt.Sprintf("$%s %q: want %s", env, s, want)
+		return def
+	}
+	return v
 }
 
 func envOr(name, def string) string {
@@ -223,30 +240,6 @@ func openRedis(c serveConfig) (*redisstore.Client, error) {
 	})
 }
 
-// redisTarget describes where a Redis URL points, without its password:
-// the server, the sentinels and master name, or the cluster seeds.
-func redisTarget(c serveConfig) string {
-	switch c.RedisMode {
-	case redisstore.ModeSentinel:
-		if o, err := redis.ParseFailoverURL(c.RedisURL); err == nil {
-			return fmt.Sprintf("sentinels %s, master %q", strings.Join(o.SentinelAddrs, ","), o.MasterName)
-		}
-	case redisstore.ModeCluster:
-		if o, err := redis.ParseClusterURL(c.RedisURL); err == nil {
-			return "cluster seeds " + strings.Join(o.Addrs, ",")
-		}
-	default:
-		if o, err := redis.ParseURL(c.RedisURL); err == nil {
-			scheme := "redis"
-			if o.TLSConfig != nil {
-				scheme = "rediss"
-			}
-			return fmt.Sprintf("%s://%s/%d", scheme, o.Addr, o.DB)
-		}
-	}
-	return "(unparsed URL)"
-}
-
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := parseServeFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -272,13 +265,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		log.Info().Int("keys", keys.Len()).Msg("API keys required on /v1 routes")
 	}
-	signer, randomSecret, err := releaseSigner(c)
+	signer, err := releaseSigner(c)
 	if err != nil {
 		log.Error().Err(err).Msg("bad release secret configuration")
 		return 2
-	}
-	if randomSecret {
-		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS: release URLs are signed with a random secret and stop working when this process restarts, and on other instances")
 	}
 	tlsConfig, err := serverTLS(c)
 	if err != nil {
@@ -339,9 +329,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			func() float64 { return float64(rs.MasterSwitches()) })
 		st = rs
 		hookState = redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
-		log.Info().Str("redis", redisTarget(c)).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
+		if signer == nil {
+			if signer, err = sharedReleaseSigner(ctx, c, rdb, log); err != nil {
+				log.Error().Err(err).Msg("bad release secret in Redis")
+				_ = rs.Close()
+				return 2
+			}
+		}
+		log.Info().Str("redis", rdb.Target()).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
 	}
 	defer st.Close()
+	if signer == nil {
+		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS and no Redis: release URLs are signed with a random secret and stop working when this process restarts")
+	}
 
 	hooks, err := openWebhooks(c, st, hookState, m, log)
 	if err != nil {

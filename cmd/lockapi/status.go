@@ -8,14 +8,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/lockapi/lockapi/client"
-	"github.com/lockapi/lockapi/client/api"
 )
 
 const statusUsage = `usage: lockapi status [flags] NAME
@@ -26,7 +23,8 @@ many waiters are queued.
 
 Flags:
   --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
-  --json         print the server's JSON answer as it is
+  --json         print the state as one line of JSON, in the form of the
+                 server's answer (LockState in openapi.yaml)
 
 $LOCKAPI_API_KEY, when set, is sent as the bearer token.
 
@@ -69,35 +67,24 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "lockapi status: %s\n", errText(err))
 		return exitUsage
 	}
-	rctx, cancel := context.WithTimeout(ctx, client.DefaultRequestTimeout)
-	defer cancel()
-	resp, err := cl.API().GetLockWithResponse(rctx, name, nil)
+	st, err := cl.Inspect(ctx, name)
 	if err != nil {
-		fmt.Fprintf(stderr, "lockapi status: server %s unavailable: %v\n", *server, err)
-		return exitUnavailable
-	}
-	if resp.JSON200 == nil {
-		fmt.Fprintf(stderr, "lockapi status: %s: %d %s\n", name, resp.StatusCode(), problemDetail(resp.Body))
-		switch resp.StatusCode() {
-		case http.StatusBadRequest:
-			return exitUsage
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return exitNoPerm
-		}
-		return exitUnavailable
+		fmt.Fprintf(stderr, "lockapi status: %s\n", errText(err))
+		return exitCode(err)
 	}
 	if *asJSON {
-		_, _ = stdout.Write(resp.Body)
+		line, _ := json.Marshal(st)
+		fmt.Fprintf(stdout, "%s\n", line)
 		return 0
 	}
-	printState(stdout, resp.JSON200, time.Now())
+	printState(stdout, st, time.Now())
 	return 0
 }
 
 // printState writes a lock's state as aligned "field: value" lines. An
 // exclusive lock shows its holder's lease field by field; readers and a
 // semaphore's permits show one line per holder.
-func printState(w io.Writer, st *api.LockState, now time.Time) {
+func printState(w io.Writer, st *client.LockState, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	line := func(k, format string, args ...any) {
 		fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, args...)...)
@@ -111,10 +98,10 @@ func printState(w io.Writer, st *api.LockState, now time.Time) {
 	}
 	if !st.Held {
 		line("state", "free")
-		if st.FencingToken == 0 {
+		if st.LastToken == 0 {
 			line("last token", "none: never acquired")
 		} else {
-			line("last token", "%d", st.FencingToken)
+			line("last token", "%d", st.LastToken)
 		}
 		queue()
 		return
@@ -122,7 +109,7 @@ func printState(w io.Writer, st *api.LockState, now time.Time) {
 	line("state", "held")
 	if h := st.Holder; h != nil {
 		line("owner", "%s", h.Owner)
-		line("fencing token", "%d", h.FencingToken)
+		line("fencing token", "%d", h.Token)
 		line("holds", "%d", h.HoldCount)
 		line("acquired", "%s (%s ago)", formatTime(h.AcquiredAt), roundAgo(now.Sub(h.AcquiredAt)))
 		line("expires", "%s", expiresText(h.ExpiresAt, now))
@@ -132,12 +119,12 @@ func printState(w io.Writer, st *api.LockState, now time.Time) {
 	}
 	others := 0
 	for _, h := range st.Holders {
-		if st.Holder == nil || h.FencingToken != st.Holder.FencingToken {
+		if st.Holder == nil || h.Token != st.Holder.Token {
 			others++
 		}
 	}
 	switch {
-	case st.Mode != nil && *st.Mode == api.LockModeSemaphore:
+	case st.Mode == client.ModeSemaphore:
 		line("mode", "semaphore: %d of %d permits held", len(st.Holders), st.Limit)
 	case st.Holder == nil:
 		line("mode", "shared: %d readers", others)
@@ -145,10 +132,14 @@ func printState(w io.Writer, st *api.LockState, now time.Time) {
 		line("also", "%d shared lease(s) of the same owner (a downgrade)", others)
 	}
 	for _, h := range st.Holders {
-		if st.Holder != nil && h.FencingToken == st.Holder.FencingToken {
+		if st.Holder != nil && h.Token == st.Holder.Token {
 			continue
 		}
-		line("holder", "%s (%s), token %d, %d hold(s), expires %s", h.Owner, h.Mode, h.FencingToken, h.HoldCount, expiresText(h.ExpiresAt, now))
+		mode := "exclusive"
+		if h.Shared {
+			mode = "shared"
+		}
+		line("holder", "%s (%s), token %d, %d hold(s), expires %s", h.Owner, mode, h.Token, h.HoldCount, expiresText(h.ExpiresAt, now))
 	}
 	queue()
 }
@@ -170,15 +161,4 @@ func roundAgo(d time.Duration) time.Duration {
 		return max(d.Round(100*time.Millisecond), 0)
 	}
 	return d.Round(time.Second)
-}
-
-// problemDetail returns a problem body's detail, or the body itself.
-func problemDetail(body []byte) string {
-	var p struct {
-		Detail string `json:"detail"`
-	}
-	if err := json.Unmarshal(body, &p); err == nil && p.Detail != "" {
-		return p.Detail
-	}
-	return strings.TrimSpace(string(body))
 }

@@ -162,4 +162,20 @@ func TestReleaseSigner(t *testing.T) {
 	if _, err := NewReleaseSigner([]byte("short")); err == nil {
 		t.Error("a short secret was accepted")
 	}
+
+	// SetSecrets on a signer in use: the new first secret signs, and a URL
+	// signed before still verifies while its secret is listed.
+	if err := oldSigner.SetSecrets(cur, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := oldSigner.Verify("a", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", e, sig, now); err != nil {
+		t.Errorf("a URL signed before SetSecrets: %v", err)
+	}
+	newPath := oldSigner.ReleasePath("a", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", exp)
+	if err := onlyNew.Verify("a", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", e, newPath[strings.Index(newPath, "sig=")+4:], now); err != nil {
+		t.Errorf("a URL signed after SetSecrets does not verify with the new secret: %v", err)
+	}
+	if err := oldSigner.SetSecrets([]byte("short")); err == nil {
+		t.Error("SetSecrets accepted a short secret")
+	}
 }

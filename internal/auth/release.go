@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,11 @@ import (
 // lease id and the expiry. Several secrets verify, so secrets can be rotated:
 // the first signs.
 type ReleaseSigner struct {
+	keys atomic.Pointer[releaseKeys]
+}
+
+// releaseKeys is one set of secrets of a ReleaseSigner.
+type releaseKeys struct {
 	secrets [][]byte
 	// signers pools HMACs keyed with secrets[0]: every Lease response is
 	// signed, and a fresh HMAC costs two SHA-256 states.
@@ -29,17 +35,29 @@ const MinSecretLen = 16
 
 // NewReleaseSigner returns a signer; secrets[0] signs, all verify.
 func NewReleaseSigner(secrets ...[]byte) (*ReleaseSigner, error) {
-	if len(secrets) == 0 {
-		return nil, errors.New("auth: no release secret")
+	s := &ReleaseSigner{}
+	if err := s.SetSecrets(secrets...); err != nil {
+		return nil, err
 	}
-	for _, s := range secrets {
-		if len(s) < MinSecretLen {
-			return nil, errors.New("auth: a release secret must be at least 16 bytes")
+	return s, nil
+}
+
+// SetSecrets replaces the signer's secrets while it is in use: from now on
+// secrets[0] signs and all of them verify. To keep the URLs signed so far
+// working, list the secret that signed them too.
+func (s *ReleaseSigner) SetSecrets(secrets ...[]byte) error {
+	if len(secrets) == 0 {
+		return errors.New("auth: no release secret")
+	}
+	for _, secret := range secrets {
+		if len(secret) < MinSecretLen {
+			return errors.New("auth: a release secret must be at least 16 bytes")
 		}
 	}
-	s := &ReleaseSigner{secrets: secrets}
-	s.signers.New = func() any { return hmac.New(sha256.New, secrets[0]) }
-	return s, nil
+	k := &releaseKeys{secrets: secrets}
+	k.signers.New = func() any { return hmac.New(sha256.New, secrets[0]) }
+	s.keys.Store(k)
+	return nil
 }
 
 func mac(secret []byte, name, leaseID string, exp int64) []byte {
@@ -59,9 +77,10 @@ func (s *ReleaseSigner) ReleasePath(name, leaseID string, exp time.Time) string 
 	e := exp.Unix()
 	q := url.Values{}
 	q.Set("exp", strconv.FormatInt(e, 10))
-	h := s.signers.Get().(hash.Hash)
+	k := s.keys.Load()
+	h := k.signers.Get().(hash.Hash)
 	sig := macWith(h, name, leaseID, e)
-	s.signers.Put(h)
+	k.signers.Put(h)
 	q.Set("sig", base64.RawURLEncoding.EncodeToString(sig))
 	return "/v1/locks/" + name + "/leases/" + leaseID + "/release?" + q.Encode()
 }
@@ -84,7 +103,7 @@ func (s *ReleaseSigner) Verify(name, leaseID, exp, sig string, now time.Time) er
 		return ErrBadSignature
 	}
 	ok := false
-	for _, secret := range s.secrets {
+	for _, secret := range s.keys.Load().secrets {
 		if hmac.Equal(got, mac(secret, name, leaseID, e)) {
 			ok = true
 		}

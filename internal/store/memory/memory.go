@@ -9,18 +9,16 @@ package memory
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
+	"crypto/cipher"
 	"errors"
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/lockapi/lockapi/internal/fencing"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/notify"
 )
@@ -45,6 +43,8 @@ type Store struct {
 	armedAt time.Time
 	done    chan struct{}
 	closed  bool
+	// cursors seals list cursors (list.go).
+	cursors cipher.AEAD
 }
 
 // memName is what one lock name holds now: its exclusive lease, its shared
@@ -108,6 +108,7 @@ func NewWithOptions(o Options) *Store {
 		log:    newEventLog(o),
 		done:   make(chan struct{}),
 	}
+	m.cursors = newCursorSealer()
 	m.timer = time.AfterFunc(time.Hour, m.expireDue)
 	m.timer.Stop() // armed by the first lease
 	go m.sweep()
@@ -398,7 +399,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		return lock.Grant{}, nil, m.refuse(n, f, req, now, inTheWay, joins)
 	}
 
-	token, err := fencing.Next(f.token, now)
+	token, err := lock.NextToken(f.token, now)
 	if err != nil {
 		return lock.Grant{}, nil, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
 	}
@@ -716,47 +717,6 @@ func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 	m.mu.Unlock()
 	m.notify(name, ended)
 	return true, nil
-}
-
-// List implements lock.Store. Pages are in name order and the cursor is the
-// last name returned, so a page holds exactly up to Limit locks. A name is
-// listed while any lease of it is live, of any mode.
-func (m *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
-	after := ""
-	if req.Cursor != "" {
-		b, err := base64.RawURLEncoding.DecodeString(req.Cursor)
-		if err != nil || !lock.ValidName(string(b)) {
-			return lock.ListPage{}, lock.Invalid(lock.FieldError{Field: "cursor", Detail: "not a cursor returned by this server"})
-		}
-		after = string(b)
-	}
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := time.Now()
-	var names []string
-	for name := range m.names {
-		if !strings.HasPrefix(name, req.Prefix) || name <= after {
-			continue
-		}
-		if n := m.live(name, now); n != nil && n.held() {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	var page lock.ListPage
-	if len(names) > limit {
-		names = names[:limit]
-		page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(names[limit-1]))
-	}
-	page.Locks = make([]lock.State, 0, len(names))
-	for _, name := range names {
-		page.Locks = append(page.Locks, m.state(name, now))
-	}
-	return page, nil
 }
 
 // Watch implements lock.Store.

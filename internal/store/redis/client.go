@@ -39,6 +39,8 @@ type ClientConfig struct {
 type Client struct {
 	goredis.UniversalClient
 	Mode string
+	// target says where the client connects, without credentials.
+	target string
 	// sentinel is set in sentinel mode: where to follow the master from.
 	sentinel *sentinelConfig
 	// seeds are the cluster's seed nodes, as configured.
@@ -54,6 +56,11 @@ func (c *Client) Close() error {
 	}
 	return c.UniversalClient.Close()
 }
+
+// Target says where the client connects, for logs: the server and database
+// (redis://host:port/db), the sentinels with the master's name and database,
+// or the cluster's seeds. It never holds a user name or password.
+func (c *Client) Target() string { return c.target }
 
 // NewClient connects to Redis as cfg says, with the settings lockapi's
 // correctness depends on:
@@ -71,27 +78,23 @@ func (c *Client) Close() error {
 //     lockapi serves again as soon as Redis answers (see fastRecoveryDialer).
 //     Sentinel and Cluster clients resolve addresses per dial and move on to
 //     other nodes, so they keep go-redis's dialer.
+//
+// Each mode parses its own URL form; what they share is set once, by
+// common.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	tlsOf := func(t *tls.Config) error {
-		if cfg.ConfigureTLS == nil {
-			return nil
-		}
-		return cfg.ConfigureTLS(t)
-	}
 	switch cfg.Mode {
 	case "", ModeSingle:
 		o, err := goredis.ParseURL(cfg.URL)
 		if err != nil {
 			return nil, err
 		}
-		if err := tlsOf(o.TLSConfig); err != nil {
+		if err := cfg.common(o.TLSConfig, &o.MaxRetries, &o.DialerRetries, &o.ContextTimeoutEnabled); err != nil {
 			return nil, err
 		}
-		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
 		closed := make(chan struct{})
 		o.Dialer = fastRecoveryDialer(o.DialTimeout, o.TLSConfig, closed)
-		c := &Client{UniversalClient: goredis.NewClient(o), Mode: ModeSingle, closed: closed}
-		return c, nil
+		return &Client{UniversalClient: goredis.NewClient(o), Mode: ModeSingle, closed: closed,
+			target: fmt.Sprintf("%s://%s/%d", scheme(o.TLSConfig), o.Addr, o.DB)}, nil
 	case ModeSentinel:
 		o, err := goredis.ParseFailoverURL(cfg.URL)
 		if err != nil {
@@ -100,25 +103,22 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		if o.MasterName == "" {
 			return nil, errors.New("a sentinel URL needs ?master_name=NAME, the name the sentinels monitor the master by")
 		}
-		if err := tlsOf(o.TLSConfig); err != nil {
+		if err := cfg.common(o.TLSConfig, &o.MaxRetries, &o.DialerRetries, &o.ContextTimeoutEnabled); err != nil {
 			return nil, err
 		}
-		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
-		return &Client{
-			UniversalClient: goredis.NewFailoverClient(o),
-			Mode:            ModeSentinel,
-			sentinel:        newSentinelConfig(o),
-		}, nil
+		return &Client{UniversalClient: goredis.NewFailoverClient(o), Mode: ModeSentinel, sentinel: newSentinelConfig(o),
+			target: fmt.Sprintf("%s://%s (sentinels), master %q, db %d", scheme(o.TLSConfig), strings.Join(o.SentinelAddrs, ","), o.MasterName, o.DB)}, nil
 	case ModeCluster:
 		o, err := goredis.ParseClusterURL(cfg.URL)
 		if err != nil {
 			return nil, err
 		}
-		if err := tlsOf(o.TLSConfig); err != nil {
+		if err := cfg.common(o.TLSConfig, &o.MaxRetries, &o.DialerRetries, &o.ContextTimeoutEnabled); err != nil {
 			return nil, err
 		}
-		o.MaxRetries, o.MaxRedirects, o.DialerRetries, o.ContextTimeoutEnabled = -1, -1, 1, true
-		c := &Client{UniversalClient: goredis.NewClusterClient(o), Mode: ModeCluster}
+		o.MaxRedirects = -1
+		c := &Client{UniversalClient: goredis.NewClusterClient(o), Mode: ModeCluster,
+			target: fmt.Sprintf("%s://%s (cluster seeds)", scheme(o.TLSConfig), strings.Join(o.Addrs, ","))}
 		for _, addr := range o.Addrs {
 			c.seeds = append(c.seeds, &goredis.Options{
 				Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
@@ -128,6 +128,27 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return c, nil
 	}
 	return nil, fmt.Errorf("redis mode %q: want single, sentinel or cluster", cfg.Mode)
+}
+
+// common sets what the options of every mode share (see NewClient): the
+// TLS configuration completed by cfg.ConfigureTLS, no retried commands,
+// one dial attempt, deadlines from the context.
+func (cfg ClientConfig) common(t *tls.Config, maxRetries, dialerRetries *int, contextTimeout *bool) error {
+	if cfg.ConfigureTLS != nil {
+		if err := cfg.ConfigureTLS(t); err != nil {
+			return err
+		}
+	}
+	*maxRetries, *dialerRetries, *contextTimeout = -1, 1, true
+	return nil
+}
+
+// scheme is the URL scheme of a connection with TLS configuration t.
+func scheme(t *tls.Config) string {
+	if t != nil {
+		return "rediss"
+	}
+	return "redis"
 }
 
 // probeEvery is how often a dial to a Redis that refused connections is
