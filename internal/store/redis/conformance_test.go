@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,6 +171,46 @@ func BenchmarkStore_AcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkStore_pairs_c32 measures what issue 12 budgets: Redis CPU per
+// acquire+release pair with 32 concurrent callers on 100,000 names and the
+// batcher on, as the server runs the store, with events on and off.
+func BenchmarkStore_pairs_c32(b *testing.B) {
+	for _, events := range []bool{false, true} {
+		b.Run(fmt.Sprintf("events=%v", events), func(b *testing.B) {
+			srv := redistest.Start(b)
+			rdb := srv.Client(b)
+			s, err := redisstore.New(rdb, redisstore.Options{Events: events, Batch: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var next atomic.Int64
+			scriptsBefore := scriptTime(b, rdb)
+			before := redisCPU(b, rdb)
+			b.SetParallelism(16) // 32 callers on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					name := "p:" + strconv.FormatInt(next.Add(7919)%100_000, 10)
+					g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "w", TTL: time.Minute})
+					if lock.ErrorCode(err) == lock.CodeHeld {
+						continue
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, false); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64((redisCPU(b, rdb)-before).Microseconds())/float64(b.N), "redis-µs/pair")
+			b.ReportMetric(float64((scriptTime(b, rdb)-scriptsBefore).Microseconds())/float64(b.N), "script-µs/pair")
+		})
+	}
+}
+
 // redisCPU reads the CPU time the Redis server used (INFO cpu).
 func redisCPU(b *testing.B, rdb *goredis.Client) time.Duration {
 	info, err := rdb.Info(ctx, "cpu").Result()
@@ -237,4 +278,26 @@ func openStoreOptions(t *testing.T, cfg redisstore.ClientConfig, opts redisstore
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// scriptTime reads the time Redis spent running scripts (INFO commandstats,
+// EVALSHA and EVAL): their cost without the network's.
+func scriptTime(b *testing.B, rdb *goredis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var us int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				us += n
+			}
+		}
+	}
+	return time.Duration(us) * time.Microsecond
 }

@@ -19,14 +19,14 @@ func TestScripts_pinned(t *testing.T) {
 		script *goredis.Script
 		sha    string
 	}{
-		{"acquire.lua", plainScripts.acquire, "03f86209f95060276294062e629d23397379e895"},
-		{"renew.lua", plainScripts.renew, "bd72d6abc2c27f3c01b47af41e246e58346f7f63"},
-		{"release.lua", plainScripts.release, "057f7709f9630062ac75ef1afd1d7f1e0636241d"},
-		{"force_release.lua", plainScripts.forceRelease, "565a47bf0e158421f83d3b0630f67b390eeefe10"},
-		{"inspect.lua", plainScripts.inspect, "77d245a34d7a150b359e2915a53512b3a3fb3e96"},
-		{"abandon.lua", plainScripts.abandon, "bb1da827f89d9136ae2277870bea62cb0aaaa3e5"},
-		{"leave.lua", plainScripts.leave, "ec8837f84bc01843ff2198d86b151442e1d4488b"},
-		{"expire.lua", plainScripts.expire, "361749c8add5957d2c6ad181a21dc785fc26d61e"},
+		{"acquire.lua", plainScripts.acquire, "e438b8ed7bea20547f38ccc1c686e1b257e6a488"},
+		{"renew.lua", plainScripts.renew, "5d145e0ef535e90c1a8402d6d55592df28fd210c"},
+		{"release.lua", plainScripts.release, "b7a5dc2597f7973dfb7489030f0ed8534bf281d0"},
+		{"force_release.lua", plainScripts.forceRelease, "8c8871e4d1a0496806a372643aad9b4ca7143567"},
+		{"inspect.lua", plainScripts.inspect, "17b9915ddb2b07a7841fee36d36d4585837a0ab6"},
+		{"abandon.lua", plainScripts.abandon, "4a3b63da9819f815dd382fea5687fcba24fbd033"},
+		{"leave.lua", plainScripts.leave, "d3ce2ed1edc7d4cbdbfdc782b3f86360af237ebb"},
+		{"expire.lua", plainScripts.expire, "824453628393a0908c44912e65f1ce324a6c1ed0"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

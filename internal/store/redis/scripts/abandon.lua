@@ -22,7 +22,6 @@
 -- Returns 0 when there was nothing to undo, 1 when a hold was dropped and
 -- the lease lives on, 2 when the lease ended. A dropped hold records
 -- released with the holds left.
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local req, channel, publish = ARGV[1], ARGV[2], ARGV[4]

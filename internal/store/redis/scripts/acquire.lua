@@ -39,7 +39,6 @@
 -- Events: a fresh lease records granted, another hold reentered; a replay,
 -- a refusal or a queue place records nothing. A lease found expired on the
 -- way records expired first.
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local now_us, now = clock()
 local req, owner, principal = ARGV[1], ARGV[2], ARGV[3]
@@ -56,7 +55,7 @@ if shared then
 	mode = 'shared'
 end
 
-if redis.call('SISMEMBER', KEYS[3], req) == 1 then
+if rare() and redis.call('SISMEMBER', KEYS[3], req) == 1 then
 	return {-1}
 end
 
@@ -69,7 +68,7 @@ local queued = prune_queue(now)
 -- counter orders grants while Redis keeps its data, the clock keeps tokens
 -- rising when the counter is lost. 2^53 - 1 keeps them exact in JavaScript.
 local function next_token()
-	local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
+	local token = fence().token + 1
 	if now_us > token then
 		token = now_us
 	end
@@ -77,7 +76,7 @@ local function next_token()
 		return nil
 	end
 	local tok = fmt(token)
-	redis.call('HSET', KEYS[2], 'token', tok)
+	fence_set('token', tok)
 	return tok
 end
 
@@ -85,7 +84,8 @@ end
 -- learns it may go when it may be granted beside this one (a reader behind
 -- a reader, a permit behind a permit), and the grant is recorded.
 local function granted(reply)
-	redis.call('HINCRBY', KEYS[2], 'ver', 1)
+	fence_set('ver', fmt(fence().ver + 1))
+	fence_flush()
 	redis.call(publish, channel, 'c:' .. ARGV[4])
 	if waiter ~= '' and redis.call('ZREM', KEYS[6], waiter) == 1 then
 		redis.call('ZREM', KEYS[7], waiter)
@@ -251,6 +251,7 @@ if way_owner or held_off then
 	if waiter ~= '' and (my_seq or fair or by_shared) then
 		if not my_seq then
 			redis.call('ZADD', KEYS[6], redis.call('HINCRBY', KEYS[2], 'qseq', 1), waiter)
+			RARE = true
 		end
 		redis.call('ZADD', KEYS[7], now + QUEUE_TTL, waiter)
 		redis.call('PEXPIRE', KEYS[6], QUEUE_TTL)
@@ -291,6 +292,7 @@ local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl
 	limit = ARGV[10], st = {_ = ''}}
 save_record(req, rec)
 redis.call('ZADD', KEYS[5], exp, req)
+RARE = true
 redis.call('HSET', KEYS[4], 'limit', ARGV[10])
 if shared then
 	redis.call('HSET', KEYS[4], my_owner_field, req)

@@ -11,7 +11,6 @@
 --
 -- Returns 1 when the expiry was recorded (here, or by an earlier script),
 -- 0 when the lease lives on.
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local member = ARGV[1]

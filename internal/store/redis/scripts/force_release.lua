@@ -12,7 +12,6 @@
 --
 -- Records force_released once per lease ended (the exclusive lease, every
 -- shared lease and permit), with the admin's principal.
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local by = ARGV[3]

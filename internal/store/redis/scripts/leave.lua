@@ -8,7 +8,6 @@
 -- When the waiter was the head, the next head learns it may go, or, when
 -- the queue is now empty, one waiter per instance (the queue held them
 -- off). Returns 1 if the waiter had a place, else 0.
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local was_head = queue_head() == ARGV[1]

@@ -54,6 +54,53 @@ local function events_from(arg)
 	redis.call('EXISTS', EV_LOG)
 end
 
+-- The fence hash (KEYS[2]) holds the token counter, the blocking-query
+-- index (ver) and the exclusive lease's events member (evx). fence reads
+-- the three in one call, once per script; fence_set queues a write and
+-- fence_flush makes the queued writes in one call.
+local FENCE, FENCE_W = nil, {}
+
+local function fence()
+	if not FENCE then
+		local v = redis.call('HMGET', KEYS[2], 'token', 'ver', 'evx')
+		FENCE = {token = tonumber(v[1]) or 0, ver = tonumber(v[2]) or 0, evx = v[3]}
+	end
+	return FENCE
+end
+
+local function fence_set(field, value)
+	FENCE_W[#FENCE_W + 1] = field
+	FENCE_W[#FENCE_W + 1] = value
+end
+
+local function fence_flush()
+	if #FENCE_W > 0 then
+		redis.call('HSET', KEYS[2], unpack(FENCE_W))
+		FENCE_W = {}
+	end
+end
+
+-- RARE tells whether the name has any of the keys that only some locks
+-- use: abandoned request ids (KEYS[3]), shared leases and permits (their
+-- expiries, KEYS[5]) or a queue (KEYS[6]). Most names have none, and one
+-- call then spares a look at each. A script that creates one sets it.
+local RARE = nil
+
+local function rare()
+	if RARE == nil then
+		RARE = redis.call('EXISTS', KEYS[3], KEYS[5], KEYS[6]) > 0
+	end
+	return RARE
+end
+
+-- queue_length counts the live places in the queue.
+local function queue_length(now)
+	if not rare() then
+		return 0
+	end
+	return redis.call('ZCOUNT', KEYS[7], '(' .. now, '+inf')
+end
+
 local function clock()
 	local t = redis.call('TIME')
 	local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -145,13 +192,13 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by)
 	end
 	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EVENTS_MAX, '*', 't', t, 'l', lock_name(), 'k', id,
 		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count,
-		'q', redis.call('ZCOUNT', KEYS[7], '(' .. now, '+inf'))
+		'q', queue_length(now))
 end
 
 -- track_exclusive notes the member of a fresh exclusive lease in the fence.
 local function track_exclusive(id, token, owner, principal)
 	if EVENTS_MAX > 0 then
-		redis.call('HSET', KEYS[2], 'evx', lease_member(id, 'exclusive', token, owner, principal))
+		fence_set('evx', lease_member(id, 'exclusive', token, owner, principal))
 	end
 end
 
@@ -179,10 +226,11 @@ local function settle_exclusive(now, lease)
 	if EVENTS_MAX == 0 or lease then
 		return
 	end
-	local m = redis.call('HGET', KEYS[2], 'evx')
+	local m = fence().evx
 	if not m then
 		return
 	end
+	FENCE.evx = nil
 	local f = split_member(m)
 	redis.call('HDEL', KEYS[2], 'evx')
 	record(now, 'expired', f[2], f[3], f[4], f[5], f[6], 0)
@@ -213,7 +261,7 @@ end
 -- prune_shared drops expired shared leases and permits, records their
 -- expiry, and returns how many are live.
 local function prune_shared(now)
-	if redis.call('EXISTS', KEYS[5]) == 0 then
+	if not rare() or redis.call('EXISTS', KEYS[5]) == 0 then
 		return 0
 	end
 	local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
@@ -251,7 +299,7 @@ end
 
 -- prune_queue drops lapsed queue places and returns the queue's length.
 local function prune_queue(now)
-	if redis.call('EXISTS', KEYS[6]) == 0 then
+	if not rare() or redis.call('EXISTS', KEYS[6]) == 0 then
 		return 0
 	end
 	local gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)

@@ -14,7 +14,6 @@
 -- hash's "released" field and succeeds again without touching anything.
 -- Records released with the holds left (0 when the lease ended); a retry
 -- records nothing.
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local id, all, channel, principal, publish = ARGV[1], ARGV[2] == '1', ARGV[3], ARGV[4], ARGV[5]

@@ -15,7 +15,6 @@
 -- superseded or unknown), {-1} when it belongs to another principal, else
 --   {1, lease id, owner, principal, token, hold count, ttl ms, acquired ms,
 --    expires ms, metadata, mode, limit}
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local _, now = clock()
 local id, channel, principal, publish = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
