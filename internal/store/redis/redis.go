@@ -364,6 +364,14 @@ func outcomeUnknown(err error) bool {
 
 // TryAcquire implements lock.Store with one script call.
 func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	return s.AcquireAs(ctx, req, ulid.Make().String())
+}
+
+// AcquireAs is TryAcquire with the request id chosen by the caller: it names
+// the acquire for Abandon, and a fresh grant's lease takes it as its id.
+// Redlock (internal/store/redlock) gives every master the same one, so that
+// a lease has one id everywhere.
+func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestID string) (lock.Grant, error) {
 	if err := req.Validate(); err != nil {
 		return lock.Grant{}, err
 	}
@@ -379,7 +387,6 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if err != nil {
 		return lock.Grant{}, storeError(err)
 	}
-	requestID := ulid.Make().String()
 	keys := s.keys(req.Lock)
 	mode, fair := "x", "0"
 	if req.Mode == lock.Shared {
