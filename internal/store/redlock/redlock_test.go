@@ -32,8 +32,14 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// open opens a redlock store on rl's masters under a key prefix of its own.
+// open opens a redlock store on rl's masters under a key prefix of its own,
+// with a per-master deadline generous for a loaded test machine.
 func open(t *testing.T, rl *redistest.Redlock) *redlock.Store {
+	t.Helper()
+	return openWith(t, rl, 2*time.Second)
+}
+
+func openWith(t *testing.T, rl *redistest.Redlock, perMaster time.Duration) *redlock.Store {
 	t.Helper()
 	prefix := "test:" + ulid.Make().String() + ":"
 	var masters []*redisstore.Store
@@ -43,7 +49,7 @@ func open(t *testing.T, rl *redistest.Redlock) *redlock.Store {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		s, err := redisstore.New(c, redisstore.Options{Prefix: prefix, CallTimeout: 2 * time.Second, Batch: true})
+		s, err := redisstore.New(c, redisstore.Options{Prefix: prefix, CallTimeout: perMaster, Batch: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +72,7 @@ func TestToken_written_back_to_a_majority(t *testing.T) {
 	rl := redistest.StartRedlock(t, 3)
 	s := open(t, rl)
 	prefix := prefixOf(t, s, rl)
-	ahead := uint64(time.Now().Add(24*time.Hour).UnixMicro())
+	ahead := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
 	far := rl.Masters[2]
 	if err := far.Client(t).HSet(ctx, prefix+"{wb}:fence", "token", ahead).Err(); err != nil {
 		t.Fatal(err)
@@ -130,4 +136,34 @@ func prefixOf(t *testing.T, s *redlock.Store, rl *redistest.Redlock) string {
 	}
 	prefix, _, _ := strings.Cut(keys[0], "{probe}")
 	return prefix
+}
+
+// TestStoppedMaster: a master that stops answering (SIGSTOP) costs each call
+// its per-master deadline, not more: a waiter watches the others and is
+// granted soon after the holder's release.
+func TestStoppedMaster(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := openWith(t, rl, 300*time.Millisecond)
+	rl.Masters[0].Node(t).Pause(t)
+	defer rl.Masters[0].Node(t).Continue(t)
+	l := storetest.Acquire(t, s, "sm", "a", time.Minute)
+	got := make(chan error, 1)
+	go func() {
+		_, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "sm", Owner: "b", TTL: time.Minute}, 20*time.Second)
+		got <- err
+	}()
+	storetest.WaitForWaiters(t, s, 1)
+	released := time.Now()
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "sm", ID: l.ID}, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("waiter granted %v after the release, one master of 3 stopped", time.Since(released).Round(time.Millisecond))
+	case <-time.After(3 * time.Second):
+		t.Fatal("waiter not granted within 3 s of the release with one master stopped")
+	}
 }

@@ -8,33 +8,47 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 )
 
 // Watch implements lock.Store: the watcher watches every master that
-// answers, and a majority must. A release reaches a majority of the masters,
-// which shares at least one with the watched ones, so no release goes
-// unseen.
+// answers, and returns once a majority did. A release reaches a majority of
+// the masters, which shares at least one with the watched ones, so no
+// release goes unseen. The masters that answer later (one stopped, say,
+// whose subscription would take the hub's confirmation timeout) join the
+// watcher when they do.
 func (s *Store) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {
-	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.Watcher, error) {
-		return m.Watch(ctx, name, kind)
-	})
+	type result struct {
+		w   lock.Watcher
+		err error
+	}
+	results := make(chan result, len(s.masters))
+	for _, m := range s.masters {
+		go func() {
+			mw, err := m.Watch(ctx, name, kind)
+			results <- result{mw, err}
+		}()
+	}
 	w := &watcher{c: make(chan struct{}, 1), stop: make(chan struct{}), last: -1}
 	var errs []error
-	for _, a := range answers {
-		errs = append(errs, a.err)
-		if a.err == nil {
-			w.ws = append(w.ws, a.v)
+	n := 0
+	for ; n < len(s.masters) && len(w.ws) < s.quorum; n++ {
+		r := <-results
+		errs = append(errs, r.err)
+		if r.err == nil {
+			w.add(r.w)
 		}
 	}
 	if len(w.ws) < s.quorum {
-		w.closeAll()
+		w.Close()
 		return nil, s.failure(errs)
 	}
-	for i, mw := range w.ws {
-		w.wg.Add(1)
-		go w.forward(i, mw)
-	}
+	go func() {
+		for ; n < len(s.masters); n++ {
+			if r := <-results; r.err == nil {
+				w.add(r.w)
+			}
+		}
+	}()
 	return w, nil
 }
 
@@ -42,14 +56,36 @@ func (s *Store) Watch(ctx context.Context, name string, kind lock.WatchKind) (lo
 // several masters wakes it once; the wake-ups it drops were the same
 // release's.
 type watcher struct {
-	ws   []lock.Watcher
 	c    chan struct{}
 	stop chan struct{}
 	wg   sync.WaitGroup
-	once sync.Once
 
-	mu   sync.Mutex
-	last int // the watcher whose wake-up was delivered last; -1 none
+	mu     sync.Mutex
+	ws     []lock.Watcher
+	closed bool
+	last   int // the watcher whose wake-up was delivered last; -1 none
+	expiry time.Time
+	joined string
+}
+
+// add starts forwarding mw's wake-ups, or closes mw if the watcher was
+// closed meanwhile. A late watcher learns what the others were told.
+func (w *watcher) add(mw lock.Watcher) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		mw.Close()
+		return
+	}
+	if !w.expiry.IsZero() {
+		mw.ExpectExpiry(w.expiry)
+	}
+	if w.joined != "" {
+		mw.Join(w.joined)
+	}
+	w.ws = append(w.ws, mw)
+	w.wg.Add(1)
+	go w.forward(len(w.ws)-1, mw)
 }
 
 func (w *watcher) forward(i int, mw lock.Watcher) {
@@ -75,6 +111,9 @@ func (w *watcher) forward(i int, mw lock.Watcher) {
 func (w *watcher) C() <-chan struct{} { return w.c }
 
 func (w *watcher) ExpectExpiry(at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expiry = at
 	for _, mw := range w.ws {
 		mw.ExpectExpiry(at)
 	}
@@ -84,14 +123,16 @@ func (w *watcher) ExpectExpiry(at time.Time) {
 // which hands it to the next waiter of this process.
 func (w *watcher) PassOn() {
 	w.mu.Lock()
-	i := w.last
-	w.mu.Unlock()
-	if i >= 0 {
-		w.ws[i].PassOn()
+	defer w.mu.Unlock()
+	if w.last >= 0 {
+		w.ws[w.last].PassOn()
 	}
 }
 
 func (w *watcher) Join(waiterID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.joined = waiterID
 	for _, mw := range w.ws {
 		mw.Join(waiterID)
 	}
@@ -101,19 +142,22 @@ func (w *watcher) Join(waiterID string) {
 // goes to the next waiter, as a master's own watcher would pass it on: the
 // masters' watchers have handed it over already.
 func (w *watcher) Close() {
-	w.once.Do(func() {
-		close(w.stop)
-		w.wg.Wait()
-		select {
-		case <-w.c:
-			w.PassOn()
-		default:
-		}
-		w.closeAll()
-	})
-}
-
-func (w *watcher) closeAll() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	w.mu.Unlock()
+	close(w.stop)
+	w.wg.Wait()
+	select {
+	case <-w.c:
+		w.PassOn()
+	default:
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for _, mw := range w.ws {
 		mw.Close()
 	}
