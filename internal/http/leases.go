@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 )
 
 // acquireBody is the body of POST /v1/locks/{name}/leases; every field is
@@ -60,6 +61,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !admitted {
 		return
 	}
+	s.reportAcquire([]lock.Grant{g}, err)
 	if err != nil {
 		Error(w, r, &lock.LockError{Lock: req.Lock, Err: err})
 		return
@@ -268,6 +270,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	}
 
 	l, err := s.store.Renew(r.Context(), leaseRef(c, name, leaseID), ttl)
+	s.reportLeaseLost(err)
 	if err != nil {
 		Error(w, r, err)
 		return
@@ -293,6 +296,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	}
 
 	res, err := s.store.Release(r.Context(), leaseRef(c, name, leaseID), all)
+	s.reportRelease(metrics.ReleaseLease, res, err)
 	if err != nil {
 		Error(w, r, err)
 		return
