@@ -364,7 +364,9 @@ func outcomeUnknown(err error) bool {
 
 // TryAcquire implements lock.Store with one script call.
 func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
-	if err := req.Validate(); err != nil {
+	// The caller validated req (lock.AcquireRequest.Validate); a kind
+	// without rules would still upset every later holder of the name.
+	if err := req.CheckKind(); err != nil {
 		return lock.Grant{}, err
 	}
 	meta := "{}"
