@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -49,7 +50,7 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg.Logger = zerolog.New(logs)
-	srv := lockhttp.NewServer(hooks, cfg)
+	srv := lockhttp.NewServer(hooks, withRelease(cfg))
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +63,15 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 	})
 	e := &Env{Mem: mem, Hooks: hooks, Server: srv, URL: srv.URL(), Logs: logs, validateRequests: true}
 	return e.For(t)
+}
+
+// withRelease gives cfg a release signer with a random secret, unless it
+// has one: a server takes its secrets from its caller.
+func withRelease(cfg lockhttp.Config) lockhttp.Config {
+	if cfg.Release == nil {
+		cfg.Release, _ = auth.NewReleaseSigner(auth.RandomSecret())
+	}
+	return cfg
 }
 
 // For returns a copy of e that reports to t, for use in subtests.

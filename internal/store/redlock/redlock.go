@@ -101,9 +101,7 @@ func each[T any](ctx context.Context, s *Store, f func(ctx context.Context, m *r
 
 // TryAcquire implements lock.Store.
 func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
-	if err := req.Validate(); err != nil {
-		return lock.Grant{}, err
-	}
+	// The caller validated req; each master's store checks its kind.
 	if req.Limit > 0 {
 		return lock.Grant{}, lock.Unsupported("semaphores (limit) are not offered in redlock mode: permits counted on each master do not add up to a limit under majorities")
 	}

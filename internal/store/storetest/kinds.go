@@ -612,8 +612,9 @@ var kindBehaviours = []behaviour{
 			t.Fatalf("grant = %+v", got.g)
 		}
 	}},
-	// Kind requests are validated by the store too; an invalid one changes
-	// nothing, held or not.
+	// A store takes requests as valid (lock.AcquireRequest.Validate is its
+	// caller's), but refuses a mode and limit that make no kind
+	// (CheckKind): the refusal changes nothing, held or not.
 	{"Invalid_kind_requests_change_nothing", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
 		bad := []struct {
