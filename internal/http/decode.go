@@ -312,9 +312,10 @@ func (q *query) err() error {
 	return lock.Invalid(q.fields...)
 }
 
-// pathParam returns a route parameter, percent-decoded. chi matches the raw
-// path when a request has one, so "deploy%3Aprod" (what most generated
-// clients send for "deploy:prod") would otherwise reach validation encoded.
+// pathParam returns a route parameter, percent-decoded once. The router
+// matches the path as the client spelled it (routeEscaped), so
+// "deploy%3Aprod" is the name "deploy:prod", and "dbl%253Atest" is
+// "dbl%3Atest", which fails validation: two spellings never reach one lock.
 // A parameter that does not decode is returned as it is and fails
 // validation.
 func pathParam(r *http.Request, key string) string {
@@ -323,4 +324,18 @@ func pathParam(r *http.Request, key string) string {
 		return v
 	}
 	return raw
+}
+
+// routeEscaped makes the router match the percent-encoded path. net/http
+// keeps that spelling in r.URL.RawPath only when it differs from the
+// default encoding of the decoded r.URL.Path, and chi matches whichever of
+// the two is set: its parameters would be decoded in some requests and not
+// in others.
+func routeEscaped(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath == "" {
+			rctx.RoutePath = r.URL.EscapedPath()
+		}
+		next.ServeHTTP(w, r)
+	})
 }

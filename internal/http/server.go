@@ -155,7 +155,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	s.events = newEventFeed(store, cfg.Logger)
 
 	r := chi.NewRouter()
-	r.Use(limitBody, s.requestID, s.logRequests, s.recoverPanics)
+	r.Use(routeEscaped, limitBody, s.requestID, s.logRequests, s.recoverPanics)
 	r.NotFound(s.handleNotFound)
 	r.MethodNotAllowed(s.handleMethodNotAllowed)
 
@@ -315,13 +315,9 @@ var allMethods = []string{
 // handleMethodNotAllowed answers a known route asked with a wrong method,
 // listing the route's methods in Allow.
 func (s *Server) handleMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
-	}
 	var allowed []string
 	for _, m := range allMethods {
-		if s.router.Match(chi.NewRouteContext(), m, path) {
+		if s.router.Match(chi.NewRouteContext(), m, r.URL.EscapedPath()) {
 			allowed = append(allowed, m)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,6 +184,13 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 			problems = append(problems, fmt.Sprintf("the spec has no such route, so the status must be 4xx, not %d", resp.StatusCode))
 		}
 		return problems
+	}
+	// The router hands out the parameters as the path spells them; the
+	// spec's schemas describe them decoded, once.
+	for k, v := range pathParams {
+		if d, err := url.PathUnescape(v); err == nil {
+			pathParams[k] = d
+		}
 	}
 	if code := strconv.Itoa(resp.StatusCode); route.Operation.Responses.Value(code) == nil && resp.StatusCode != http.StatusInternalServerError {
 		// The default response is documented as the internal error.
