@@ -1229,7 +1229,7 @@ type ClientInterface interface {
 
 	// GetHealth Liveness
 	//
-	// Answers 200 while the process serves HTTP; it does not touch the store.
+	// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1243,7 +1243,7 @@ type ClientInterface interface {
 
 	// GetReady Readiness
 	//
-	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1632,7 +1632,7 @@ type ClientInterface interface {
 
 // GetHealth Liveness
 //
-// Answers 200 while the process serves HTTP; it does not touch the store.
+// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 //
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1666,7 +1666,7 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // GetReady Readiness
 //
-// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 //
 // Corresponds with GET /readyz (the `GetReady` operationId).
 func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3345,7 +3345,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetHealthWithResponse Liveness
 	//
-	// Answers 200 while the process serves HTTP; it does not touch the store.
+	// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3363,7 +3363,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyWithResponse Readiness
 	//
-	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6680,7 +6680,7 @@ func (r PingWebhookResponse) ContentType() string {
 
 // GetHealthWithResponse Liveness
 //
-// Answers 200 while the process serves HTTP; it does not touch the store.
+// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6710,7 +6710,7 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 
 // GetReadyWithResponse Readiness
 //
-// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -114,6 +114,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return // the answer a GET would start with, and no stream
+	}
 	st := &eventStream{w: w, rc: http.NewResponseController(w)}
 	// No deadline outlives the stream: the connection may serve a long
 	// poll next.

@@ -205,9 +205,9 @@ func snapshot(t *testing.T, e *Env) []lock.State {
 func TestMethodNotAllowed_Allow(t *testing.T) {
 	e := MustOpenEnv(t, lockhttp.Config{})
 	for _, tc := range []struct{ method, path, allow string }{
-		{"PUT", "/v1/locks/x", "GET, DELETE"},
+		{"PUT", "/v1/locks/x", "GET, HEAD, DELETE"},
 		{"GET", "/v1/locks/x/leases", "POST"},
-		{"POST", "/v1/locks", "GET"},
+		{"POST", "/v1/locks", "GET, HEAD"},
 		{"GET", "/v1/leases", "POST, DELETE"},
 	} {
 		resp := e.Do(tc.method, tc.path, "")

@@ -11,10 +11,12 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
@@ -155,7 +157,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	s.events = newEventFeed(store, cfg.Logger)
 
 	r := chi.NewRouter()
-	r.Use(routeEscaped, limitBody, s.requestID, s.logRequests, s.recoverPanics)
+	// HEAD is served wherever GET is (RFC 9110): chi's GetHead routes it to
+	// the GET handler, and net/http drops the body.
+	r.Use(routeEscaped, middleware.GetHead, limitBody, s.requestID, s.logRequests, s.recoverPanics)
 	r.NotFound(s.handleNotFound)
 	r.MethodNotAllowed(s.handleMethodNotAllowed)
 
@@ -313,11 +317,12 @@ var allMethods = []string{
 }
 
 // handleMethodNotAllowed answers a known route asked with a wrong method,
-// listing the route's methods in Allow.
+// listing the route's methods in Allow: HEAD with GET.
 func (s *Server) handleMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	var allowed []string
 	for _, m := range allMethods {
-		if s.router.Match(chi.NewRouteContext(), m, r.URL.EscapedPath()) {
+		get := m == http.MethodHead && slices.Contains(allowed, http.MethodGet)
+		if get || s.router.Match(chi.NewRouteContext(), m, r.URL.EscapedPath()) {
 			allowed = append(allowed, m)
 		}
 	}
