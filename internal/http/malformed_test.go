@@ -67,6 +67,16 @@ func TestMalformed(t *testing.T) {
 		{"ModeTwice400", "POST", "/v1/locks/fresh/leases", `{"mode":"shared","mode":"exclusive"}`, json, 400, "invalid-request", "mode"},
 		{"ModeCaseMismatch400", "POST", "/v1/locks/fresh/leases", `{"Mode":"shared"}`, json, 400, "invalid-request", "Mode"},
 
+		// null is no member's value: nothing in the schema is nullable.
+		{"OwnerNull400", "POST", "/v1/locks/fresh/leases", `{"owner":null}`, json, 400, "invalid-request", "owner"},
+		{"TTLNull400", "POST", "/v1/locks/fresh/leases", `{"owner":"a","ttl_ms":null}`, json, 400, "invalid-request", "ttl_ms"},
+		{"FairNull400", "POST", "/v1/locks/fresh/leases", `{"fair":null}`, json, 400, "invalid-request", "fair"},
+		{"MetadataNull400", "POST", "/v1/locks/fresh/leases", `{"metadata":null}`, json, 400, "invalid-request", "metadata"},
+		{"MetadataValueNull400", "POST", "/v1/locks/fresh/leases", `{"metadata":{"k":null}}`, json, 400, "invalid-request", "metadata"},
+		{"RenewTTLNull400", "POST", "/v1/locks/busy/leases/{L}/renew", `{"ttl_ms":null}`, json, 400, "invalid-request", "ttl_ms"},
+		{"AcquireAllLockNull400", "POST", "/v1/leases", `{"locks":["fresh",null]}`, json, 400, "invalid-request", "locks"},
+		{"AcquireAllOwnerNull400", "POST", "/v1/leases", `{"locks":["fresh"],"owner":null}`, json, 400, "invalid-request", "owner"},
+
 		// Values out of range.
 		{"TTLNegative400", "POST", "/v1/locks/fresh/leases", `{"ttl_ms":-1}`, json, 400, "invalid-request", "ttl_ms"},
 		{"TTLBelowMin400", "POST", "/v1/locks/fresh/leases", `{"ttl_ms":9}`, json, 400, "invalid-request", "ttl_ms"},
