@@ -304,7 +304,7 @@ type AcquireRequest struct {
 	// Example: exclusive
 	Mode *LeaseMode `json:"mode,omitempty"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
@@ -433,7 +433,7 @@ type HeldBy struct {
 	// Example: 42
 	FencingToken FencingToken `json:"fencing_token"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
@@ -467,7 +467,7 @@ type Holder struct {
 	// Example: exclusive
 	Mode LeaseMode `json:"mode"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
@@ -522,7 +522,7 @@ type Lease struct {
 	// Example: exclusive
 	Mode LeaseMode `json:"mode"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
@@ -635,7 +635,7 @@ type MultiAcquireRequest struct {
 	// Example: exclusive
 	Mode *LeaseMode `json:"mode,omitempty"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
@@ -713,7 +713,7 @@ type NewWebhook struct {
 // NewWebhookSource `api` for webhooks created here, `file` for those of `LOCKAPI_WEBHOOKS_FILE`.
 type NewWebhookSource string
 
-// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 //
 // Example: worker-7
 type Owner = string
@@ -900,7 +900,7 @@ type WebhookEvent struct {
 	// Example: exclusive
 	Mode *LeaseMode `json:"mode,omitempty"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
