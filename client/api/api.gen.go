@@ -400,7 +400,7 @@ type FieldError struct {
 
 // ForceReleaseResult Example: {"lock":"deploy:prod","released":true}
 type ForceReleaseResult struct {
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -507,7 +507,7 @@ type Lease struct {
 	// Example: 0
 	Limit int32 `json:"limit"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -561,7 +561,7 @@ type LockList struct {
 // Example: exclusive
 type LockMode string
 
-// LockName 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+// LockName 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 //
 // Example: deploy:prod
 type LockName = string
@@ -594,7 +594,7 @@ type LockState struct {
 	// Example: 0
 	Limit int32 `json:"limit"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -663,7 +663,7 @@ type MultiReleaseItem struct {
 	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
 	LeaseID LeaseID `json:"lease_id"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -814,7 +814,7 @@ type ReleaseResult struct {
 	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
 	LeaseID LeaseID `json:"lease_id"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -890,7 +890,7 @@ type WebhookEvent struct {
 	// Example: 1795460000000-0
 	ID string `json:"id"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock *LockName `json:"lock,omitempty"`

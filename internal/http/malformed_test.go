@@ -110,6 +110,10 @@ func TestMalformed(t *testing.T) {
 		{"NameStar400", "POST", "/v1/locks/bu*/leases", "", "", 400, "invalid-request", "name"},
 		{"Name201Chars400", "POST", "/v1/locks/" + strings.Repeat("n", 201) + "/leases", "", "", 400, "invalid-request", "name"},
 		{"ReleaseBadName400", "DELETE", "/v1/locks/b%C3%BCsy/leases/{L}", "", "", 400, "invalid-request", "name"},
+		{"NameDots400", "GET", "/v1/locks/...", "", "", 400, "invalid-request", "name"},
+		{"NameEncodedDots400", "POST", "/v1/locks/%2E%2E/leases", "", "", 400, "invalid-request", "name"},
+		{"AcquireAllNameDot400", "POST", "/v1/leases", `{"locks":["fresh","."]}`, json, 400, "invalid-request", "locks"},
+		{"ReleaseAllNameDots400", "DELETE", "/v1/leases?id=../{L}", "", "", 400, "invalid-request", "id"},
 
 		// Bad lease ids and query parameters.
 		{"RenewLeaseIDNotULID400", "POST", "/v1/locks/busy/leases/not-a-ulid/renew", "", "", 400, "invalid-request", "lease_id"},

@@ -35,6 +35,7 @@ func FuzzValidName(f *testing.F) {
 	for _, s := range []string{
 		"deploy:prod", "a", "", "A-Z.a_z:0@9~", strings.Repeat("x", 200), strings.Repeat("x", 201),
 		"has space", "slash/", "brace{x}", "star*", "tab\t", "new\n", "name\n", "é", "\xff", "x\x00",
+		".", "..", "...", strings.Repeat(".", 200), ".a", "a.", "..a..",
 	} {
 		f.Add(s)
 	}
