@@ -309,7 +309,7 @@ type AcquireRequest struct {
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
 
-	// TTLMs Lease TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (default 86400000).
+	// TTLMs Lease TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (`LOCKAPI_MAX_TTL`, default 86400000), which no server sets above 2592000000 (30 days).
 	//
 	// Example: 30000
 	TTLMs *int64 `json:"ttl_ms,omitempty"`
@@ -640,7 +640,7 @@ type MultiAcquireRequest struct {
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
 
-	// TTLMs Every lease's TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (default 86400000).
+	// TTLMs Every lease's TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (`LOCKAPI_MAX_TTL`, default 86400000), which no server sets above 2592000000 (30 days).
 	//
 	// Example: 30000
 	TTLMs *int64 `json:"ttl_ms,omitempty"`

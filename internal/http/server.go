@@ -36,6 +36,11 @@ const (
 	DefaultEventsHeartbeat = 15 * time.Second
 )
 
+// MaxTTLCeiling bounds every server's MaxTTL, and so every ttl_ms:
+// openapi.yaml gives it as ttl_ms's maximum. NewServer lowers a larger
+// MaxTTL to it; lockapi serve refuses one.
+const MaxTTLCeiling = 30 * 24 * time.Hour
+
 // Timeouts and limits of the listening server. There is no read or write
 // timeout on the whole request: long-poll acquires and blocking queries hold
 // their request for up to MaxWait, event streams for as long as the client
@@ -55,7 +60,7 @@ const (
 // Config tunes a Server. Zero fields get the defaults.
 type Config struct {
 	DefaultTTL time.Duration // the TTL of an acquire without ttl_ms (30s)
-	MaxTTL     time.Duration // the largest ttl_ms accepted (24h)
+	MaxTTL     time.Duration // the largest ttl_ms accepted (24h), at most MaxTTLCeiling
 	MaxWait    time.Duration // longer wait_ms are clamped to this (60s)
 	Logger     zerolog.Logger
 	// MinReplicas is how many replicas must confirm a grant before it is
@@ -130,6 +135,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.MaxTTL <= 0 {
 		cfg.MaxTTL = DefaultMaxTTL
 	}
+	cfg.MaxTTL = min(cfg.MaxTTL, MaxTTLCeiling)
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
