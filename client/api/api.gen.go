@@ -143,75 +143,6 @@ func (e PingResultOutcome) Valid() bool {
 	}
 }
 
-// Defines values for ProblemType.
-const (
-	HTTPSLockapiDevProblemsEventsDisabled       ProblemType = "https://lockapi.dev/problems/events-disabled"
-	HTTPSLockapiDevProblemsEventsGone           ProblemType = "https://lockapi.dev/problems/events-gone"
-	HTTPSLockapiDevProblemsForbidden            ProblemType = "https://lockapi.dev/problems/forbidden"
-	HTTPSLockapiDevProblemsInternal             ProblemType = "https://lockapi.dev/problems/internal"
-	HTTPSLockapiDevProblemsInvalidRequest       ProblemType = "https://lockapi.dev/problems/invalid-request"
-	HTTPSLockapiDevProblemsLeaseLost            ProblemType = "https://lockapi.dev/problems/lease-lost"
-	HTTPSLockapiDevProblemsLimitMismatch        ProblemType = "https://lockapi.dev/problems/limit-mismatch"
-	HTTPSLockapiDevProblemsLockHeld             ProblemType = "https://lockapi.dev/problems/lock-held"
-	HTTPSLockapiDevProblemsMethodNotAllowed     ProblemType = "https://lockapi.dev/problems/method-not-allowed"
-	HTTPSLockapiDevProblemsNotFound             ProblemType = "https://lockapi.dev/problems/not-found"
-	HTTPSLockapiDevProblemsPayloadTooLarge      ProblemType = "https://lockapi.dev/problems/payload-too-large"
-	HTTPSLockapiDevProblemsRateLimited          ProblemType = "https://lockapi.dev/problems/rate-limited"
-	HTTPSLockapiDevProblemsUnauthorized         ProblemType = "https://lockapi.dev/problems/unauthorized"
-	HTTPSLockapiDevProblemsUnavailable          ProblemType = "https://lockapi.dev/problems/unavailable"
-	HTTPSLockapiDevProblemsUnsupportedMediaType ProblemType = "https://lockapi.dev/problems/unsupported-media-type"
-	HTTPSLockapiDevProblemsUpgradeRefused       ProblemType = "https://lockapi.dev/problems/upgrade-refused"
-	HTTPSLockapiDevProblemsWebhookExists        ProblemType = "https://lockapi.dev/problems/webhook-exists"
-	HTTPSLockapiDevProblemsWebhookReadOnly      ProblemType = "https://lockapi.dev/problems/webhook-read-only"
-	HTTPSLockapiDevProblemsWebhooksDisabled     ProblemType = "https://lockapi.dev/problems/webhooks-disabled"
-)
-
-// Valid indicates whether the value is a known member of the ProblemType enum.
-func (e ProblemType) Valid() bool {
-	switch e {
-	case HTTPSLockapiDevProblemsEventsDisabled:
-		return true
-	case HTTPSLockapiDevProblemsEventsGone:
-		return true
-	case HTTPSLockapiDevProblemsForbidden:
-		return true
-	case HTTPSLockapiDevProblemsInternal:
-		return true
-	case HTTPSLockapiDevProblemsInvalidRequest:
-		return true
-	case HTTPSLockapiDevProblemsLeaseLost:
-		return true
-	case HTTPSLockapiDevProblemsLimitMismatch:
-		return true
-	case HTTPSLockapiDevProblemsLockHeld:
-		return true
-	case HTTPSLockapiDevProblemsMethodNotAllowed:
-		return true
-	case HTTPSLockapiDevProblemsNotFound:
-		return true
-	case HTTPSLockapiDevProblemsPayloadTooLarge:
-		return true
-	case HTTPSLockapiDevProblemsRateLimited:
-		return true
-	case HTTPSLockapiDevProblemsUnauthorized:
-		return true
-	case HTTPSLockapiDevProblemsUnavailable:
-		return true
-	case HTTPSLockapiDevProblemsUnsupportedMediaType:
-		return true
-	case HTTPSLockapiDevProblemsUpgradeRefused:
-		return true
-	case HTTPSLockapiDevProblemsWebhookExists:
-		return true
-	case HTTPSLockapiDevProblemsWebhookReadOnly:
-		return true
-	case HTTPSLockapiDevProblemsWebhooksDisabled:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ReadyStatus.
 const (
 	ReadyStatusReady ReadyStatus = "ready"
@@ -783,16 +714,62 @@ type Problem struct {
 	// Example: Lock held
 	Title string `json:"title"`
 
-	// Type A problem type URI. The values are stable; new ones may be added.
+	// Type A problem type URI. The set is open: new types may be added, so a
+	// client must accept a type it does not know and act on `status`.
+	// The types of today are stable (see the table in this API's
+	// description):
+	//
+	// - `https://lockapi.dev/problems/invalid-request`
+	// - `https://lockapi.dev/problems/unauthorized`
+	// - `https://lockapi.dev/problems/forbidden`
+	// - `https://lockapi.dev/problems/rate-limited`
+	// - `https://lockapi.dev/problems/lock-held`
+	// - `https://lockapi.dev/problems/limit-mismatch`
+	// - `https://lockapi.dev/problems/upgrade-refused`
+	// - `https://lockapi.dev/problems/lease-lost`
+	// - `https://lockapi.dev/problems/events-gone`
+	// - `https://lockapi.dev/problems/not-found`
+	// - `https://lockapi.dev/problems/method-not-allowed`
+	// - `https://lockapi.dev/problems/unsupported-media-type`
+	// - `https://lockapi.dev/problems/payload-too-large`
+	// - `https://lockapi.dev/problems/events-disabled`
+	// - `https://lockapi.dev/problems/webhook-exists`
+	// - `https://lockapi.dev/problems/webhook-read-only`
+	// - `https://lockapi.dev/problems/webhooks-disabled`
+	// - `https://lockapi.dev/problems/unavailable`
+	// - `https://lockapi.dev/problems/internal`
 	//
 	// Example: https://lockapi.dev/problems/lock-held
 	Type ProblemType `json:"type"`
 }
 
-// ProblemType A problem type URI. The values are stable; new ones may be added.
+// ProblemType A problem type URI. The set is open: new types may be added, so a
+// client must accept a type it does not know and act on `status`.
+// The types of today are stable (see the table in this API's
+// description):
+//
+// - `https://lockapi.dev/problems/invalid-request`
+// - `https://lockapi.dev/problems/unauthorized`
+// - `https://lockapi.dev/problems/forbidden`
+// - `https://lockapi.dev/problems/rate-limited`
+// - `https://lockapi.dev/problems/lock-held`
+// - `https://lockapi.dev/problems/limit-mismatch`
+// - `https://lockapi.dev/problems/upgrade-refused`
+// - `https://lockapi.dev/problems/lease-lost`
+// - `https://lockapi.dev/problems/events-gone`
+// - `https://lockapi.dev/problems/not-found`
+// - `https://lockapi.dev/problems/method-not-allowed`
+// - `https://lockapi.dev/problems/unsupported-media-type`
+// - `https://lockapi.dev/problems/payload-too-large`
+// - `https://lockapi.dev/problems/events-disabled`
+// - `https://lockapi.dev/problems/webhook-exists`
+// - `https://lockapi.dev/problems/webhook-read-only`
+// - `https://lockapi.dev/problems/webhooks-disabled`
+// - `https://lockapi.dev/problems/unavailable`
+// - `https://lockapi.dev/problems/internal`
 //
 // Example: https://lockapi.dev/problems/lock-held
-type ProblemType string
+type ProblemType = string
 
 // Ready Example: {"status":"ready"}
 type Ready struct {
