@@ -1,7 +1,9 @@
 package lockapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"net/http"
 	"slices"
@@ -40,6 +42,7 @@ var contract = []struct {
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
 	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},
+	{http.MethodGet, "/openapi.json", "getOpenAPIJSON", []string{"200"}},
 	{http.MethodGet, "/metrics", "getMetrics", []string{"200", "404"}},
 }
 
@@ -185,4 +188,28 @@ func isErrorStatus(code string) bool {
 	}
 	n, err := strconv.Atoi(code)
 	return err == nil && n >= 400
+}
+
+// TestOpenAPI_JSON: the JSON form is the same document as the YAML, in the
+// same order.
+func TestOpenAPI_JSON(t *testing.T) {
+	js := OpenAPIJSON()
+	if !json.Valid(js) || !bytes.HasPrefix(js, []byte(`{"openapi":"3.0.3","info":{`)) {
+		t.Fatalf("not JSON in the YAML's order: %.80s", js)
+	}
+	fromJSON, err := openapi3.NewLoader().LoadFromData(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(mustLoadOpenAPI(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(fromJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("openapi.json and openapi.yaml load as different documents")
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi"
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -198,6 +199,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.Get("/healthz", s.handleHealth)
 	r.Get("/readyz", s.handleReady)
 	r.Get("/openapi.yaml", s.handleOpenAPI)
+	lockapi.OpenAPIJSON() // converted now, rather than by the first request
+	r.Get("/openapi.json", s.handleOpenAPIJSON)
 	// The admin dashboard; its live feed asks this router for /v1/events.
 	r.Mount("/ui", ui.New(store, cfg.Keys, r, cfg.Webhooks))
 	s.router = r
