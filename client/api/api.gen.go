@@ -298,7 +298,7 @@ type DeadLetterList struct {
 	NextAfter *string `json:"next_after"`
 }
 
-// EventID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are.
+// EventID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
 //
 // Example: 1795460000000-0
 type EventID = string
@@ -919,14 +919,18 @@ type WebhookPayload map[string]interface{}
 // Cursor defines model for Cursor.
 type Cursor = string
 
-// DeadLetterAfter defines model for DeadLetterAfter.
-type DeadLetterAfter = string
+// DeadLetterAfter An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
+//
+// Example: 1795460000000-0
+type DeadLetterAfter = EventID
 
 // DeadLetterLimit defines model for DeadLetterLimit.
 type DeadLetterLimit = int
 
-// EventIDPath defines model for EventIDPath.
-type EventIDPath = string
+// EventIDPath An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
+//
+// Example: 1795460000000-0
+type EventIDPath = EventID
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
@@ -1054,10 +1058,10 @@ type GetEventsParams struct {
 	// Types Only events of these types, comma-separated.
 	Types *[]EventType `form:"types,omitempty" json:"types,omitempty"`
 
-	// After Start after the event with this id. `Last-Event-ID` wins over it.
+	// After Start after the event with this id. `Last-Event-ID` wins over it, but both are checked: a malformed one is a 400 either way.
 	After *EventID `form:"after,omitempty" json:"after,omitempty"`
 
-	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects.
+	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects. One header at most; an empty one counts as absent.
 	LastEventID *EventID `json:"Last-Event-ID,omitempty"`
 }
 
