@@ -1109,7 +1109,7 @@ type ReleaseBySignedURLParams struct {
 	// Exp Expiry of the signed URL, in Unix seconds.
 	Exp ReleaseExp `form:"exp" json:"exp"`
 
-	// Sig Base64url HMAC-SHA256 over the lock name, lease id and expiry.
+	// Sig Base64url HMAC-SHA256 over the lock name, lease id and expiry. A missing `exp` or `sig`, or an `exp` that is not an integer, is a 400; a wrong signature a 403.
 	Sig ReleaseSig `form:"sig" json:"sig"`
 }
 

@@ -113,6 +113,10 @@ func TestMalformed(t *testing.T) {
 		{"NameDots400", "GET", "/v1/locks/...", "", "", 400, "invalid-request", "name"},
 		{"NameEncodedDots400", "POST", "/v1/locks/%2E%2E/leases", "", "", 400, "invalid-request", "name"},
 		{"AcquireAllNameDot400", "POST", "/v1/leases", `{"locks":["fresh","."]}`, json, 400, "invalid-request", "locks"},
+		{"SignedReleaseNoExp400", "POST", "/v1/locks/busy/leases/{L}/release?sig=abc", "", "", 400, "invalid-request", "exp"},
+		{"SignedReleaseExpText400", "POST", "/v1/locks/busy/leases/{L}/release?exp=soon&sig=abc", "", "", 400, "invalid-request", "exp"},
+		{"SignedReleaseNoSig400", "POST", "/v1/locks/busy/leases/{L}/release?exp=1", "", "", 400, "invalid-request", "sig"},
+		{"SignedReleaseBadQuery400", "POST", "/v1/locks/busy/leases/{L}/release?exp=1&sig=abc&x=%zz", "", "", 400, "invalid-request", "query"},
 		{"ReleaseAllNameDots400", "DELETE", "/v1/leases?id=../{L}", "", "", 400, "invalid-request", "id"},
 
 		// Bad lease ids and query parameters.
