@@ -1,7 +1,9 @@
 package lockapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"net/http"
 	"slices"
@@ -20,11 +22,11 @@ var contract = []struct {
 	method, path, id string
 	statuses         []string
 }{
-	{http.MethodPost, "/v1/locks/{name}/leases", "acquireLease", []string{"200", "201", "400", "401", "403", "409", "413", "415", "429", "503"}},
+	{http.MethodPost, "/v1/locks/{name}/leases", "acquireLease", []string{"200", "201", "400", "401", "403", "409", "413", "415", "429", "501", "503"}},
 	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/renew", "renewLease", []string{"200", "400", "401", "403", "410", "413", "415", "429", "503"}},
 	{http.MethodDelete, "/v1/locks/{name}/leases/{lease_id}", "releaseLease", []string{"200", "400", "401", "403", "410", "429", "503"}},
 	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/release", "releaseBySignedURL", []string{"200", "400", "403", "410", "429", "503"}},
-	{http.MethodPost, "/v1/leases", "acquireLeases", []string{"201", "400", "401", "403", "409", "413", "415", "429", "503"}},
+	{http.MethodPost, "/v1/leases", "acquireLeases", []string{"201", "400", "401", "403", "409", "413", "415", "429", "501", "503"}},
 	{http.MethodDelete, "/v1/leases", "releaseLeases", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodGet, "/v1/locks/{name}", "getLock", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "401", "403", "429", "503"}},
@@ -40,6 +42,7 @@ var contract = []struct {
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
 	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},
+	{http.MethodGet, "/openapi.json", "getOpenAPIJSON", []string{"200"}},
 	{http.MethodGet, "/metrics", "getMetrics", []string{"200", "404"}},
 }
 
@@ -156,25 +159,26 @@ func TestOpenAPI_NamedSchemas(t *testing.T) {
 	}
 }
 
+// TestOpenAPI_ProblemTypes: ProblemType is an open string, so that a
+// generated client does not fail on a type added later, and both its
+// description and the API's list every type of today.
 func TestOpenAPI_ProblemTypes(t *testing.T) {
 	doc := mustLoadOpenAPI(t)
 	pt := doc.Components.Schemas["ProblemType"]
 	if pt == nil {
 		t.Fatal("no ProblemType schema")
 	}
-	var got []string
-	for _, v := range pt.Value.Enum {
-		got = append(got, v.(string))
+	if len(pt.Value.Enum) > 0 || !pt.Value.Type.Is("string") {
+		t.Errorf("ProblemType is %v with enum %v, want an open string", pt.Value.Type, pt.Value.Enum)
 	}
-	var want []string
 	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "webhook-exists", "webhook-read-only", "webhooks-disabled", "unavailable", "internal"} {
-		want = append(want, "https://lockapi.dev/problems/"+name)
-		if !strings.Contains(doc.Info.Description, "https://lockapi.dev/problems/"+name) {
+		uri := "https://lockapi.dev/problems/" + name
+		if !strings.Contains(doc.Info.Description, "`"+uri+"`") {
 			t.Errorf("info.description does not list problem type %s", name)
 		}
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("ProblemType enum = %v, want %v", got, want)
+		if !strings.Contains(pt.Value.Description, "`"+uri+"`") {
+			t.Errorf("ProblemType's description does not list %s", name)
+		}
 	}
 }
 
@@ -184,4 +188,28 @@ func isErrorStatus(code string) bool {
 	}
 	n, err := strconv.Atoi(code)
 	return err == nil && n >= 400
+}
+
+// TestOpenAPI_JSON: the JSON form is the same document as the YAML, in the
+// same order.
+func TestOpenAPI_JSON(t *testing.T) {
+	js := OpenAPIJSON()
+	if !json.Valid(js) || !bytes.HasPrefix(js, []byte(`{"openapi":"3.0.3","info":{`)) {
+		t.Fatalf("not JSON in the YAML's order: %.80s", js)
+	}
+	fromJSON, err := openapi3.NewLoader().LoadFromData(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(mustLoadOpenAPI(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(fromJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("openapi.json and openapi.yaml load as different documents")
+	}
 }

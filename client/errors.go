@@ -142,7 +142,7 @@ func responseError(lockName string, resp *http.Response, body []byte) error {
 				p.Fields = append(p.Fields, FieldError{Field: f.Field, Detail: f.Detail})
 			}
 		}
-		if resp.StatusCode == http.StatusConflict && (doc.Holder != nil || doc.Type == api.HTTPSLockapiDevProblemsLockHeld) {
+		if resp.StatusCode == http.StatusConflict && (doc.Holder != nil || doc.Type == problemTypeBase+"lock-held") {
 			he := &HeldError{Lock: lockName, RequestID: p.RequestID}
 			if doc.Lock != nil {
 				he.Lock = *doc.Lock // of a multi-lock, the name in the way

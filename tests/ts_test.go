@@ -29,6 +29,9 @@ const minNodeMajor = 18
 // through openapi-fetch, and runs it with Node.js against the real binary on
 // the embedded memory store. A spec change that breaks the generated client
 // fails the type check; a server that breaks the contract fails the scenario.
+// The scenario reads problem types as an open set (a type added later must
+// type-check), reads only headers the spec models on each response, and
+// checks in the served /openapi.json that those it relies on are required.
 //
 // It needs node and npm, and the npm registry for `npm ci`. Without node or
 // npm the test is skipped, unless CI is set, where it fails.

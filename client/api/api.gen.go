@@ -143,78 +143,6 @@ func (e PingResultOutcome) Valid() bool {
 	}
 }
 
-// Defines values for ProblemType.
-const (
-	HTTPSLockapiDevProblemsEventsDisabled       ProblemType = "https://lockapi.dev/problems/events-disabled"
-	HTTPSLockapiDevProblemsEventsGone           ProblemType = "https://lockapi.dev/problems/events-gone"
-	HTTPSLockapiDevProblemsForbidden            ProblemType = "https://lockapi.dev/problems/forbidden"
-	HTTPSLockapiDevProblemsInternal             ProblemType = "https://lockapi.dev/problems/internal"
-	HTTPSLockapiDevProblemsInvalidRequest       ProblemType = "https://lockapi.dev/problems/invalid-request"
-	HTTPSLockapiDevProblemsLeaseLost            ProblemType = "https://lockapi.dev/problems/lease-lost"
-	HTTPSLockapiDevProblemsLimitMismatch        ProblemType = "https://lockapi.dev/problems/limit-mismatch"
-	HTTPSLockapiDevProblemsLockHeld             ProblemType = "https://lockapi.dev/problems/lock-held"
-	HTTPSLockapiDevProblemsMethodNotAllowed     ProblemType = "https://lockapi.dev/problems/method-not-allowed"
-	HTTPSLockapiDevProblemsNotFound             ProblemType = "https://lockapi.dev/problems/not-found"
-	HTTPSLockapiDevProblemsPayloadTooLarge      ProblemType = "https://lockapi.dev/problems/payload-too-large"
-	HTTPSLockapiDevProblemsRateLimited          ProblemType = "https://lockapi.dev/problems/rate-limited"
-	HTTPSLockapiDevProblemsUnauthorized         ProblemType = "https://lockapi.dev/problems/unauthorized"
-	HTTPSLockapiDevProblemsUnavailable          ProblemType = "https://lockapi.dev/problems/unavailable"
-	HTTPSLockapiDevProblemsUnsupported          ProblemType = "https://lockapi.dev/problems/unsupported"
-	HTTPSLockapiDevProblemsUnsupportedMediaType ProblemType = "https://lockapi.dev/problems/unsupported-media-type"
-	HTTPSLockapiDevProblemsUpgradeRefused       ProblemType = "https://lockapi.dev/problems/upgrade-refused"
-	HTTPSLockapiDevProblemsWebhookExists        ProblemType = "https://lockapi.dev/problems/webhook-exists"
-	HTTPSLockapiDevProblemsWebhookReadOnly      ProblemType = "https://lockapi.dev/problems/webhook-read-only"
-	HTTPSLockapiDevProblemsWebhooksDisabled     ProblemType = "https://lockapi.dev/problems/webhooks-disabled"
-)
-
-// Valid indicates whether the value is a known member of the ProblemType enum.
-func (e ProblemType) Valid() bool {
-	switch e {
-	case HTTPSLockapiDevProblemsEventsDisabled:
-		return true
-	case HTTPSLockapiDevProblemsEventsGone:
-		return true
-	case HTTPSLockapiDevProblemsForbidden:
-		return true
-	case HTTPSLockapiDevProblemsInternal:
-		return true
-	case HTTPSLockapiDevProblemsInvalidRequest:
-		return true
-	case HTTPSLockapiDevProblemsLeaseLost:
-		return true
-	case HTTPSLockapiDevProblemsLimitMismatch:
-		return true
-	case HTTPSLockapiDevProblemsLockHeld:
-		return true
-	case HTTPSLockapiDevProblemsMethodNotAllowed:
-		return true
-	case HTTPSLockapiDevProblemsNotFound:
-		return true
-	case HTTPSLockapiDevProblemsPayloadTooLarge:
-		return true
-	case HTTPSLockapiDevProblemsRateLimited:
-		return true
-	case HTTPSLockapiDevProblemsUnauthorized:
-		return true
-	case HTTPSLockapiDevProblemsUnavailable:
-		return true
-	case HTTPSLockapiDevProblemsUnsupported:
-		return true
-	case HTTPSLockapiDevProblemsUnsupportedMediaType:
-		return true
-	case HTTPSLockapiDevProblemsUpgradeRefused:
-		return true
-	case HTTPSLockapiDevProblemsWebhookExists:
-		return true
-	case HTTPSLockapiDevProblemsWebhookReadOnly:
-		return true
-	case HTTPSLockapiDevProblemsWebhooksDisabled:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ReadyStatus.
 const (
 	ReadyStatusReady ReadyStatus = "ready"
@@ -307,12 +235,12 @@ type AcquireRequest struct {
 	// Example: exclusive
 	Mode *LeaseMode `json:"mode,omitempty"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
 
-	// TTLMs Lease TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (default 86400000).
+	// TTLMs Lease TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (`LOCKAPI_MAX_TTL`, default 86400000), which no server sets above 2592000000 (30 days).
 	//
 	// Example: 30000
 	TTLMs *int64 `json:"ttl_ms,omitempty"`
@@ -370,7 +298,7 @@ type DeadLetterList struct {
 	NextAfter *string `json:"next_after"`
 }
 
-// EventID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are.
+// EventID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
 //
 // Example: 1795460000000-0
 type EventID = string
@@ -403,7 +331,7 @@ type FieldError struct {
 
 // ForceReleaseResult Example: {"lock":"deploy:prod","released":true}
 type ForceReleaseResult struct {
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -436,7 +364,7 @@ type HeldBy struct {
 	// Example: 42
 	FencingToken FencingToken `json:"fencing_token"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
@@ -470,7 +398,7 @@ type Holder struct {
 	// Example: exclusive
 	Mode LeaseMode `json:"mode"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
@@ -510,7 +438,7 @@ type Lease struct {
 	// Example: 0
 	Limit int32 `json:"limit"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -525,7 +453,7 @@ type Lease struct {
 	// Example: exclusive
 	Mode LeaseMode `json:"mode"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
@@ -564,7 +492,7 @@ type LockList struct {
 // Example: exclusive
 type LockMode string
 
-// LockName 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+// LockName 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 //
 // Example: deploy:prod
 type LockName = string
@@ -597,7 +525,7 @@ type LockState struct {
 	// Example: 0
 	Limit int32 `json:"limit"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -638,12 +566,12 @@ type MultiAcquireRequest struct {
 	// Example: exclusive
 	Mode *LeaseMode `json:"mode,omitempty"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
 
-	// TTLMs Every lease's TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (default 86400000).
+	// TTLMs Every lease's TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (`LOCKAPI_MAX_TTL`, default 86400000), which no server sets above 2592000000 (30 days).
 	//
 	// Example: 30000
 	TTLMs *int64 `json:"ttl_ms,omitempty"`
@@ -666,7 +594,7 @@ type MultiReleaseItem struct {
 	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
 	LeaseID LeaseID `json:"lease_id"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -716,7 +644,10 @@ type NewWebhook struct {
 // NewWebhookSource `api` for webhooks created here, `file` for those of `LOCKAPI_WEBHOOKS_FILE`.
 type NewWebhookSource string
 
-// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+// OpenAPIJSONDocument This OpenAPI document, as a JSON object.
+type OpenAPIJSONDocument map[string]interface{}
+
+// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 //
 // Example: worker-7
 type Owner = string
@@ -786,16 +717,64 @@ type Problem struct {
 	// Example: Lock held
 	Title string `json:"title"`
 
-	// Type A problem type URI. The values are stable; new ones may be added.
+	// Type A problem type URI. The set is open: new types may be added, so a
+	// client must accept a type it does not know and act on `status`.
+	// The types of today are stable (see the table in this API's
+	// description):
+	//
+	// - `https://lockapi.dev/problems/invalid-request`
+	// - `https://lockapi.dev/problems/unauthorized`
+	// - `https://lockapi.dev/problems/forbidden`
+	// - `https://lockapi.dev/problems/rate-limited`
+	// - `https://lockapi.dev/problems/lock-held`
+	// - `https://lockapi.dev/problems/limit-mismatch`
+	// - `https://lockapi.dev/problems/upgrade-refused`
+	// - `https://lockapi.dev/problems/lease-lost`
+	// - `https://lockapi.dev/problems/events-gone`
+	// - `https://lockapi.dev/problems/not-found`
+	// - `https://lockapi.dev/problems/method-not-allowed`
+	// - `https://lockapi.dev/problems/unsupported-media-type`
+	// - `https://lockapi.dev/problems/payload-too-large`
+	// - `https://lockapi.dev/problems/events-disabled`
+	// - `https://lockapi.dev/problems/webhook-exists`
+	// - `https://lockapi.dev/problems/webhook-read-only`
+	// - `https://lockapi.dev/problems/webhooks-disabled`
+	// - `https://lockapi.dev/problems/unsupported`
+	// - `https://lockapi.dev/problems/unavailable`
+	// - `https://lockapi.dev/problems/internal`
 	//
 	// Example: https://lockapi.dev/problems/lock-held
 	Type ProblemType `json:"type"`
 }
 
-// ProblemType A problem type URI. The values are stable; new ones may be added.
+// ProblemType A problem type URI. The set is open: new types may be added, so a
+// client must accept a type it does not know and act on `status`.
+// The types of today are stable (see the table in this API's
+// description):
+//
+// - `https://lockapi.dev/problems/invalid-request`
+// - `https://lockapi.dev/problems/unauthorized`
+// - `https://lockapi.dev/problems/forbidden`
+// - `https://lockapi.dev/problems/rate-limited`
+// - `https://lockapi.dev/problems/lock-held`
+// - `https://lockapi.dev/problems/limit-mismatch`
+// - `https://lockapi.dev/problems/upgrade-refused`
+// - `https://lockapi.dev/problems/lease-lost`
+// - `https://lockapi.dev/problems/events-gone`
+// - `https://lockapi.dev/problems/not-found`
+// - `https://lockapi.dev/problems/method-not-allowed`
+// - `https://lockapi.dev/problems/unsupported-media-type`
+// - `https://lockapi.dev/problems/payload-too-large`
+// - `https://lockapi.dev/problems/events-disabled`
+// - `https://lockapi.dev/problems/webhook-exists`
+// - `https://lockapi.dev/problems/webhook-read-only`
+// - `https://lockapi.dev/problems/webhooks-disabled`
+// - `https://lockapi.dev/problems/unsupported`
+// - `https://lockapi.dev/problems/unavailable`
+// - `https://lockapi.dev/problems/internal`
 //
 // Example: https://lockapi.dev/problems/lock-held
-type ProblemType string
+type ProblemType = string
 
 // Ready Example: {"status":"ready"}
 type Ready struct {
@@ -817,7 +796,7 @@ type ReleaseResult struct {
 	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
 	LeaseID LeaseID `json:"lease_id"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
@@ -893,7 +872,7 @@ type WebhookEvent struct {
 	// Example: 1795460000000-0
 	ID string `json:"id"`
 
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`; `:` separates levels.
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
 	//
 	// Example: deploy:prod
 	Lock *LockName `json:"lock,omitempty"`
@@ -903,7 +882,7 @@ type WebhookEvent struct {
 	// Example: exclusive
 	Mode *LeaseMode `json:"mode,omitempty"`
 
-	// Owner Who holds or asks for the lock: 1–128 printable characters. The same owner re-acquiring a lock it holds is reentrant.
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
 	//
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
@@ -942,14 +921,18 @@ type WebhookPayload map[string]interface{}
 // Cursor defines model for Cursor.
 type Cursor = string
 
-// DeadLetterAfter defines model for DeadLetterAfter.
-type DeadLetterAfter = string
+// DeadLetterAfter An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
+//
+// Example: 1795460000000-0
+type DeadLetterAfter = EventID
 
 // DeadLetterLimit defines model for DeadLetterLimit.
 type DeadLetterLimit = int
 
-// EventIDPath defines model for EventIDPath.
-type EventIDPath = string
+// EventIDPath An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
+//
+// Example: 1795460000000-0
+type EventIDPath = EventID
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
@@ -1082,10 +1065,10 @@ type GetEventsParams struct {
 	// Types Only events of these types, comma-separated.
 	Types *[]EventType `form:"types,omitempty" json:"types,omitempty"`
 
-	// After Start after the event with this id. `Last-Event-ID` wins over it.
+	// After Start after the event with this id. `Last-Event-ID` wins over it, but both are checked: a malformed one is a 400 either way.
 	After *EventID `form:"after,omitempty" json:"after,omitempty"`
 
-	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects.
+	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects. One header at most; an empty one counts as absent.
 	LastEventID *EventID `json:"Last-Event-ID,omitempty"`
 }
 
@@ -1133,7 +1116,7 @@ type ReleaseBySignedURLParams struct {
 	// Exp Expiry of the signed URL, in Unix seconds.
 	Exp ReleaseExp `form:"exp" json:"exp"`
 
-	// Sig Base64url HMAC-SHA256 over the lock name, lease id and expiry.
+	// Sig Base64url HMAC-SHA256 over the lock name, lease id and expiry. A missing `exp` or `sig`, or an `exp` that is not an integer, is a 400; a wrong signature a 403.
 	Sig ReleaseSig `form:"sig" json:"sig"`
 }
 
@@ -1237,7 +1220,7 @@ type ClientInterface interface {
 
 	// GetHealth Liveness
 	//
-	// Answers 200 while the process serves HTTP; it does not touch the store.
+	// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1249,9 +1232,16 @@ type ClientInterface interface {
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetOpenAPIJSON This document, in JSON
+	//
+	// Serves this OpenAPI document as JSON, converted from the YAML when the server starts: the same document, its members in the same order.
+	//
+	// Corresponds with GET /openapi.json (the `GetOpenAPIJSON` operationId).
+	GetOpenAPIJSON(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetReady Readiness
 	//
-	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 	//
 	// Corresponds with GET /readyz (the `GetReady` operationId).
 	GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1640,7 +1630,7 @@ type ClientInterface interface {
 
 // GetHealth Liveness
 //
-// Answers 200 while the process serves HTTP; it does not touch the store.
+// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 //
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1672,9 +1662,26 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
+// GetOpenAPIJSON This document, in JSON
+//
+// Serves this OpenAPI document as JSON, converted from the YAML when the server starts: the same document, its members in the same order.
+//
+// Corresponds with GET /openapi.json (the `GetOpenAPIJSON` operationId).
+func (c *Client) GetOpenAPIJSON(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenAPIJSONRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetReady Readiness
 //
-// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 //
 // Corresponds with GET /readyz (the `GetReady` operationId).
 func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2327,6 +2334,33 @@ func NewGetMetricsRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetOpenAPIJSONRequest constructs an http.Request for the GetOpenAPIJSON method
+func NewGetOpenAPIJSONRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/openapi.json")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3353,7 +3387,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetHealthWithResponse Liveness
 	//
-	// Answers 200 while the process serves HTTP; it does not touch the store.
+	// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3369,9 +3403,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
 
+	// GetOpenAPIJSONWithResponse This document, in JSON
+	//
+	// Serves this OpenAPI document as JSON, converted from the YAML when the server starts: the same document, its members in the same order.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /openapi.json (the `GetOpenAPIJSON` operationId).
+	GetOpenAPIJSONWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIJSONResponse, error)
+
 	// GetReadyWithResponse Readiness
 	//
-	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+	// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3786,12 +3829,12 @@ type ClientWithResponsesInterface interface {
 
 // GetHealthResponse200Headers the declared response headers of an HTTP 200 response for GetHealth
 type GetHealthResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetHealthResponseDefaultHeaders the declared response headers of an HTTP default response for GetHealth
 type GetHealthResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type GetHealthResponse struct {
@@ -3848,17 +3891,17 @@ func (r GetHealthResponse) ContentType() string {
 
 // GetMetricsResponse200Headers the declared response headers of an HTTP 200 response for GetMetrics
 type GetMetricsResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetMetricsResponse404Headers the declared response headers of an HTTP 404 response for GetMetrics
 type GetMetricsResponse404Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetMetricsResponseDefaultHeaders the declared response headers of an HTTP default response for GetMetrics
 type GetMetricsResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type GetMetricsResponse struct {
@@ -3915,20 +3958,82 @@ func (r GetMetricsResponse) ContentType() string {
 	return ""
 }
 
+// GetOpenAPIJSONResponse200Headers the declared response headers of an HTTP 200 response for GetOpenAPIJSON
+type GetOpenAPIJSONResponse200Headers struct {
+	XRequestID string
+}
+
+// GetOpenAPIJSONResponseDefaultHeaders the declared response headers of an HTTP default response for GetOpenAPIJSON
+type GetOpenAPIJSONResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type GetOpenAPIJSONResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *OpenAPIJSONDocument
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetOpenAPIJSONResponse200Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetOpenAPIJSONResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetOpenAPIJSONResponse) GetJSON200() *OpenAPIJSONDocument {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetOpenAPIJSONResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOpenAPIJSONResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenAPIJSONResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenAPIJSONResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenAPIJSONResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetReadyResponse200Headers the declared response headers of an HTTP 200 response for GetReady
 type GetReadyResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetReadyResponse503Headers the declared response headers of an HTTP 503 response for GetReady
 type GetReadyResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // GetReadyResponseDefaultHeaders the declared response headers of an HTTP default response for GetReady
 type GetReadyResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type GetReadyResponse struct {
@@ -3994,50 +4099,50 @@ func (r GetReadyResponse) ContentType() string {
 
 // GetEventsResponse200Headers the declared response headers of an HTTP 200 response for GetEvents
 type GetEventsResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetEventsResponse400Headers the declared response headers of an HTTP 400 response for GetEvents
 type GetEventsResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetEventsResponse401Headers the declared response headers of an HTTP 401 response for GetEvents
 type GetEventsResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // GetEventsResponse403Headers the declared response headers of an HTTP 403 response for GetEvents
 type GetEventsResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetEventsResponse410Headers the declared response headers of an HTTP 410 response for GetEvents
 type GetEventsResponse410Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetEventsResponse429Headers the declared response headers of an HTTP 429 response for GetEvents
 type GetEventsResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // GetEventsResponse501Headers the declared response headers of an HTTP 501 response for GetEvents
 type GetEventsResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetEventsResponse503Headers the declared response headers of an HTTP 503 response for GetEvents
 type GetEventsResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // GetEventsResponseDefaultHeaders the declared response headers of an HTTP default response for GetEvents
 type GetEventsResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type GetEventsResponse struct {
@@ -4150,40 +4255,40 @@ func (r GetEventsResponse) ContentType() string {
 
 // ReleaseLeasesResponse200Headers the declared response headers of an HTTP 200 response for ReleaseLeases
 type ReleaseLeasesResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseLeasesResponse400Headers the declared response headers of an HTTP 400 response for ReleaseLeases
 type ReleaseLeasesResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseLeasesResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLeases
 type ReleaseLeasesResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // ReleaseLeasesResponse403Headers the declared response headers of an HTTP 403 response for ReleaseLeases
 type ReleaseLeasesResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseLeasesResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLeases
 type ReleaseLeasesResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReleaseLeasesResponse503Headers the declared response headers of an HTTP 503 response for ReleaseLeases
 type ReleaseLeasesResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReleaseLeasesResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseLeases
 type ReleaseLeasesResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ReleaseLeasesResponse struct {
@@ -4285,61 +4390,61 @@ func (r ReleaseLeasesResponse) ContentType() string {
 
 // AcquireLeasesResponse201Headers the declared response headers of an HTTP 201 response for AcquireLeases
 type AcquireLeasesResponse201Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeasesResponse400Headers the declared response headers of an HTTP 400 response for AcquireLeases
 type AcquireLeasesResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeasesResponse401Headers the declared response headers of an HTTP 401 response for AcquireLeases
 type AcquireLeasesResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // AcquireLeasesResponse403Headers the declared response headers of an HTTP 403 response for AcquireLeases
 type AcquireLeasesResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeasesResponse409Headers the declared response headers of an HTTP 409 response for AcquireLeases
 type AcquireLeasesResponse409Headers struct {
 	RetryAfter *int
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeasesResponse413Headers the declared response headers of an HTTP 413 response for AcquireLeases
 type AcquireLeasesResponse413Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeasesResponse415Headers the declared response headers of an HTTP 415 response for AcquireLeases
 type AcquireLeasesResponse415Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeasesResponse429Headers the declared response headers of an HTTP 429 response for AcquireLeases
 type AcquireLeasesResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // AcquireLeasesResponse501Headers the declared response headers of an HTTP 501 response for AcquireLeases
 type AcquireLeasesResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeasesResponse503Headers the declared response headers of an HTTP 503 response for AcquireLeases
 type AcquireLeasesResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // AcquireLeasesResponseDefaultHeaders the declared response headers of an HTTP default response for AcquireLeases
 type AcquireLeasesResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type AcquireLeasesResponse struct {
@@ -4477,40 +4582,40 @@ func (r AcquireLeasesResponse) ContentType() string {
 
 // ListLocksResponse200Headers the declared response headers of an HTTP 200 response for ListLocks
 type ListLocksResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListLocksResponse400Headers the declared response headers of an HTTP 400 response for ListLocks
 type ListLocksResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListLocksResponse401Headers the declared response headers of an HTTP 401 response for ListLocks
 type ListLocksResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // ListLocksResponse403Headers the declared response headers of an HTTP 403 response for ListLocks
 type ListLocksResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListLocksResponse429Headers the declared response headers of an HTTP 429 response for ListLocks
 type ListLocksResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ListLocksResponse503Headers the declared response headers of an HTTP 503 response for ListLocks
 type ListLocksResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ListLocksResponseDefaultHeaders the declared response headers of an HTTP default response for ListLocks
 type ListLocksResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ListLocksResponse struct {
@@ -4612,40 +4717,40 @@ func (r ListLocksResponse) ContentType() string {
 
 // ForceReleaseResponse200Headers the declared response headers of an HTTP 200 response for ForceRelease
 type ForceReleaseResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ForceReleaseResponse400Headers the declared response headers of an HTTP 400 response for ForceRelease
 type ForceReleaseResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ForceReleaseResponse401Headers the declared response headers of an HTTP 401 response for ForceRelease
 type ForceReleaseResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // ForceReleaseResponse403Headers the declared response headers of an HTTP 403 response for ForceRelease
 type ForceReleaseResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ForceReleaseResponse429Headers the declared response headers of an HTTP 429 response for ForceRelease
 type ForceReleaseResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ForceReleaseResponse503Headers the declared response headers of an HTTP 503 response for ForceRelease
 type ForceReleaseResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ForceReleaseResponseDefaultHeaders the declared response headers of an HTTP default response for ForceRelease
 type ForceReleaseResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ForceReleaseResponse struct {
@@ -4747,41 +4852,41 @@ func (r ForceReleaseResponse) ContentType() string {
 
 // GetLockResponse200Headers the declared response headers of an HTTP 200 response for GetLock
 type GetLockResponse200Headers struct {
-	XLockIndex *string
-	XRequestID *string
+	XLockIndex string
+	XRequestID string
 }
 
 // GetLockResponse400Headers the declared response headers of an HTTP 400 response for GetLock
 type GetLockResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetLockResponse401Headers the declared response headers of an HTTP 401 response for GetLock
 type GetLockResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // GetLockResponse403Headers the declared response headers of an HTTP 403 response for GetLock
 type GetLockResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetLockResponse429Headers the declared response headers of an HTTP 429 response for GetLock
 type GetLockResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // GetLockResponse503Headers the declared response headers of an HTTP 503 response for GetLock
 type GetLockResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // GetLockResponseDefaultHeaders the declared response headers of an HTTP default response for GetLock
 type GetLockResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type GetLockResponse struct {
@@ -4884,69 +4989,69 @@ func (r GetLockResponse) ContentType() string {
 // AcquireLeaseResponse200Headers the declared response headers of an HTTP 200 response for AcquireLease
 type AcquireLeaseResponse200Headers struct {
 	IdempotentReplayed *string
-	Location           *string
-	XRequestID         *string
+	Location           string
+	XRequestID         string
 }
 
 // AcquireLeaseResponse201Headers the declared response headers of an HTTP 201 response for AcquireLease
 type AcquireLeaseResponse201Headers struct {
 	IdempotentReplayed *string
-	Location           *string
-	XRequestID         *string
+	Location           string
+	XRequestID         string
 }
 
 // AcquireLeaseResponse400Headers the declared response headers of an HTTP 400 response for AcquireLease
 type AcquireLeaseResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeaseResponse401Headers the declared response headers of an HTTP 401 response for AcquireLease
 type AcquireLeaseResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // AcquireLeaseResponse403Headers the declared response headers of an HTTP 403 response for AcquireLease
 type AcquireLeaseResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeaseResponse409Headers the declared response headers of an HTTP 409 response for AcquireLease
 type AcquireLeaseResponse409Headers struct {
 	RetryAfter *int
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeaseResponse413Headers the declared response headers of an HTTP 413 response for AcquireLease
 type AcquireLeaseResponse413Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeaseResponse415Headers the declared response headers of an HTTP 415 response for AcquireLease
 type AcquireLeaseResponse415Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeaseResponse429Headers the declared response headers of an HTTP 429 response for AcquireLease
 type AcquireLeaseResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // AcquireLeaseResponse501Headers the declared response headers of an HTTP 501 response for AcquireLease
 type AcquireLeaseResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // AcquireLeaseResponse503Headers the declared response headers of an HTTP 503 response for AcquireLease
 type AcquireLeaseResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // AcquireLeaseResponseDefaultHeaders the declared response headers of an HTTP default response for AcquireLease
 type AcquireLeaseResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type AcquireLeaseResponse struct {
@@ -5093,45 +5198,45 @@ func (r AcquireLeaseResponse) ContentType() string {
 
 // ReleaseLeaseResponse200Headers the declared response headers of an HTTP 200 response for ReleaseLease
 type ReleaseLeaseResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseLeaseResponse400Headers the declared response headers of an HTTP 400 response for ReleaseLease
 type ReleaseLeaseResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseLeaseResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLease
 type ReleaseLeaseResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // ReleaseLeaseResponse403Headers the declared response headers of an HTTP 403 response for ReleaseLease
 type ReleaseLeaseResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseLeaseResponse410Headers the declared response headers of an HTTP 410 response for ReleaseLease
 type ReleaseLeaseResponse410Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseLeaseResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLease
 type ReleaseLeaseResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReleaseLeaseResponse503Headers the declared response headers of an HTTP 503 response for ReleaseLease
 type ReleaseLeaseResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReleaseLeaseResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseLease
 type ReleaseLeaseResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ReleaseLeaseResponse struct {
@@ -5242,39 +5347,39 @@ func (r ReleaseLeaseResponse) ContentType() string {
 
 // ReleaseBySignedURLResponse200Headers the declared response headers of an HTTP 200 response for ReleaseBySignedURL
 type ReleaseBySignedURLResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseBySignedURLResponse400Headers the declared response headers of an HTTP 400 response for ReleaseBySignedURL
 type ReleaseBySignedURLResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseBySignedURLResponse403Headers the declared response headers of an HTTP 403 response for ReleaseBySignedURL
 type ReleaseBySignedURLResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseBySignedURLResponse410Headers the declared response headers of an HTTP 410 response for ReleaseBySignedURL
 type ReleaseBySignedURLResponse410Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReleaseBySignedURLResponse429Headers the declared response headers of an HTTP 429 response for ReleaseBySignedURL
 type ReleaseBySignedURLResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReleaseBySignedURLResponse503Headers the declared response headers of an HTTP 503 response for ReleaseBySignedURL
 type ReleaseBySignedURLResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReleaseBySignedURLResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseBySignedURL
 type ReleaseBySignedURLResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ReleaseBySignedURLResponse struct {
@@ -5376,55 +5481,55 @@ func (r ReleaseBySignedURLResponse) ContentType() string {
 
 // RenewLeaseResponse200Headers the declared response headers of an HTTP 200 response for RenewLease
 type RenewLeaseResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // RenewLeaseResponse400Headers the declared response headers of an HTTP 400 response for RenewLease
 type RenewLeaseResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // RenewLeaseResponse401Headers the declared response headers of an HTTP 401 response for RenewLease
 type RenewLeaseResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // RenewLeaseResponse403Headers the declared response headers of an HTTP 403 response for RenewLease
 type RenewLeaseResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // RenewLeaseResponse410Headers the declared response headers of an HTTP 410 response for RenewLease
 type RenewLeaseResponse410Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // RenewLeaseResponse413Headers the declared response headers of an HTTP 413 response for RenewLease
 type RenewLeaseResponse413Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // RenewLeaseResponse415Headers the declared response headers of an HTTP 415 response for RenewLease
 type RenewLeaseResponse415Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // RenewLeaseResponse429Headers the declared response headers of an HTTP 429 response for RenewLease
 type RenewLeaseResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // RenewLeaseResponse503Headers the declared response headers of an HTTP 503 response for RenewLease
 type RenewLeaseResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // RenewLeaseResponseDefaultHeaders the declared response headers of an HTTP default response for RenewLease
 type RenewLeaseResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type RenewLeaseResponse struct {
@@ -5553,45 +5658,45 @@ func (r RenewLeaseResponse) ContentType() string {
 
 // ListWebhooksResponse200Headers the declared response headers of an HTTP 200 response for ListWebhooks
 type ListWebhooksResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListWebhooksResponse400Headers the declared response headers of an HTTP 400 response for ListWebhooks
 type ListWebhooksResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListWebhooksResponse401Headers the declared response headers of an HTTP 401 response for ListWebhooks
 type ListWebhooksResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // ListWebhooksResponse403Headers the declared response headers of an HTTP 403 response for ListWebhooks
 type ListWebhooksResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListWebhooksResponse429Headers the declared response headers of an HTTP 429 response for ListWebhooks
 type ListWebhooksResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ListWebhooksResponse501Headers the declared response headers of an HTTP 501 response for ListWebhooks
 type ListWebhooksResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListWebhooksResponse503Headers the declared response headers of an HTTP 503 response for ListWebhooks
 type ListWebhooksResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ListWebhooksResponseDefaultHeaders the declared response headers of an HTTP default response for ListWebhooks
 type ListWebhooksResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ListWebhooksResponse struct {
@@ -5702,61 +5807,61 @@ func (r ListWebhooksResponse) ContentType() string {
 
 // CreateWebhookResponse201Headers the declared response headers of an HTTP 201 response for CreateWebhook
 type CreateWebhookResponse201Headers struct {
-	Location   *string
-	XRequestID *string
+	Location   string
+	XRequestID string
 }
 
 // CreateWebhookResponse400Headers the declared response headers of an HTTP 400 response for CreateWebhook
 type CreateWebhookResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // CreateWebhookResponse401Headers the declared response headers of an HTTP 401 response for CreateWebhook
 type CreateWebhookResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // CreateWebhookResponse403Headers the declared response headers of an HTTP 403 response for CreateWebhook
 type CreateWebhookResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // CreateWebhookResponse409Headers the declared response headers of an HTTP 409 response for CreateWebhook
 type CreateWebhookResponse409Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // CreateWebhookResponse413Headers the declared response headers of an HTTP 413 response for CreateWebhook
 type CreateWebhookResponse413Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // CreateWebhookResponse415Headers the declared response headers of an HTTP 415 response for CreateWebhook
 type CreateWebhookResponse415Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // CreateWebhookResponse429Headers the declared response headers of an HTTP 429 response for CreateWebhook
 type CreateWebhookResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // CreateWebhookResponse501Headers the declared response headers of an HTTP 501 response for CreateWebhook
 type CreateWebhookResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // CreateWebhookResponse503Headers the declared response headers of an HTTP 503 response for CreateWebhook
 type CreateWebhookResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // CreateWebhookResponseDefaultHeaders the declared response headers of an HTTP default response for CreateWebhook
 type CreateWebhookResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type CreateWebhookResponse struct {
@@ -5894,55 +5999,55 @@ func (r CreateWebhookResponse) ContentType() string {
 
 // DeleteWebhookResponse204Headers the declared response headers of an HTTP 204 response for DeleteWebhook
 type DeleteWebhookResponse204Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // DeleteWebhookResponse400Headers the declared response headers of an HTTP 400 response for DeleteWebhook
 type DeleteWebhookResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // DeleteWebhookResponse401Headers the declared response headers of an HTTP 401 response for DeleteWebhook
 type DeleteWebhookResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // DeleteWebhookResponse403Headers the declared response headers of an HTTP 403 response for DeleteWebhook
 type DeleteWebhookResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // DeleteWebhookResponse404Headers the declared response headers of an HTTP 404 response for DeleteWebhook
 type DeleteWebhookResponse404Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // DeleteWebhookResponse409Headers the declared response headers of an HTTP 409 response for DeleteWebhook
 type DeleteWebhookResponse409Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // DeleteWebhookResponse429Headers the declared response headers of an HTTP 429 response for DeleteWebhook
 type DeleteWebhookResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // DeleteWebhookResponse501Headers the declared response headers of an HTTP 501 response for DeleteWebhook
 type DeleteWebhookResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // DeleteWebhookResponse503Headers the declared response headers of an HTTP 503 response for DeleteWebhook
 type DeleteWebhookResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // DeleteWebhookResponseDefaultHeaders the declared response headers of an HTTP default response for DeleteWebhook
 type DeleteWebhookResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type DeleteWebhookResponse struct {
@@ -6064,50 +6169,50 @@ func (r DeleteWebhookResponse) ContentType() string {
 
 // GetWebhookResponse200Headers the declared response headers of an HTTP 200 response for GetWebhook
 type GetWebhookResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetWebhookResponse400Headers the declared response headers of an HTTP 400 response for GetWebhook
 type GetWebhookResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetWebhookResponse401Headers the declared response headers of an HTTP 401 response for GetWebhook
 type GetWebhookResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // GetWebhookResponse403Headers the declared response headers of an HTTP 403 response for GetWebhook
 type GetWebhookResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetWebhookResponse404Headers the declared response headers of an HTTP 404 response for GetWebhook
 type GetWebhookResponse404Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetWebhookResponse429Headers the declared response headers of an HTTP 429 response for GetWebhook
 type GetWebhookResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // GetWebhookResponse501Headers the declared response headers of an HTTP 501 response for GetWebhook
 type GetWebhookResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // GetWebhookResponse503Headers the declared response headers of an HTTP 503 response for GetWebhook
 type GetWebhookResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // GetWebhookResponseDefaultHeaders the declared response headers of an HTTP default response for GetWebhook
 type GetWebhookResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type GetWebhookResponse struct {
@@ -6227,50 +6332,50 @@ func (r GetWebhookResponse) ContentType() string {
 
 // ListDeadLettersResponse200Headers the declared response headers of an HTTP 200 response for ListDeadLetters
 type ListDeadLettersResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListDeadLettersResponse400Headers the declared response headers of an HTTP 400 response for ListDeadLetters
 type ListDeadLettersResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListDeadLettersResponse401Headers the declared response headers of an HTTP 401 response for ListDeadLetters
 type ListDeadLettersResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // ListDeadLettersResponse403Headers the declared response headers of an HTTP 403 response for ListDeadLetters
 type ListDeadLettersResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListDeadLettersResponse404Headers the declared response headers of an HTTP 404 response for ListDeadLetters
 type ListDeadLettersResponse404Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListDeadLettersResponse429Headers the declared response headers of an HTTP 429 response for ListDeadLetters
 type ListDeadLettersResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ListDeadLettersResponse501Headers the declared response headers of an HTTP 501 response for ListDeadLetters
 type ListDeadLettersResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ListDeadLettersResponse503Headers the declared response headers of an HTTP 503 response for ListDeadLetters
 type ListDeadLettersResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ListDeadLettersResponseDefaultHeaders the declared response headers of an HTTP default response for ListDeadLetters
 type ListDeadLettersResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ListDeadLettersResponse struct {
@@ -6390,50 +6495,50 @@ func (r ListDeadLettersResponse) ContentType() string {
 
 // ReplayDeadLetterResponse202Headers the declared response headers of an HTTP 202 response for ReplayDeadLetter
 type ReplayDeadLetterResponse202Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReplayDeadLetterResponse400Headers the declared response headers of an HTTP 400 response for ReplayDeadLetter
 type ReplayDeadLetterResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReplayDeadLetterResponse401Headers the declared response headers of an HTTP 401 response for ReplayDeadLetter
 type ReplayDeadLetterResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // ReplayDeadLetterResponse403Headers the declared response headers of an HTTP 403 response for ReplayDeadLetter
 type ReplayDeadLetterResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReplayDeadLetterResponse404Headers the declared response headers of an HTTP 404 response for ReplayDeadLetter
 type ReplayDeadLetterResponse404Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReplayDeadLetterResponse429Headers the declared response headers of an HTTP 429 response for ReplayDeadLetter
 type ReplayDeadLetterResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReplayDeadLetterResponse501Headers the declared response headers of an HTTP 501 response for ReplayDeadLetter
 type ReplayDeadLetterResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // ReplayDeadLetterResponse503Headers the declared response headers of an HTTP 503 response for ReplayDeadLetter
 type ReplayDeadLetterResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // ReplayDeadLetterResponseDefaultHeaders the declared response headers of an HTTP default response for ReplayDeadLetter
 type ReplayDeadLetterResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type ReplayDeadLetterResponse struct {
@@ -6553,50 +6658,50 @@ func (r ReplayDeadLetterResponse) ContentType() string {
 
 // PingWebhookResponse200Headers the declared response headers of an HTTP 200 response for PingWebhook
 type PingWebhookResponse200Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // PingWebhookResponse400Headers the declared response headers of an HTTP 400 response for PingWebhook
 type PingWebhookResponse400Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // PingWebhookResponse401Headers the declared response headers of an HTTP 401 response for PingWebhook
 type PingWebhookResponse401Headers struct {
-	WWWAuthenticate *string
-	XRequestID      *string
+	WWWAuthenticate string
+	XRequestID      string
 }
 
 // PingWebhookResponse403Headers the declared response headers of an HTTP 403 response for PingWebhook
 type PingWebhookResponse403Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // PingWebhookResponse404Headers the declared response headers of an HTTP 404 response for PingWebhook
 type PingWebhookResponse404Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // PingWebhookResponse429Headers the declared response headers of an HTTP 429 response for PingWebhook
 type PingWebhookResponse429Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // PingWebhookResponse501Headers the declared response headers of an HTTP 501 response for PingWebhook
 type PingWebhookResponse501Headers struct {
-	XRequestID *string
+	XRequestID string
 }
 
 // PingWebhookResponse503Headers the declared response headers of an HTTP 503 response for PingWebhook
 type PingWebhookResponse503Headers struct {
-	RetryAfter *int
-	XRequestID *string
+	RetryAfter int
+	XRequestID string
 }
 
 // PingWebhookResponseDefaultHeaders the declared response headers of an HTTP default response for PingWebhook
 type PingWebhookResponseDefaultHeaders struct {
-	XRequestID *string
+	XRequestID string
 }
 
 type PingWebhookResponse struct {
@@ -6716,7 +6821,7 @@ func (r PingWebhookResponse) ContentType() string {
 
 // GetHealthWithResponse Liveness
 //
-// Answers 200 while the process serves HTTP; it does not touch the store.
+// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6744,9 +6849,24 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 	return ParseGetMetricsResponse(rsp)
 }
 
+// GetOpenAPIJSONWithResponse This document, in JSON
+//
+// Serves this OpenAPI document as JSON, converted from the YAML when the server starts: the same document, its members in the same order.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /openapi.json (the `GetOpenAPIJSON` operationId).
+func (c *ClientWithResponses) GetOpenAPIJSONWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIJSONResponse, error) {
+	rsp, err := c.GetOpenAPIJSON(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenAPIJSONResponse(rsp)
+}
+
 // GetReadyWithResponse Readiness
 //
-// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down.
+// Answers 200 when the store is reachable, 503 `unavailable` when it is not or the server is shutting down. `HEAD /readyz` answers the same without the body.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7331,20 +7451,20 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 		var headers GetHealthResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case true:
 		var headers GetHealthResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -7387,30 +7507,86 @@ func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
 		var headers GetMetricsResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetMetricsResponse404Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
 	case true:
 		var headers GetMetricsResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetOpenAPIJSONResponse parses an HTTP response from a GetOpenAPIJSONWithResponse call
+func ParseGetOpenAPIJSONResponse(rsp *http.Response) (*GetOpenAPIJSONResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenAPIJSONResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest OpenAPIJSONDocument
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetOpenAPIJSONResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case true:
+		var headers GetOpenAPIJSONResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -7460,37 +7636,37 @@ func ParseGetReadyResponse(rsp *http.Response) (*GetReadyResponse, error) {
 		var headers GetReadyResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetReadyResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers GetReadyResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -7575,111 +7751,111 @@ func ParseGetEventsResponse(rsp *http.Response) (*GetEventsResponse, error) {
 		var headers GetEventsResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetEventsResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetEventsResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetEventsResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers GetEventsResponse410Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers410 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetEventsResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers GetEventsResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetEventsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers GetEventsResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -7757,91 +7933,91 @@ func ParseReleaseLeasesResponse(rsp *http.Response) (*ReleaseLeasesResponse, err
 		var headers ReleaseLeasesResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ReleaseLeasesResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ReleaseLeasesResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ReleaseLeasesResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseLeasesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseLeasesResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ReleaseLeasesResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -7947,47 +8123,47 @@ func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, err
 		var headers AcquireLeasesResponse201Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers AcquireLeasesResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers AcquireLeasesResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers AcquireLeasesResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
@@ -8001,84 +8177,84 @@ func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, err
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers AcquireLeasesResponse413Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers AcquireLeasesResponse415Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers AcquireLeasesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers AcquireLeasesResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireLeasesResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers AcquireLeasesResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -8156,91 +8332,91 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 		var headers ListLocksResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListLocksResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListLocksResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListLocksResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListLocksResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListLocksResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ListLocksResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -8318,91 +8494,91 @@ func ParseForceReleaseResponse(rsp *http.Response) (*ForceReleaseResponse, error
 		var headers ForceReleaseResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ForceReleaseResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ForceReleaseResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ForceReleaseResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ForceReleaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ForceReleaseResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ForceReleaseResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -8480,98 +8656,98 @@ func ParseGetLockResponse(rsp *http.Response) (*GetLockResponse, error) {
 		var headers GetLockResponse200Headers
 		if values := rsp.Header.Values("X-Lock-Index"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lock-Index", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lock-Index", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XLockIndex = &value
+			headers.XLockIndex = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetLockResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetLockResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetLockResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetLockResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers GetLockResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -8691,17 +8867,17 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.Location = &value
+			headers.Location = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 201:
@@ -8715,54 +8891,54 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.Location = &value
+			headers.Location = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers AcquireLeaseResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers AcquireLeaseResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers AcquireLeaseResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
@@ -8776,84 +8952,84 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers AcquireLeaseResponse413Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers AcquireLeaseResponse415Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers AcquireLeaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers AcquireLeaseResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireLeaseResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers AcquireLeaseResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -8938,101 +9114,101 @@ func ParseReleaseLeaseResponse(rsp *http.Response) (*ReleaseLeaseResponse, error
 		var headers ReleaseLeaseResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ReleaseLeaseResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ReleaseLeaseResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ReleaseLeaseResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers ReleaseLeaseResponse410Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers410 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseLeaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseLeaseResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ReleaseLeaseResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -9110,84 +9286,84 @@ func ParseReleaseBySignedURLResponse(rsp *http.Response) (*ReleaseBySignedURLRes
 		var headers ReleaseBySignedURLResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ReleaseBySignedURLResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 403:
 		var headers ReleaseBySignedURLResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers ReleaseBySignedURLResponse410Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers410 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseBySignedURLResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseBySignedURLResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ReleaseBySignedURLResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -9286,121 +9462,121 @@ func ParseRenewLeaseResponse(rsp *http.Response) (*RenewLeaseResponse, error) {
 		var headers RenewLeaseResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers RenewLeaseResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers RenewLeaseResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers RenewLeaseResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers RenewLeaseResponse410Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers410 = &headers
 	case rsp.StatusCode == 413:
 		var headers RenewLeaseResponse413Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers RenewLeaseResponse415Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers RenewLeaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RenewLeaseResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers RenewLeaseResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -9485,101 +9661,101 @@ func ParseListWebhooksResponse(rsp *http.Response) (*ListWebhooksResponse, error
 		var headers ListWebhooksResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListWebhooksResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListWebhooksResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListWebhooksResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListWebhooksResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers ListWebhooksResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListWebhooksResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ListWebhooksResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -9685,138 +9861,138 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		var headers CreateWebhookResponse201Headers
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.Location = &value
+			headers.Location = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateWebhookResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CreateWebhookResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateWebhookResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateWebhookResponse409Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateWebhookResponse413Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateWebhookResponse415Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreateWebhookResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers CreateWebhookResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateWebhookResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers CreateWebhookResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -9911,121 +10087,121 @@ func ParseDeleteWebhookResponse(rsp *http.Response) (*DeleteWebhookResponse, err
 		var headers DeleteWebhookResponse204Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers DeleteWebhookResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteWebhookResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers DeleteWebhookResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers DeleteWebhookResponse404Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers DeleteWebhookResponse409Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteWebhookResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers DeleteWebhookResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers DeleteWebhookResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers DeleteWebhookResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -10117,111 +10293,111 @@ func ParseGetWebhookResponse(rsp *http.Response) (*GetWebhookResponse, error) {
 		var headers GetWebhookResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetWebhookResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetWebhookResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetWebhookResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetWebhookResponse404Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetWebhookResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers GetWebhookResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetWebhookResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers GetWebhookResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -10313,111 +10489,111 @@ func ParseListDeadLettersResponse(rsp *http.Response) (*ListDeadLettersResponse,
 		var headers ListDeadLettersResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListDeadLettersResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListDeadLettersResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListDeadLettersResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ListDeadLettersResponse404Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListDeadLettersResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers ListDeadLettersResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListDeadLettersResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ListDeadLettersResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -10509,111 +10685,111 @@ func ParseReplayDeadLetterResponse(rsp *http.Response) (*ReplayDeadLetterRespons
 		var headers ReplayDeadLetterResponse202Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers202 = &headers
 	case rsp.StatusCode == 400:
 		var headers ReplayDeadLetterResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ReplayDeadLetterResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ReplayDeadLetterResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ReplayDeadLetterResponse404Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReplayDeadLetterResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers ReplayDeadLetterResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReplayDeadLetterResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers ReplayDeadLetterResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}
@@ -10705,111 +10881,111 @@ func ParsePingWebhookResponse(rsp *http.Response) (*PingWebhookResponse, error) 
 		var headers PingWebhookResponse200Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PingWebhookResponse400Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers PingWebhookResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.WWWAuthenticate = &value
+			headers.WWWAuthenticate = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PingWebhookResponse403Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers PingWebhookResponse404Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers PingWebhookResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 501:
 		var headers PingWebhookResponse501Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers PingWebhookResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.Headers503 = &headers
 	case true:
 		var headers PingWebhookResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestID = &value
+			headers.XRequestID = value
 		}
 		response.HeadersDefault = &headers
 	}

@@ -96,7 +96,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&c.RedisMode, "redis-mode", "LOCKAPI_REDIS_MODE", "single", "single, sentinel (URL names sentinels and ?master_name=), cluster (URL names seed nodes, more with &addr=) or redlock (URL names 3, 5, ... independent masters: redis://a,b,c or &addr=)")
 	str(&c.KeyPrefix, "key-prefix", "LOCKAPI_KEY_PREFIX", redisstore.DefaultPrefix, "prefix of every Redis key and channel")
 	dur(&c.DefaultTTL, "default-ttl", "LOCKAPI_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
-	dur(&c.MaxTTL, "max-ttl", "LOCKAPI_MAX_TTL", 24*time.Hour, "largest TTL a request may ask for")
+	dur(&c.MaxTTL, "max-ttl", "LOCKAPI_MAX_TTL", lockhttp.DefaultMaxTTL, fmt.Sprintf("largest TTL a request may ask for, at most %v", lockhttp.MaxTTLCeiling))
 	dur(&c.MaxWait, "max-wait", "LOCKAPI_MAX_WAIT", 60*time.Second, "longest wait of a long-poll; longer waits are clamped")
 	str(&c.LogLevel, "log-level", "LOCKAPI_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
@@ -177,6 +177,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, errors.New("-redis-tls-cert and -redis-tls-key go together")
 	}
 	switch {
+	case c.MaxTTL > lockhttp.MaxTTLCeiling:
+		return c, fmt.Errorf("-max-ttl %v is over the ceiling of every server, %v", c.MaxTTL, lockhttp.MaxTTLCeiling)
 	case c.DefaultTTL < lock.MinTTL || c.DefaultTTL > c.MaxTTL:
 		return c, fmt.Errorf("-default-ttl must lie between %v and -max-ttl (%v)", lock.MinTTL, c.MaxTTL)
 	case c.MaxWait < 0:

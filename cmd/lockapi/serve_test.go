@@ -220,3 +220,29 @@ func TestServe_release_secret_read_once_Redis_answers(t *testing.T) {
 	b := serveInProcess(t, args...)
 	mustRelease(t, b, releaseURL(t, a, "late"), "A's release URL on B")
 }
+
+// -max-ttl may not exceed the server's ceiling, the ttl_ms maximum of
+// openapi.yaml: a larger one stops the server at startup.
+func TestServe_max_TTL_above_ceiling_is_fatal(t *testing.T) {
+	t.Setenv("LOCKAPI_REDIS_URL", "")
+	for _, tc := range []struct{ name, env string }{
+		{"flag", ""},
+		{"environment", "LOCKAPI_MAX_TTL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"serve", "--addr", "127.0.0.1:0"}
+			if tc.env != "" {
+				t.Setenv(tc.env, "721h")
+			} else {
+				args = append(args, "--max-ttl", "721h")
+			}
+			r := lockapi(t, args...)
+			if r.Code != exitUsage || !strings.Contains(r.Stderr, "-max-ttl") || !strings.Contains(r.Stderr, "720h") || strings.Contains(r.Stderr, "listening") {
+				t.Fatalf("exit %d, want %d naming -max-ttl and its ceiling\nstderr: %s", r.Code, exitUsage, r.Stderr)
+			}
+		})
+	}
+	t.Run("OK_at_the_ceiling", func(t *testing.T) {
+		serveInProcess(t, "--max-ttl", "720h")
+	})
+}

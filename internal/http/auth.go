@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,12 +106,22 @@ func (s *Server) releaseURL(l lock.Lease) string {
 // if any, is ignored (webhooks send their own payloads).
 func (s *Server) handleSignedRelease(w http.ResponseWriter, r *http.Request) {
 	name, leaseID, fields := leasePath(r)
-	if len(fields) > 0 {
-		Error(w, r, lock.Invalid(fields...))
+	q := parseQuery(r)
+	// A URL that lacks its parameters was cut, not tampered with.
+	exp, _ := q.str("exp")
+	if _, err := strconv.ParseInt(exp, 10, 64); err != nil {
+		q.fail("exp", "is required: the URL's expiry, an integer of Unix seconds")
+	}
+	sig, _ := q.str("sig")
+	if sig == "" {
+		q.fail("sig", "is required: the URL's signature")
+	}
+	q.fields = append(fields, q.fields...)
+	if err := q.err(); err != nil {
+		Error(w, r, err)
 		return
 	}
-	q := r.URL.Query()
-	if err := s.cfg.Release.Verify(name, leaseID, q.Get("exp"), q.Get("sig"), time.Now()); err != nil {
+	if err := s.cfg.Release.Verify(name, leaseID, exp, sig, time.Now()); err != nil {
 		Error(w, r, &lock.Error{Code: lock.CodeForbidden, Detail: err.Error()})
 		return
 	}

@@ -43,7 +43,7 @@ func limitBody(next http.Handler) http.Handler {
 // decodeBody decodes an optional JSON object body into v, a pointer to a
 // struct whose fields are all optional. An empty body leaves v untouched.
 // Decoding is strict: the body must be one JSON object with only v's
-// fields, spelled exactly, and values of the right types.
+// fields, spelled exactly, no null anywhere, and values of the right types.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
@@ -83,7 +83,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if !utf8.Valid(data) {
 		return lock.Invalid(lock.FieldError{Field: "body", Detail: "must be valid UTF-8"})
 	}
-	if err := checkMembers(data, jsonFields(v)); err != nil {
+	if err := checkJSON(data, jsonFields(v)); err != nil {
 		return err
 	}
 
@@ -92,25 +92,25 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
 	}
-	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
-		return lock.Invalid(lock.FieldError{Field: "body", Detail: "unexpected data after the JSON object"})
-	}
 	return nil
 }
 
-// checkMembers walks the JSON text and refuses what encoding/json lets
+// checkJSON walks the JSON text once and refuses what encoding/json lets
 // through: member names of the top-level object that are not v's fields
-// spelled exactly (encoding/json matches them case-insensitively), and
+// spelled exactly (encoding/json matches them case-insensitively),
 // duplicate member names in any object (encoding/json keeps the last, while
-// a proxy in front of lockapi may read the first). Syntax errors are left to
-// the decoder, which reports them better.
-func checkMembers(data []byte, known map[string]bool) error {
+// a proxy in front of lockapi may read the first), null anywhere (it would
+// decode as absent, or as "" in a map of strings, while no member of the
+// schema is nullable), and anything after the object. Syntax errors are
+// left to the decoder, which reports them better.
+func checkJSON(data []byte, known map[string]bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	type object struct {
 		seen      map[string]bool
 		expectKey bool
 	}
 	var stack []*object
+	member := "" // the top-level member being read
 	for {
 		tok, err := dec.Token()
 		if err != nil {
@@ -126,8 +126,11 @@ func checkMembers(data []byte, known map[string]bool) error {
 					return lock.Invalid(lock.FieldError{Field: key, Detail: "appears more than once"})
 				}
 				top.seen[key] = true
-				if len(stack) == 1 && !known[key] {
-					return lock.Invalid(lock.FieldError{Field: key, Detail: "unknown field"})
+				if len(stack) == 1 {
+					if !known[key] {
+						return lock.Invalid(lock.FieldError{Field: key, Detail: "unknown field"})
+					}
+					member = key
 				}
 				top.expectKey = false
 				continue
@@ -142,6 +145,18 @@ func checkMembers(data []byte, known map[string]bool) error {
 			continue
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]
+		case nil:
+			detail := "must not be null: leave it out for its default"
+			if len(stack) > 1 {
+				detail = "must not hold null"
+			}
+			return lock.Invalid(lock.FieldError{Field: member, Detail: detail})
+		}
+		if len(stack) == 0 {
+			if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
+				return lock.Invalid(lock.FieldError{Field: "body", Detail: "unexpected data after the JSON object"})
+			}
+			return nil
 		}
 		// A value ended: the enclosing object, if any, expects a key next.
 		if n := len(stack); n > 0 && stack[n-1] != nil {
@@ -312,9 +327,10 @@ func (q *query) err() error {
 	return lock.Invalid(q.fields...)
 }
 
-// pathParam returns a route parameter, percent-decoded. chi matches the raw
-// path when a request has one, so "deploy%3Aprod" (what most generated
-// clients send for "deploy:prod") would otherwise reach validation encoded.
+// pathParam returns a route parameter, percent-decoded once. The router
+// matches the path as the client spelled it (routeEscaped), so
+// "deploy%3Aprod" is the name "deploy:prod", and "dbl%253Atest" is
+// "dbl%3Atest", which fails validation: two spellings never reach one lock.
 // A parameter that does not decode is returned as it is and fails
 // validation.
 func pathParam(r *http.Request, key string) string {
@@ -323,4 +339,18 @@ func pathParam(r *http.Request, key string) string {
 		return v
 	}
 	return raw
+}
+
+// routeEscaped makes the router match the percent-encoded path. net/http
+// keeps that spelling in r.URL.RawPath only when it differs from the
+// default encoding of the decoded r.URL.Path, and chi matches whichever of
+// the two is set: its parameters would be decoded in some requests and not
+// in others.
+func routeEscaped(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath == "" {
+			rctx.RoutePath = r.URL.EscapedPath()
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -114,6 +114,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return // the answer a GET would start with, and no stream
+	}
 	st := &eventStream{w: w, rc: http.NewResponseController(w)}
 	// No deadline outlives the stream: the connection may serve a long
 	// poll next.
@@ -182,17 +185,27 @@ func parseEventsRequest(r *http.Request) (filter lock.EventFilter, after string,
 			filter.Types = append(filter.Types, typ)
 		}
 	}
-	after, _ = q.str("after")
-	field := "after"
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		after, field = id, "Last-Event-ID"
+	// Both resume points are checked, though Last-Event-ID wins: a
+	// malformed one is a mistake whichever is used.
+	after, byAfter := q.str("after")
+	if byAfter {
+		checkEventID(q, "after", after)
 	}
-	if after != "" {
-		if _, _, ok := lock.ParseEventID(after); !ok {
-			q.fail(field, "must be an event id, as an event's id gives it")
-		}
+	switch ids := r.Header.Values("Last-Event-ID"); {
+	case len(ids) > 1:
+		q.fail("Last-Event-ID", "give one Last-Event-ID header, not several")
+	case len(ids) == 1 && ids[0] != "":
+		after = ids[0]
+		checkEventID(q, "Last-Event-ID", after)
 	}
 	return filter, after, q.err()
+}
+
+// checkEventID records a problem with the event id given as field.
+func checkEventID(q *query, field, id string) {
+	if _, _, ok := lock.ParseEventID(id); !ok {
+		q.fail(field, fmt.Sprintf("must be an event id, as an event's id gives it: <ms>-<seq>, each 1-19 digits (%d characters at most)", lock.MaxEventIDLen))
+	}
 }
 
 // eventTypeList lists the event types for error details.

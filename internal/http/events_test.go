@@ -406,6 +406,15 @@ func TestEvents_BadRequest(t *testing.T) {
 		{"after=a-b", nil, "after"},
 		{"", []string{"Last-Event-ID", "yesterday"}, "Last-Event-ID"},
 		{"after=1-0", []string{"Last-Event-ID", "1"}, "Last-Event-ID"},
+		// Both resume points are checked, though Last-Event-ID wins.
+		{"after=yesterday", []string{"Last-Event-ID", "1-0"}, "after"},
+		{"after=", nil, "after"},
+		{"", []string{"Last-Event-ID", "1-0", "Last-Event-ID", "2-0"}, "Last-Event-ID"},
+		// An id's parts are at most 19 digits: leading zeros do not make
+		// an id longer, nor does a value past 64 bits.
+		{"after=" + strings.Repeat("0", 20) + "1-0", nil, "after"},
+		{"after=1-" + strings.Repeat("9", 20), nil, "after"},
+		{"", []string{"Last-Event-ID", strings.Repeat("0", 1000) + "-0"}, "Last-Event-ID"},
 		{"lock=a&prefix=a", nil, "prefix"},
 		{"lock=bad%20name", nil, "lock"},
 		{"lock=", nil, "lock"},

@@ -17,7 +17,7 @@ import (
 )
 
 // acquireBody is the body of POST /v1/locks/{name}/leases; every field is
-// optional, and null is the same as absent.
+// optional, and null is refused (decodeBody).
 type acquireBody struct {
 	Owner       *string           `json:"owner"`
 	TTLMs       *int64            `json:"ttl_ms"`

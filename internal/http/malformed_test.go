@@ -67,6 +67,16 @@ func TestMalformed(t *testing.T) {
 		{"ModeTwice400", "POST", "/v1/locks/fresh/leases", `{"mode":"shared","mode":"exclusive"}`, json, 400, "invalid-request", "mode"},
 		{"ModeCaseMismatch400", "POST", "/v1/locks/fresh/leases", `{"Mode":"shared"}`, json, 400, "invalid-request", "Mode"},
 
+		// null is no member's value: nothing in the schema is nullable.
+		{"OwnerNull400", "POST", "/v1/locks/fresh/leases", `{"owner":null}`, json, 400, "invalid-request", "owner"},
+		{"TTLNull400", "POST", "/v1/locks/fresh/leases", `{"owner":"a","ttl_ms":null}`, json, 400, "invalid-request", "ttl_ms"},
+		{"FairNull400", "POST", "/v1/locks/fresh/leases", `{"fair":null}`, json, 400, "invalid-request", "fair"},
+		{"MetadataNull400", "POST", "/v1/locks/fresh/leases", `{"metadata":null}`, json, 400, "invalid-request", "metadata"},
+		{"MetadataValueNull400", "POST", "/v1/locks/fresh/leases", `{"metadata":{"k":null}}`, json, 400, "invalid-request", "metadata"},
+		{"RenewTTLNull400", "POST", "/v1/locks/busy/leases/{L}/renew", `{"ttl_ms":null}`, json, 400, "invalid-request", "ttl_ms"},
+		{"AcquireAllLockNull400", "POST", "/v1/leases", `{"locks":["fresh",null]}`, json, 400, "invalid-request", "locks"},
+		{"AcquireAllOwnerNull400", "POST", "/v1/leases", `{"locks":["fresh"],"owner":null}`, json, 400, "invalid-request", "owner"},
+
 		// Values out of range.
 		{"TTLNegative400", "POST", "/v1/locks/fresh/leases", `{"ttl_ms":-1}`, json, 400, "invalid-request", "ttl_ms"},
 		{"TTLBelowMin400", "POST", "/v1/locks/fresh/leases", `{"ttl_ms":9}`, json, 400, "invalid-request", "ttl_ms"},
@@ -100,6 +110,14 @@ func TestMalformed(t *testing.T) {
 		{"NameStar400", "POST", "/v1/locks/bu*/leases", "", "", 400, "invalid-request", "name"},
 		{"Name201Chars400", "POST", "/v1/locks/" + strings.Repeat("n", 201) + "/leases", "", "", 400, "invalid-request", "name"},
 		{"ReleaseBadName400", "DELETE", "/v1/locks/b%C3%BCsy/leases/{L}", "", "", 400, "invalid-request", "name"},
+		{"NameDots400", "GET", "/v1/locks/...", "", "", 400, "invalid-request", "name"},
+		{"NameEncodedDots400", "POST", "/v1/locks/%2E%2E/leases", "", "", 400, "invalid-request", "name"},
+		{"AcquireAllNameDot400", "POST", "/v1/leases", `{"locks":["fresh","."]}`, json, 400, "invalid-request", "locks"},
+		{"SignedReleaseNoExp400", "POST", "/v1/locks/busy/leases/{L}/release?sig=abc", "", "", 400, "invalid-request", "exp"},
+		{"SignedReleaseExpText400", "POST", "/v1/locks/busy/leases/{L}/release?exp=soon&sig=abc", "", "", 400, "invalid-request", "exp"},
+		{"SignedReleaseNoSig400", "POST", "/v1/locks/busy/leases/{L}/release?exp=1", "", "", 400, "invalid-request", "sig"},
+		{"SignedReleaseBadQuery400", "POST", "/v1/locks/busy/leases/{L}/release?exp=1&sig=abc&x=%zz", "", "", 400, "invalid-request", "query"},
+		{"ReleaseAllNameDots400", "DELETE", "/v1/leases?id=../{L}", "", "", 400, "invalid-request", "id"},
 
 		// Bad lease ids and query parameters.
 		{"RenewLeaseIDNotULID400", "POST", "/v1/locks/busy/leases/not-a-ulid/renew", "", "", 400, "invalid-request", "lease_id"},
@@ -205,9 +223,9 @@ func snapshot(t *testing.T, e *Env) []lock.State {
 func TestMethodNotAllowed_Allow(t *testing.T) {
 	e := MustOpenEnv(t, lockhttp.Config{})
 	for _, tc := range []struct{ method, path, allow string }{
-		{"PUT", "/v1/locks/x", "GET, DELETE"},
+		{"PUT", "/v1/locks/x", "GET, HEAD, DELETE"},
 		{"GET", "/v1/locks/x/leases", "POST"},
-		{"POST", "/v1/locks", "GET"},
+		{"POST", "/v1/locks", "GET, HEAD"},
 		{"GET", "/v1/leases", "POST, DELETE"},
 	} {
 		resp := e.Do(tc.method, tc.path, "")

@@ -15,7 +15,7 @@ import (
 
 // multiAcquireBody is the body of POST /v1/leases: the fields of a single
 // acquire that make sense for several locks at once, and the locks. null is
-// the same as absent.
+// refused (decodeBody).
 type multiAcquireBody struct {
 	Locks    []string          `json:"locks"`
 	Owner    *string           `json:"owner"`

@@ -32,7 +32,17 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 
 // handleOpenAPI handles the "GET /openapi.yaml" route: the API's contract.
 func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/yaml")
+	writeDocument(w, "application/yaml", lockapi.OpenAPI)
+}
+
+// handleOpenAPIJSON handles the "GET /openapi.json" route: the same
+// contract as JSON, for tools that read no YAML.
+func (s *Server) handleOpenAPIJSON(w http.ResponseWriter, r *http.Request) {
+	writeDocument(w, "application/json", lockapi.OpenAPIJSON())
+}
+
+func writeDocument(w http.ResponseWriter, contentType string, doc []byte) {
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	_, _ = w.Write(lockapi.OpenAPI)
+	_, _ = w.Write(doc)
 }

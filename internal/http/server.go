@@ -10,12 +10,15 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi"
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -32,6 +35,11 @@ const (
 	// keep-alive comment.
 	DefaultEventsHeartbeat = 15 * time.Second
 )
+
+// MaxTTLCeiling bounds every server's MaxTTL, and so every ttl_ms:
+// openapi.yaml gives it as ttl_ms's maximum. NewServer lowers a larger
+// MaxTTL to it; lockapi serve refuses one.
+const MaxTTLCeiling = 30 * 24 * time.Hour
 
 // Timeouts and limits of the listening server. There is no read or write
 // timeout on the whole request: long-poll acquires and blocking queries hold
@@ -52,7 +60,7 @@ const (
 // Config tunes a Server. Zero fields get the defaults.
 type Config struct {
 	DefaultTTL time.Duration // the TTL of an acquire without ttl_ms (30s)
-	MaxTTL     time.Duration // the largest ttl_ms accepted (24h)
+	MaxTTL     time.Duration // the largest ttl_ms accepted (24h), at most MaxTTLCeiling
 	MaxWait    time.Duration // longer wait_ms are clamped to this (60s)
 	Logger     zerolog.Logger
 	// MinReplicas is how many replicas must confirm a grant before it is
@@ -128,6 +136,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.MaxTTL <= 0 {
 		cfg.MaxTTL = DefaultMaxTTL
 	}
+	cfg.MaxTTL = min(cfg.MaxTTL, MaxTTLCeiling)
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
@@ -153,7 +162,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	s.events = newEventFeed(store, cfg.Logger)
 
 	r := chi.NewRouter()
-	r.Use(limitBody, s.requestID, s.logRequests, s.recoverPanics)
+	// HEAD is served wherever GET is (RFC 9110): chi's GetHead routes it to
+	// the GET handler, and net/http drops the body.
+	r.Use(routeEscaped, middleware.GetHead, limitBody, s.requestID, s.logRequests, s.recoverPanics)
 	r.NotFound(s.handleNotFound)
 	r.MethodNotAllowed(s.handleMethodNotAllowed)
 
@@ -186,6 +197,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.Get("/healthz", s.handleHealth)
 	r.Get("/readyz", s.handleReady)
 	r.Get("/openapi.yaml", s.handleOpenAPI)
+	lockapi.OpenAPIJSON() // converted now, rather than by the first request
+	r.Get("/openapi.json", s.handleOpenAPIJSON)
 	// The admin dashboard; its live feed asks this router for /v1/events.
 	r.Mount("/ui", ui.New(store, cfg.Keys, r, cfg.Webhooks))
 	s.router = r
@@ -311,15 +324,12 @@ var allMethods = []string{
 }
 
 // handleMethodNotAllowed answers a known route asked with a wrong method,
-// listing the route's methods in Allow.
+// listing the route's methods in Allow: HEAD with GET.
 func (s *Server) handleMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
-	}
 	var allowed []string
 	for _, m := range allMethods {
-		if s.router.Match(chi.NewRouteContext(), m, path) {
+		get := m == http.MethodHead && slices.Contains(allowed, http.MethodGet)
+		if get || s.router.Match(chi.NewRouteContext(), m, r.URL.EscapedPath()) {
 			allowed = append(allowed, m)
 		}
 	}

@@ -42,6 +42,17 @@ func TestOps(t *testing.T) {
 			t.Fatal("body is not the embedded openapi.yaml")
 		}
 	})
+
+	t.Run("OpenAPIJSON200", func(t *testing.T) {
+		e := e.For(t)
+		resp := e.Do("GET", "/openapi.json", "")
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		if !bytes.Equal(resp.Body, lockapi.OpenAPIJSON()) {
+			t.Fatal("body is not openapi.yaml as JSON")
+		}
+	})
 }
 
 func TestReadyz_StoreDown503(t *testing.T) {

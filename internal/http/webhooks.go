@@ -268,10 +268,10 @@ func (s *Server) handlePingWebhook(w http.ResponseWriter, r *http.Request) {
 // a page of the events given up, oldest first.
 func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := parseQuery(r)
-	after, _ := q.str("after")
+	after, byAfter := q.str("after")
 	limit := q.int("limit", defaultDeadLetterLimit, 1, maxDeadLetterLimit, false)
-	if _, _, ok := lock.ParseEventID(after); after != "" && !ok {
-		q.fail("after", "not an event id (<ms>-<seq>)")
+	if byAfter {
+		checkEventID(q, "after", after)
 	}
 	if err := q.err(); err != nil {
 		Error(w, r, err)

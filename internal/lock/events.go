@@ -104,10 +104,18 @@ func EventsGone(after, oldest string) *Error {
 		Detail: fmt.Sprintf("event %q is older than the event log keeps; the oldest event kept is %q", after, oldest)}
 }
 
-// ParseEventID reads an event id: "<ms>-<seq>", as Redis stream ids are.
+// maxEventIDDigits bounds each part of an event id: 19 digits always fit
+// in 64 bits, and no store issues a longer part (milliseconds have 13).
+const maxEventIDDigits = 19
+
+// MaxEventIDLen is the length of the longest event id.
+const MaxEventIDLen = 2*maxEventIDDigits + 1
+
+// ParseEventID reads an event id: "<ms>-<seq>", as Redis stream ids are,
+// each part 1-19 decimal digits.
 func ParseEventID(id string) (ms, seq uint64, ok bool) {
 	a, b, found := strings.Cut(id, "-")
-	if !found {
+	if !found || len(a) > maxEventIDDigits || len(b) > maxEventIDDigits {
 		return 0, 0, false
 	}
 	var err1, err2 error

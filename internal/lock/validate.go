@@ -40,9 +40,11 @@ var nameChars = func() (t [256]bool) {
 	return t
 }()
 
-// ValidName reports whether name is 1–200 characters from A-Z a-z 0-9 . _ : @ ~ -.
+// ValidName reports whether name is 1–200 characters from A-Z a-z 0-9 . _ : @ ~ -,
+// not all of them dots: ".", ".." and "..." are path segments that clients
+// normalise away, so no URL would reach such a lock.
 func ValidName(name string) bool {
-	return len(name) >= 1 && len(name) <= MaxNameLen && validNameChars(name)
+	return len(name) >= 1 && len(name) <= MaxNameLen && validNameChars(name) && strings.Trim(name, ".") != ""
 }
 
 func validNameChars(s string) bool {
@@ -59,7 +61,7 @@ func CheckName(field, name string) *FieldError {
 	if ValidName(name) {
 		return nil
 	}
-	return &FieldError{Field: field, Detail: fmt.Sprintf("a lock name is 1-%d characters from A-Z a-z 0-9 . _ : @ ~ -", MaxNameLen)}
+	return &FieldError{Field: field, Detail: fmt.Sprintf("a lock name is 1-%d characters from A-Z a-z 0-9 . _ : @ ~ -, not only dots", MaxNameLen)}
 }
 
 // CheckPrefix returns a field error for an invalid name prefix ("" is valid).

@@ -1,45 +1,53 @@
 package lock_test
 
 import (
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/lockapi/lockapi"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// References that the validators must agree with, written from the contract
-// rather than from the code. Go's $ is the end of the text, and invalid UTF-8
-// reads as U+FFFD, which no name class contains.
+// The references the validators must agree with are the contract's own
+// schemas in openapi.yaml, so that the spec says all the server enforces.
 var (
-	nameRef   = regexp.MustCompile(`^[A-Za-z0-9._:@~-]{1,200}$`)
-	prefixRef = regexp.MustCompile(`^[A-Za-z0-9._:@~-]{0,200}$`)
-	// unicode.IsPrint is letters, marks, numbers, punctuation, symbols and
-	// the ASCII space. U+FFFD is a symbol, but refused (a decoder makes it of
-	// invalid text), and invalid UTF-8 reads as it: both are checked
-	// separately.
-	ownerRef = regexp.MustCompile(`^[\pL\pM\pN\pP\pS ]{1,128}$`)
+	spec = func() *openapi3.T {
+		doc, err := openapi3.NewLoader().LoadFromData(lockapi.OpenAPI)
+		if err != nil {
+			panic(err)
+		}
+		return doc
+	}()
+	nameRef   = spec.Components.Schemas["LockName"].Value
+	ownerRef  = spec.Components.Schemas["Owner"].Value
+	prefixRef = spec.Components.Parameters["Prefix"].Value.Schema.Value
 )
+
+// conforms reports whether the string s is valid by schema.
+func conforms(schema *openapi3.Schema, s string) bool { return schema.VisitJSON(s) == nil }
 
 func FuzzValidName(f *testing.F) {
 	for _, s := range []string{
 		"deploy:prod", "a", "", "A-Z.a_z:0@9~", strings.Repeat("x", 200), strings.Repeat("x", 201),
 		"has space", "slash/", "brace{x}", "star*", "tab\t", "new\n", "name\n", "é", "\xff", "x\x00",
+		".", "..", "...", strings.Repeat(".", 200), ".a", "a.", "..a..",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		got, want := lock.ValidName(name), nameRef.MatchString(name)
+		got, want := lock.ValidName(name), conforms(nameRef, name)
 		if got != want {
 			t.Fatalf("ValidName(%q) = %v, reference says %v", name, got, want)
 		}
 		if fe := lock.CheckName("name", name); (fe == nil) != got || (fe != nil && fe.Field != "name") {
 			t.Fatalf("CheckName(%q) = %+v, but ValidName = %v", name, fe, got)
 		}
-		if fe, want := lock.CheckPrefix("prefix", name), prefixRef.MatchString(name); (fe == nil) != want || (fe != nil && fe.Field != "prefix") {
+		if fe, want := lock.CheckPrefix("prefix", name), conforms(prefixRef, name); (fe == nil) != want || (fe != nil && fe.Field != "prefix") {
 			t.Fatalf("CheckPrefix(%q) = %+v, reference says valid=%v", name, fe, want)
 		}
 	})
@@ -67,7 +75,7 @@ func FuzzCheckOwner(f *testing.F) {
 		} else if fe.Field != "owner" {
 			t.Fatalf("CheckOwner(%q) names field %q", owner, fe.Field)
 		}
-		if want := utf8.ValidString(owner) && !strings.ContainsRune(owner, utf8.RuneError) && ownerRef.MatchString(owner); (fe == nil) != want {
+		if want := conforms(ownerRef, owner); (fe == nil) != want {
 			t.Fatalf("CheckOwner(%q) = %+v, reference says valid=%v", owner, fe, want)
 		}
 

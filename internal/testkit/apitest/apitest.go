@@ -17,6 +17,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,8 +166,18 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 	if resp.Header.Get("X-Request-ID") == "" {
 		problems = append(problems, "no X-Request-ID header")
 	}
+	// HEAD is answered as GET is, without the body (RFC 9110).
+	head := req.Method == http.MethodHead
+	if head {
+		if len(body) > 0 {
+			problems = append(problems, "HEAD answered a body")
+		}
+		get := req.Clone(req.Context())
+		get.Method = http.MethodGet
+		req = get
+	}
 	if resp.StatusCode >= 400 {
-		problems = append(problems, t.checkProblem(resp, body)...)
+		problems = append(problems, t.checkProblem(resp, body, head)...)
 	}
 
 	route, pathParams, err := t.router.FindRoute(req)
@@ -183,6 +194,13 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 			problems = append(problems, fmt.Sprintf("the spec has no such route, so the status must be 4xx, not %d", resp.StatusCode))
 		}
 		return problems
+	}
+	// The router hands out the parameters as the path spells them; the
+	// spec's schemas describe them decoded, once.
+	for k, v := range pathParams {
+		if d, err := url.PathUnescape(v); err == nil {
+			pathParams[k] = d
+		}
 	}
 	if code := strconv.Itoa(resp.StatusCode); route.Operation.Responses.Value(code) == nil && resp.StatusCode != http.StatusInternalServerError {
 		// The default response is documented as the internal error.
@@ -212,7 +230,7 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 		Status:                 resp.StatusCode,
 		Header:                 resp.Header,
 		Body:                   io.NopCloser(bytes.NewReader(body)),
-		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true, ExcludeResponseBody: head},
 	}
 	if err := openapi3filter.ValidateResponse(ctx, respInput); err != nil {
 		problems = append(problems, "response does not match the spec: "+err.Error())
@@ -238,11 +256,15 @@ func (t *transport) methodsFor(req *http.Request) []string {
 
 // checkProblem checks an error response: a problem+json body of the
 // Problem schema whose status matches the response's, and whose type
-// matches the status.
-func (t *transport) checkProblem(resp *http.Response, body []byte) []string {
+// matches the status. Of the answer to a HEAD only the Content-Type is
+// there to check.
+func (t *transport) checkProblem(resp *http.Response, body []byte, head bool) []string {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt != "application/problem+json" {
 		return []string{fmt.Sprintf("error Content-Type %q, want application/problem+json", resp.Header.Get("Content-Type"))}
+	}
+	if head {
+		return nil
 	}
 	var v any
 	if err := json.Unmarshal(body, &v); err != nil {

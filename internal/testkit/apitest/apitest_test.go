@@ -54,6 +54,7 @@ const goodLease = `{"lock":"a","lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8N","owner":"
 
 var (
 	jsonHeader    = map[string]string{"Content-Type": "application/json", "X-Request-ID": "r"}
+	leaseHeader   = map[string]string{"Content-Type": "application/json", "X-Request-ID": "r", "Location": "/v1/locks/a/leases/01JD3Z8Q6W9M4T5R2K7X1B0C8N"}
 	problemHeader = map[string]string{"Content-Type": "application/problem+json", "X-Request-ID": "r"}
 )
 
@@ -66,15 +67,19 @@ func TestClient_ReportsMismatches(t *testing.T) {
 		body         string
 		want         string // a substring of the report
 	}{
-		{"MissingRequiredField", "POST", "/v1/locks/a/leases", 201, jsonHeader,
+		{"MissingRequiredField", "POST", "/v1/locks/a/leases", 201, leaseHeader,
 			strings.Replace(goodLease, `"owner":"o",`, "", 1), "owner"},
-		{"WrongType", "POST", "/v1/locks/a/leases", 201, jsonHeader,
+		{"WrongType", "POST", "/v1/locks/a/leases", 201, leaseHeader,
 			strings.Replace(goodLease, `"fencing_token":1`, `"fencing_token":"1"`, 1), "fencing_token"},
-		{"NullMetadata", "POST", "/v1/locks/a/leases", 201, jsonHeader,
+		{"NullMetadata", "POST", "/v1/locks/a/leases", 201, leaseHeader,
 			strings.Replace(goodLease, `"metadata":{}`, `"metadata":null`, 1), "metadata"},
-		{"UndocumentedStatus", "POST", "/v1/locks/a/leases", 202, jsonHeader, goodLease, "status"},
-		{"WrongContentType", "POST", "/v1/locks/a/leases", 201, map[string]string{"Content-Type": "text/plain", "X-Request-ID": "r"}, goodLease, "text/plain"},
-		{"NoRequestID", "POST", "/v1/locks/a/leases", 201, map[string]string{"Content-Type": "application/json"}, goodLease, "X-Request-ID"},
+		{"UndocumentedStatus", "POST", "/v1/locks/a/leases", 202, leaseHeader, goodLease, "status"},
+		{"WrongContentType", "POST", "/v1/locks/a/leases", 201, map[string]string{"Content-Type": "text/plain", "X-Request-ID": "r", "Location": "/v1/locks/a/leases/x"}, goodLease, "text/plain"},
+		{"NoRequestID", "POST", "/v1/locks/a/leases", 201, map[string]string{"Content-Type": "application/json", "Location": "/v1/locks/a/leases/x"}, goodLease, "X-Request-ID"},
+		{"NoLocation", "POST", "/v1/locks/a/leases", 201, jsonHeader, goodLease, "Location"},
+		{"NoLockIndex", "GET", "/v1/locks/a", 200, jsonHeader, `{}`, "X-Lock-Index"},
+		{"NoRetryAfter", "GET", "/v1/locks/a", 429, problemHeader,
+			`{"type":"https://lockapi.dev/problems/rate-limited","title":"Too many requests","status":429,"detail":"x"}`, "Retry-After"},
 		{"ErrorNotProblemJSON", "GET", "/v1/locks/a", 400, jsonHeader, `{"error":"bad"}`, "problem+json"},
 		{"ProblemMissingTitle", "GET", "/v1/locks/a", 400, problemHeader,
 			`{"type":"https://lockapi.dev/problems/invalid-request","status":400,"detail":"x"}`, "title"},
@@ -82,8 +87,6 @@ func TestClient_ReportsMismatches(t *testing.T) {
 			`{"type":"https://lockapi.dev/problems/invalid-request","title":"Invalid request","status":409,"detail":"x"}`, "problem status"},
 		{"ProblemTypeMismatch", "GET", "/v1/locks/a", 400, problemHeader,
 			`{"type":"https://lockapi.dev/problems/lock-held","title":"Lock held","status":400,"detail":"x"}`, "goes with status 409"},
-		{"UnknownProblemType", "GET", "/v1/locks/a", 400, problemHeader,
-			`{"type":"https://example.com/oops","title":"Oops","status":400,"detail":"x"}`, "type"},
 		{"UnknownRouteAnswered200", "GET", "/v2/nothing", 200, jsonHeader, `{}`, "4xx"},
 		{"WrongMethodNot405", "PUT", "/v1/locks/a", 404, problemHeader,
 			`{"type":"https://lockapi.dev/problems/not-found","title":"Not found","status":404,"detail":"x"}`, "405"},
@@ -132,6 +135,8 @@ func TestClient_AcceptsConformingServer(t *testing.T) {
 		{"GET", "/healthz", ""},
 		{"GET", "/readyz", ""},
 		{"GET", "/openapi.yaml", ""},
+		{"GET", "/openapi.json", ""},
+		{"HEAD", "/v1/locks/a", ""},
 		{"GET", "/nowhere", ""},
 	} {
 		r, _ := http.NewRequest(req.method, srv.URL()+req.path, strings.NewReader(req.body))
@@ -146,6 +151,20 @@ func TestClient_AcceptsConformingServer(t *testing.T) {
 	}
 	if errs := rec.Errors(); len(errs) > 0 {
 		t.Fatalf("conforming exchanges reported:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestClient_AcceptsUnknownProblemType: the set of problem types is open.
+func TestClient_AcceptsUnknownProblemType(t *testing.T) {
+	srv := fake(t, 400, problemHeader, `{"type":"https://lockapi.dev/problems/added-later","title":"Added later","status":400,"detail":"x"}`)
+	rec := &recorder{TB: t}
+	resp, err := apitest.NewClient(rec, srv.URL).Get(srv.URL + "/v1/locks/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if errs := rec.Errors(); len(errs) > 0 {
+		t.Fatalf("an unknown problem type reported:\n%s", strings.Join(errs, "\n"))
 	}
 }
 

@@ -4,7 +4,9 @@
 //
 // Every request and every field read below is typed by ./schema.ts, which
 // `npm run generate` makes from openapi.yaml, so a spec change that breaks
-// this client fails `tsc --noEmit` before the scenario runs. The scenario prints one line per check, then
+// this client fails `tsc --noEmit` before the scenario runs: so does a
+// closed set of problem types, or a header read that the spec does not
+// model on that response. The scenario prints one line per check, then
 // "N passed, M failed", and exits non-zero when a check fails.
 
 import createClient from "openapi-fetch";
@@ -13,6 +15,79 @@ import type { components, paths } from "./schema.js";
 type Lease = components["schemas"]["Lease"];
 type Problem = components["schemas"]["Problem"];
 type ProblemType = components["schemas"]["ProblemType"];
+
+// ---- problem types are an open set ----------------------------------------
+
+// A type the server may add later must be a ProblemType: a closed enum in
+// the spec would make this line fail to type-check.
+const addedLater: ProblemType = "https://lockapi.dev/problems/added-later";
+
+/** What a client does with a problem: known types by name, others by status. */
+function problemAction(p: Pick<Problem, "type" | "status">): string {
+  switch (p.type) {
+    case "https://lockapi.dev/problems/lock-held":
+      return "wait and retry";
+    case "https://lockapi.dev/problems/lease-lost":
+      return "stop the guarded work";
+    default:
+      return p.status >= 500 || p.status === 429 ? "retry later" : "give up";
+  }
+}
+
+// ---- headers as the spec models them ----------------------------------------
+
+/** The keys of T without its index signature ([name: string]: unknown). */
+type KnownKeys<T> = keyof { [K in keyof T as string extends K ? never : number extends K ? never : K]: T[K] };
+/** The headers the spec models on the response R: reading any other fails the type check. */
+type ModelledHeader<R> = R extends { headers: infer H } ? KnownKeys<H> & string : never;
+
+type Responses<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] extends { responses: infer R } ? R : never;
+type AcquireResponses = Responses<"/v1/locks/{name}/leases", "post">;
+type InspectResponses = Responses<"/v1/locks/{name}", "get">;
+
+/** Reads a header the spec models, and requires, on the response R. */
+function requiredHeader<R>(what: string, res: Response, name: ModelledHeader<R>): string {
+  const v = res.headers.get(name);
+  expect(v !== null && v !== "", `${what}: no ${name} header, which the spec requires`);
+  return v;
+}
+
+/** Reads a header the spec models on the response R, which may be absent. */
+function optionalHeader<R>(res: Response, name: ModelledHeader<R>): string | null {
+  return res.headers.get(name);
+}
+
+/** Checks a Retry-After: whole seconds, at least 1 (components/headers). */
+function expectRetryAfter(what: string, value: string | null): number {
+  const secs = Number(value);
+  expect(value !== null && /^\d+$/.test(value) && secs >= 1, `${what}: Retry-After ${show(value)}, want whole seconds >= 1`);
+  return secs;
+}
+
+// The headers this client reads, as [path, method, status, header, required]:
+// each must be modelled on its response (else this fails the type check),
+// and the served spec must say whether it is always sent.
+type HeaderUse<P extends keyof paths, M extends keyof paths[P], S extends keyof Responses<P, M>> = [
+  P,
+  M,
+  S,
+  ModelledHeader<Responses<P, M>[S]>,
+  boolean,
+];
+function use<P extends keyof paths, M extends keyof paths[P], S extends keyof Responses<P, M>>(
+  ...u: HeaderUse<P, M, S>
+): HeaderUse<P, M, S> {
+  return u;
+}
+const headersRead = [
+  use("/v1/locks/{name}/leases", "post", 201, "Location", true),
+  use("/v1/locks/{name}/leases", "post", 200, "Location", true),
+  use("/v1/locks/{name}/leases", "post", 409, "Retry-After", false),
+  use("/v1/locks/{name}/leases", "post", 429, "Retry-After", true),
+  use("/v1/locks/{name}/leases", "post", 503, "Retry-After", true),
+  use("/v1/locks/{name}", "get", 200, "X-Lock-Index", true),
+  use("/v1/webhooks", "post", 201, "Location", true),
+];
 
 const REQUEST_TIMEOUT_MS = 20_000;
 /** How long the second client may wait for the lock. */
@@ -63,7 +138,7 @@ function sleep(ms: number): Promise<void> {
 }
 
 function problemType(slug: string): ProblemType {
-  return `https://lockapi.dev/problems/${slug}` as ProblemType;
+  return `https://lockapi.dev/problems/${slug}`;
 }
 
 /** Checks that a fresh grant answered 201 with a well-formed lease. */
@@ -87,8 +162,8 @@ function expectFreshLease(
     Date.parse(l.expires_at) > Date.parse(l.acquired_at),
     `${what}: expires_at ${l.expires_at} is not after acquired_at ${l.acquired_at}`,
   );
-  const location = r.response.headers.get("Location");
-  expect(location !== null && location.endsWith(`/leases/${l.lease_id}`), `${what}: Location ${show(location)}`);
+  const location = requiredHeader<AcquireResponses[201]>(what, r.response, "Location");
+  expect(location === `/v1/locks/${lockName}/leases/${l.lease_id}`, `${what}: Location ${show(location)}`);
   return l;
 }
 
@@ -144,6 +219,52 @@ async function main(): Promise<void> {
     expect(r.response.status === 200 && r.data?.status === "ok", `status ${r.response.status}: ${show(r.data ?? r.error)}`);
   });
 
+  await check("a health checker's HEAD /healthz answers 200 without a body", async () => {
+    const res = await fetch(new URL("/healthz", baseUrl), { method: "HEAD", signal: timeout() });
+    const body = await res.text();
+    expect(res.status === 200 && body === "", `status ${res.status}, body ${show(body)}`);
+    expect(!!res.headers.get("X-Request-ID"), "no X-Request-ID header");
+  });
+
+  await check("the spec is served as JSON (GET /openapi.json)", async () => {
+    const r = await api.GET("/openapi.json", { signal: timeout() });
+    expect(r.response.status === 200, `status ${r.response.status}`);
+    expect(r.response.headers.get("Content-Type") === "application/json", `Content-Type ${show(r.response.headers.get("Content-Type"))}`);
+    expect(r.data?.["openapi"] === "3.0.3", `openapi ${show(r.data?.["openapi"])}`);
+  });
+
+  await check("problem types are read as open strings", async () => {
+    // A type added after this client was generated is handled by status.
+    const later = problemAction({ type: addedLater, status: 503 });
+    expect(later === "retry later", `a new 503 type: ${later}`);
+    const known = problemAction({ type: problemType("lease-lost"), status: 410 });
+    expect(known === "stop the guarded work", `lease-lost: ${known}`);
+  });
+
+  await check("the served spec requires the headers this client relies on", async () => {
+    const r = await api.GET("/openapi.json", { signal: timeout() });
+    const doc = r.data;
+    expect(doc !== undefined, `status ${r.response.status}`);
+    const at = (v: unknown, key: string | number): unknown =>
+      v !== null && typeof v === "object" ? (v as Record<string, unknown>)[String(key)] : undefined;
+    const resolve = (v: unknown): unknown => {
+      for (let ref = at(v, "$ref"); typeof ref === "string"; ref = at(v, "$ref")) {
+        v = ref.slice(2).split("/").reduce(at, doc);
+      }
+      return v;
+    };
+    const seen: string[] = [];
+    for (const [path, method, status, name, required] of headersRead) {
+      const response = resolve(at(at(at(at(doc["paths"], path), method), "responses"), status));
+      const h = resolve(at(at(response, "headers"), name));
+      const what = `${method.toUpperCase()} ${path} ${status} ${name}`;
+      expect(h !== undefined, `${what}: not modelled`);
+      expect((at(h, "required") === true) === required, `${what}: required ${show(at(h, "required"))}, want ${required}`);
+      seen.push(`${status} ${name}${required ? "" : "?"}`);
+    }
+    return seen.join(", ");
+  });
+
   await check("client A acquires the lock (201)", async () => {
     const r = await api.POST("/v1/locks/{name}/leases", {
       params: { path: { name: lockName } },
@@ -174,8 +295,9 @@ async function main(): Promise<void> {
       Number.isInteger(h.expires_in_ms) && h.expires_in_ms > 0 && h.expires_in_ms <= 30_000,
       `acquire C: holder.expires_in_ms ${h.expires_in_ms}, want in (0, 30000]`,
     );
-    const retryAfter = r.response.headers.get("Retry-After");
-    expect(retryAfter !== null && /^\d+$/.test(retryAfter), `acquire C: Retry-After ${show(retryAfter)}`);
+    const retryAfter = expectRetryAfter("acquire C", optionalHeader<AcquireResponses[409]>(r.response, "Retry-After"));
+    expect(retryAfter * 1000 >= h.expires_in_ms, `acquire C: Retry-After ${retryAfter} s, before the holder's lease ends in ${h.expires_in_ms} ms`);
+    expect(problemAction(p) === "wait and retry", `acquire C: ${problemAction(p)}`);
     return `holder ${h.owner} token ${h.fencing_token}, expires in ${h.expires_in_ms} ms, Retry-After ${retryAfter}`;
   });
 
@@ -285,7 +407,7 @@ async function main(): Promise<void> {
     expect(st.holder === null, `inspect: holder ${show(st.holder)}, want null`);
     expect(st.fencing_token === b.fencing_token, `inspect: fencing_token ${st.fencing_token}, want B's ${b.fencing_token}`);
     expect(typeof st.index === "string" && st.index !== "", `inspect: index ${show(st.index)}`);
-    const hdr = r.response.headers.get("X-Lock-Index");
+    const hdr = requiredHeader<InspectResponses[200]>("inspect", r.response, "X-Lock-Index");
     expect(hdr === st.index, `inspect: X-Lock-Index ${show(hdr)}, body index ${show(st.index)}`);
     return `fencing_token ${st.fencing_token}, index ${st.index}`;
   });
