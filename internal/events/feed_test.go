@@ -210,81 +210,131 @@ func storeReader(t *testing.T, log lock.EventLog) func() []lock.Event {
 
 // testHandOver runs the hand-over test on log, which record(i) adds one or
 // more events to and all reads whole.
+//
+// It assumes nothing of the machine's speed: a subscriber reads until it has
+// returned the log's last event, however long the feed takes to bring it
+// (promptly at most from one event to the next), and the writer records its
+// last events only once every subscriber has subscribed, so that each,
+// even one from now, has events to get.
 func testHandOver(t *testing.T, log lock.EventLog, record func(i int), all func() []lock.Event) {
 	for i := range 50 {
 		record(i)
 	}
 	f := mustOpenFeed(t, log, events.Options{Buffer: 4, Page: 3})
 
-	const total = 2000
-	writerDone := make(chan struct{})
+	const (
+		total       = 2000
+		subscribers = 24
+		// tail is how many of the writer's records wait for every
+		// subscriber to have subscribed.
+		tail = 50
+	)
+	var subscribed sync.WaitGroup
+	subscribed.Add(subscribers)
+	// writing ends when the writer is done; last is then the log's last
+	// event.
+	writing, doneWriting := context.WithCancel(context.Background())
+	var last string
 	go func() {
-		defer close(writerDone)
+		defer doneWriting()
 		for i := range total {
+			if i == total-tail {
+				subscribed.Wait()
+			}
 			record(i)
 			if i%50 == 0 {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // let the subscribers in among the writes
 			}
+		}
+		if evs := all(); len(evs) > 0 {
+			last = evs[len(evs)-1].ID
 		}
 	}()
 
 	type result struct {
+		ok    bool   // it subscribed and read to the log's last event
 		after string // "" when subscribed from now
+		mark  string // the log's last event once it had subscribed
 		got   []lock.Event
 	}
-	results := make([]result, 24)
+	results := make([]result, subscribers)
 	var wg sync.WaitGroup
 	for i := range results {
 		wg.Go(func() {
-			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
-			var resume string
+			time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond) // spread the subscriptions among the writes
+			var r result
 			if evs := all(); i%4 != 0 && len(evs) > 0 { // a quarter subscribe from now
-				resume = evs[rand.IntN(len(evs))].ID
+				r.after = evs[rand.IntN(len(evs))].ID
 			}
-			s, err := f.Subscribe(context.Background(), resume, lock.EventFilter{})
+			s, err := f.Subscribe(context.Background(), r.after, lock.EventFilter{})
+			if err == nil {
+				defer s.Close()
+				r.mark, err = log.LastEventID(context.Background())
+			}
+			subscribed.Done()
 			if err != nil {
-				t.Errorf("subscribe: %v", err)
+				t.Errorf("subscriber %d after %q: subscribe: %v", i, r.after, err)
 				return
 			}
-			defer s.Close()
 			slow := i%3 == 0
-			r := result{after: resume}
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-				e, err := s.Next(ctx)
-				cancel()
-				if errors.Is(err, context.DeadlineExceeded) {
-					select {
-					case <-writerDone:
-						results[i] = r // the log is quiet: all there is
-						return
-					default:
-						continue
-					}
-				}
-				if err != nil {
-					t.Errorf("subscriber %d after %q: next: %v", i, resume, err)
-					return
-				}
+			take := func(e lock.Event) {
 				r.got = append(r.got, e)
 				if slow && rand.IntN(20) == 0 {
 					time.Sleep(time.Millisecond)
 				}
 			}
+			// While the writer writes, take what comes. Whether Next
+			// failed because writing ended is told by writing, not by the
+			// error: a store may answer its caller's deadline with its own.
+			for {
+				e, err := s.Next(writing)
+				if err == nil {
+					take(e)
+					continue
+				}
+				if writing.Err() == nil {
+					t.Errorf("subscriber %d after %q: next: %v", i, r.after, err)
+					return
+				}
+				break
+			}
+			// Then read on until the log's last event.
+			<-writing.Done()
+			for n := len(r.got); n == 0 || lock.CompareEventIDs(r.got[n-1].ID, last) < 0; n = len(r.got) {
+				e, err := next1(s)
+				if err != nil {
+					t.Errorf("subscriber %d after %q: next after %d events, the log's last being %s: %v", i, r.after, n, last, err)
+					return
+				}
+				take(e)
+			}
+			// Nothing more: anything would be a repeat.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if e, err := s.Next(ctx); err == nil {
+				r.got = append(r.got, e)
+			}
+			r.ok = true
+			results[i] = r
 		})
 	}
 	wg.Wait()
-	<-writerDone
+	<-writing.Done()
 
 	evs := all()
 	for i, r := range results {
-		if r.after == "" && len(r.got) == 0 {
-			continue // it came after the last event
+		if !r.ok {
+			continue // reported
 		}
 		want := after(evs, r.after)
 		if r.after == "" {
-			// From now: a gapless run of the log up to its end.
+			// From now: a gapless run of the log up to its end, which
+			// begins at the latest with the first event recorded after it
+			// subscribed.
 			want = append([]lock.Event{r.got[0]}, after(evs, r.got[0].ID)...)
+			if first := after(evs, r.mark); len(first) > 0 && lock.CompareEventIDs(r.got[0].ID, first[0].ID) > 0 {
+				t.Errorf("subscriber %d from now: first event %s, want %s at the latest", i, r.got[0].ID, first[0].ID)
+			}
 		}
 		if !slices.Equal(ids(r.got), ids(want)) {
 			t.Errorf("subscriber %d after %q: got %d events, want %d; first difference at %d",
