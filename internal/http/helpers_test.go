@@ -49,7 +49,16 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg.Logger = zerolog.New(logs)
-	srv := lockhttp.NewServer(hooks, cfg)
+	srv := mustOpenServer(t, hooks, cfg)
+	e := &Env{Mem: mem, Hooks: hooks, Server: srv, URL: srv.URL(), Logs: logs, validateRequests: true}
+	return e.For(t)
+}
+
+// mustOpenServer starts a server on store with cfg; it is closed when the
+// test ends.
+func mustOpenServer(t *testing.T, store lock.Store, cfg lockhttp.Config) *lockhttp.Server {
+	t.Helper()
+	srv := lockhttp.NewServer(store, cfg)
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +69,7 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 			t.Errorf("close: %v", err)
 		}
 	})
-	e := &Env{Mem: mem, Hooks: hooks, Server: srv, URL: srv.URL(), Logs: logs, validateRequests: true}
-	return e.For(t)
+	return srv
 }
 
 // For returns a copy of e that reports to t, for use in subtests.

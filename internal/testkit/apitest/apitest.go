@@ -1,11 +1,15 @@
-// Package apitest is lockapi's contract test: an HTTP client that checks
-// every response it receives against openapi.yaml.
+// Package apitest is lockapi's contract test kit: an HTTP client that
+// checks every response it receives against openapi.yaml, and a generator
+// (Gen) of valid and invalid requests drawn from the spec alone.
 //
-// Use it for every request a test sends to a lockapi server, so that the
-// tests of the behaviour are also tests of the contract:
+// Use the client for every request a test sends to a lockapi server, so
+// that the tests of the behaviour are also tests of the contract:
 //
 //	c := apitest.NewClient(t, srv.URL)
 //	resp, err := c.Post(srv.URL+"/v1/locks/a/leases", "application/json", nil)
+//
+// The property-based contract test (internal/http/contract_test.go) sends
+// the generator's requests through it.
 package apitest
 
 import (
