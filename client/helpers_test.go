@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/client"
+	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -89,6 +90,9 @@ func ForEachStore(t *testing.T, cfg lockhttp.Config, body func(t *testing.T, e *
 func mustOpenEnv(t *testing.T, st lock.Store, cfg lockhttp.Config) *Env {
 	t.Helper()
 	cfg.Logger = zerolog.Nop()
+	if cfg.Release == nil {
+		cfg.Release, _ = auth.NewReleaseSigner(auth.RandomSecret())
+	}
 	e := &Env{t: t, Store: st, cfg: cfg}
 	e.start("127.0.0.1:0")
 	e.Addr = strings.TrimPrefix(e.server.URL(), "http://")

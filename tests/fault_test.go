@@ -129,6 +129,13 @@ func TestFaults(t *testing.T) {
 		}
 	}
 
+	redlock := func(opts ...redistest.Option) func(t *testing.T) (*redistest.Redlock, []string) {
+		return func(t *testing.T) (*redistest.Redlock, []string) {
+			r := redistest.StartRedlock(t, 3, opts...)
+			return r, []string{"LOCKAPI_REDIS_URL=" + r.URL(), "LOCKAPI_REDIS_MODE=redlock"}
+		}
+	}
+
 	cases := []faultCase{
 		{name: "redis kill -9, restart with AOF", start: restart(true),
 			bound: "serves ≤ 200 ms after Redis answers PING", boundTime: 200 * time.Millisecond, recoveryOf: "any"},
@@ -175,6 +182,51 @@ func TestFaults(t *testing.T) {
 				return time.Now()
 			}
 		}, bound: "/readyz answers within its 2 s budget while Redis is stopped", boundTime: 2 * time.Second, recoveryOf: "readyz"},
+		{name: "redlock: one master of 3 kill -9", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			r, env := redlock()(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				r.Masters[0].Node(t).Kill(t)
+				return time.Now()
+			}
+		}, bound: "serves ≤ 1 s after a master dies, without it", boundTime: time.Second, recoveryOf: "any"},
+		{name: "redlock: two masters of 3 kill -9, restart with AOF", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			r, env := redlock(redistest.WithAOF())(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				a, b := r.Masters[0].Node(t), r.Masters[1].Node(t)
+				a.Kill(t)
+				b.Kill(t)
+				// While a majority is down, nothing may be granted: a
+				// grant asked for after the kill must not arrive before
+				// the restart.
+				down := time.Now()
+				time.Sleep(2 * time.Second)
+				f.noGrants(down, time.Now())
+				a.Restart(t, true)
+				b.Restart(t, true)
+				return time.Now()
+			}
+		}, bound: "serves ≤ 1 s after the masters answer PING again", boundTime: time.Second, recoveryOf: "any"},
+		{name: "redlock: one master of 3 restarted without persistence", dataLoss: true, start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			r, env := redlock()(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				n := r.Masters[0].Node(t)
+				n.Kill(t)
+				time.Sleep(300 * time.Millisecond)
+				n.Restart(t, false)
+				return time.Now()
+			}
+		}, bound: "serves ≤ 1 s after the master answers PING again", boundTime: time.Second, recoveryOf: "any"},
+		{name: "redlock: one master of 3 SIGSTOP 3 s (per-master timeout 200 ms)", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
+			r, env := redlock()(t)
+			return env, func(t *testing.T, f *faultRun) time.Time {
+				n := r.Masters[0].Node(t)
+				n.Pause(t)
+				stopped := time.Now()
+				time.Sleep(3 * time.Second)
+				n.Continue(t)
+				return stopped
+			}
+		}, bound: "serves ≤ 1 s after a master stops answering, without it", boundTime: time.Second, recoveryOf: "any"},
 		{name: "CLIENT PAUSE 2 s", start: func(t *testing.T) ([]string, func(*testing.T, *faultRun) time.Time) {
 			srv, env := single(false)(t)
 			return env, func(t *testing.T, f *faultRun) time.Time {
@@ -216,6 +268,18 @@ type faultRun struct {
 	readyzMax time.Duration
 
 	resource fencedResource
+
+	// noGrant is a window in which no grant may be asked for and answered
+	// (a majority of redlock masters is down); zero when there is none.
+	noGrantFrom, noGrantTo time.Time
+}
+
+// noGrants records a window in which no acquire sent after from may be
+// granted before to.
+func (f *faultRun) noGrants(from, to time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noGrantFrom, f.noGrantTo = from, to
 }
 
 type grantRec struct {
@@ -548,6 +612,9 @@ type faultResult struct {
 	tokensBackward int
 	ghosts         int
 	doubleRuns     int
+	// grantsWhileDown counts grants asked for and answered while too few
+	// redlock masters were up to grant anything (faultRun.noGrants).
+	grantsWhileDown int
 }
 
 func (f *faultRun) result(fc faultCase, over time.Time) faultResult {
@@ -590,6 +657,11 @@ func (f *faultRun) measure(fc faultCase, over time.Time) faultResult {
 	slices.SortFunc(recvs, time.Time.Compare)
 	for i := 1; i < len(recvs); i++ {
 		r.grantGap = max(r.grantGap, recvs[i].Sub(recvs[i-1]))
+	}
+	for _, g := range f.grants {
+		if !f.noGrantFrom.IsZero() && g.sent.After(f.noGrantFrom) && g.recv.Before(f.noGrantTo) {
+			r.grantsWhileDown++
+		}
 	}
 	r.staleAdmitted = f.resource.staleAdmitted()
 	r.staleRefused = f.resource.refused
@@ -707,6 +779,9 @@ func (r faultResult) check(t *testing.T, fc faultCase) {
 	}
 	if r.ghosts > 0 {
 		t.Errorf("%d ghost grants: locks held after every client released", r.ghosts)
+	}
+	if r.grantsWhileDown > 0 {
+		t.Errorf("%d grants while a majority of the masters was down", r.grantsWhileDown)
 	}
 	if r.doubleRuns > 0 {
 		t.Errorf("%d releases of one hold freed a two-hold lease: a script ran twice", r.doubleRuns)

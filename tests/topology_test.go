@@ -435,3 +435,43 @@ func TestConfig_topology_mismatch_exits_2(t *testing.T) {
 		a.mustAcquire("replicated", nil, 201)
 	})
 }
+
+// TestE2E_redlock_across_instances: on three independent masters, a lock
+// passes between two lockapi instances in redlock mode, the waiter always on
+// the instance that did not release; what the mode does not offer answers
+// 501; and a URL with an even number of masters, or fewer than three, is
+// refused at startup.
+func TestE2E_redlock_across_instances(t *testing.T) {
+	t.Parallel()
+	rl := redistest.StartRedlock(t, 3)
+	a, b := startPair(t, "redlock", rl.URL())
+
+	holders, latencies := handOffs(t, a, b, []string{"redlock:x"}, 5)
+	logLatencies(t, "Redlock, 5 hand-offs alternating between instances", latencies)
+	for i := 1; i < len(holders); i++ {
+		if holders[i].FencingToken <= holders[i-1].FencingToken {
+			t.Fatalf("token %d after %d", holders[i].FencingToken, holders[i-1].FencingToken)
+		}
+	}
+
+	for _, c := range []struct {
+		method, path string
+		body         any
+		typ          string
+	}{
+		{"POST", "/v1/locks/redlock:sem/leases", map[string]any{"owner": "o", "limit": 2}, "unsupported"},
+		{"POST", "/v1/locks/redlock:fair/leases", map[string]any{"owner": "o", "fair": true}, "unsupported"},
+		{"GET", "/v1/events", nil, "events-disabled"},
+		{"GET", "/v1/webhooks", nil, "webhooks-disabled"},
+	} {
+		r := a.must(c.method, c.path, c.body)
+		if r.Status != 501 || !strings.HasSuffix(r.problem(t).Type, "/"+c.typ) {
+			t.Errorf("%s %s: %d %s, want 501 %s", c.method, c.path, r.Status, r.Body, c.typ)
+		}
+	}
+
+	masters := strings.TrimPrefix(strings.TrimSuffix(rl.URL(), "/0"), "redis://")
+	two := strings.Join(strings.Split(masters, ",")[:2], ",")
+	wantRefused(t, []string{"LOCKAPI_REDIS_MODE=redlock", "LOCKAPI_REDIS_URL=redis://" + two}, "odd number", "names 2")
+	wantRefused(t, []string{"LOCKAPI_REDIS_MODE=redlock", "LOCKAPI_REDIS_URL=redis://" + masters + "," + rl.Masters[0].Addr + "1"}, "odd number", "names 4")
+}

@@ -739,6 +739,7 @@ type Problem struct {
 	// - `https://lockapi.dev/problems/webhook-exists`
 	// - `https://lockapi.dev/problems/webhook-read-only`
 	// - `https://lockapi.dev/problems/webhooks-disabled`
+	// - `https://lockapi.dev/problems/unsupported`
 	// - `https://lockapi.dev/problems/unavailable`
 	// - `https://lockapi.dev/problems/internal`
 	//
@@ -768,6 +769,7 @@ type Problem struct {
 // - `https://lockapi.dev/problems/webhook-exists`
 // - `https://lockapi.dev/problems/webhook-read-only`
 // - `https://lockapi.dev/problems/webhooks-disabled`
+// - `https://lockapi.dev/problems/unsupported`
 // - `https://lockapi.dev/problems/unavailable`
 // - `https://lockapi.dev/problems/internal`
 //
@@ -1026,6 +1028,11 @@ type Unauthorized = Problem
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unavailable = Problem
+
+// Unsupported An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+//
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+type Unsupported = Problem
 
 // UnsupportedMediaType An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
@@ -4424,6 +4431,11 @@ type AcquireLeasesResponse429Headers struct {
 	XRequestID string
 }
 
+// AcquireLeasesResponse501Headers the declared response headers of an HTTP 501 response for AcquireLeases
+type AcquireLeasesResponse501Headers struct {
+	XRequestID string
+}
+
 // AcquireLeasesResponse503Headers the declared response headers of an HTTP 503 response for AcquireLeases
 type AcquireLeasesResponse503Headers struct {
 	RetryAfter int
@@ -4454,6 +4466,8 @@ type AcquireLeasesResponse struct {
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -4474,6 +4488,8 @@ type AcquireLeasesResponse struct {
 	Headers415 *AcquireLeasesResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AcquireLeasesResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *AcquireLeasesResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AcquireLeasesResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -4518,6 +4534,11 @@ func (r AcquireLeasesResponse) GetApplicationProblemJSON415() *UnsupportedMediaT
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r AcquireLeasesResponse) GetApplicationProblemJSON429() *RateLimited {
 	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5017,6 +5038,11 @@ type AcquireLeaseResponse429Headers struct {
 	XRequestID string
 }
 
+// AcquireLeaseResponse501Headers the declared response headers of an HTTP 501 response for AcquireLease
+type AcquireLeaseResponse501Headers struct {
+	XRequestID string
+}
+
 // AcquireLeaseResponse503Headers the declared response headers of an HTTP 503 response for AcquireLease
 type AcquireLeaseResponse503Headers struct {
 	RetryAfter int
@@ -5049,6 +5075,8 @@ type AcquireLeaseResponse struct {
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *Unavailable
 	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5071,6 +5099,8 @@ type AcquireLeaseResponse struct {
 	Headers415 *AcquireLeaseResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AcquireLeaseResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *AcquireLeaseResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AcquireLeaseResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5120,6 +5150,11 @@ func (r AcquireLeaseResponse) GetApplicationProblemJSON415() *UnsupportedMediaTy
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r AcquireLeaseResponse) GetApplicationProblemJSON429() *RateLimited {
 	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r AcquireLeaseResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -8060,6 +8095,13 @@ func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, err
 		}
 		response.ApplicationProblemJSON429 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8178,6 +8220,16 @@ func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, err
 			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers AcquireLeasesResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireLeasesResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8780,6 +8832,13 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 		}
 		response.ApplicationProblemJSON429 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8936,6 +8995,16 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers AcquireLeaseResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireLeaseResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -35,6 +35,7 @@ func startServer(t *testing.T, cfg lockhttp.Config) string {
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	cfg.Logger = zerolog.Nop()
+	cfg.Release, _ = auth.NewReleaseSigner(auth.RandomSecret())
 	srv := lockhttp.NewServer(mem, cfg)
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -74,7 +73,7 @@ func sharedReleaseSigner(ctx context.Context, c serveConfig, rdb *redisstore.Cli
 		log.Info().Str("key", key).Msg("release URLs are signed with the secret kept in Redis")
 		return signer, nil
 	}
-	random := []byte(rand.Text())
+	random := auth.RandomSecret()
 	signer, _ := auth.NewReleaseSigner(random)
 	log.Warn().Err(err).Str("key", key).Msg("cannot read the release URL secret from Redis yet: signing with a random one until Redis answers")
 	go func() {

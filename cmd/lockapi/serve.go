@@ -18,11 +18,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
+	"github.com/lockapi/lockapi/internal/store/redlock"
 	"github.com/lockapi/lockapi/internal/webhook"
 	"github.com/lockapi/lockapi/internal/webhook/memstate"
 	"github.com/lockapi/lockapi/internal/webhook/redisstate"
@@ -56,6 +58,8 @@ type serveConfig struct {
 	RedisBatch   bool
 	RedisTimeout time.Duration
 	MinReplicas  int
+	// RedlockTimeout bounds each master's part of a call in redlock mode.
+	RedlockTimeout time.Duration
 
 	Events          bool
 	EventsMax       int
@@ -89,7 +93,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	str(&c.Addr, "addr", "LOCKAPI_ADDR", ":8080", "address to listen on")
 	str(&c.RedisURL, "redis-url", "LOCKAPI_REDIS_URL", "", "Redis URL, redis:// or rediss://; empty runs on the embedded memory store")
-	str(&c.RedisMode, "redis-mode", "LOCKAPI_REDIS_MODE", "single", "single, sentinel (URL names sentinels and ?master_name=) or cluster (URL names seed nodes, more with &addr=)")
+	str(&c.RedisMode, "redis-mode", "LOCKAPI_REDIS_MODE", "single", "single, sentinel (URL names sentinels and ?master_name=), cluster (URL names seed nodes, more with &addr=) or redlock (URL names 3, 5, ... independent masters: redis://a,b,c or &addr=)")
 	str(&c.KeyPrefix, "key-prefix", "LOCKAPI_KEY_PREFIX", redisstore.DefaultPrefix, "prefix of every Redis key and channel")
 	dur(&c.DefaultTTL, "default-ttl", "LOCKAPI_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
 	dur(&c.MaxTTL, "max-ttl", "LOCKAPI_MAX_TTL", lockhttp.DefaultMaxTTL, fmt.Sprintf("largest TTL a request may ask for, at most %v", lockhttp.MaxTTLCeiling))
@@ -97,6 +101,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	str(&c.LogLevel, "log-level", "LOCKAPI_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
 	dur(&c.RedisTimeout, "redis-timeout", "LOCKAPI_REDIS_TIMEOUT", redisstore.DefaultCallTimeout, "deadline of every Redis call; a call that runs out is answered 503 and never sent again")
+	dur(&c.RedlockTimeout, "redlock-timeout", "LOCKAPI_REDLOCK_TIMEOUT", redlock.DefaultTimeout, "redlock mode: deadline of each master's part of a call, much shorter than any TTL")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines, as lockapi keys new prints them, separated by newlines or ;; none: the server runs open")
 	str(&c.APIKeysFile, "api-keys-file", "LOCKAPI_API_KEYS_FILE", "", "file of API key lines, added to -api-keys")
@@ -178,8 +183,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, fmt.Errorf("-default-ttl must lie between %v and -max-ttl (%v)", lock.MinTTL, c.MaxTTL)
 	case c.MaxWait < 0:
 		return c, errors.New("-max-wait must not be negative")
-	case c.RedisTimeout <= 0:
-		return c, errors.New("-redis-timeout must be positive")
+	case c.RedisTimeout <= 0 || c.RedlockTimeout <= 0:
+		return c, errors.New("-redis-timeout and -redlock-timeout must be positive")
 	case c.EventsMax <= 0 || c.EventsRetention <= 0:
 		return c, errors.New("-events-max and -events-retention must be positive")
 	case c.MinReplicas < 0:
@@ -230,6 +235,17 @@ func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("-log-format %q: want json or console", c.LogFormat)
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+// storeCounters exports the counters of a Redis-backed store.
+func storeCounters(m *metrics.Metrics, s interface {
+	Reconnects() int64
+	Ghosts() (abandoned, pending int64)
+}) {
+	m.Counter("lockapi_pubsub_reconnects_total", "Times the pub/sub connection that wakes waiters was lost and redialled.",
+		func() float64 { return float64(s.Reconnects()) })
+	m.Counter("lockapi_ghost_grants_abandoned_total", "Holds undone because the acquire that added them could not be answered (timeout, broken connection, client gone).",
+		func() float64 { n, _ := s.Ghosts(); return float64(n) })
 }
 
 // openRedis connects to Redis as configured; redisstore.NewClient says which
@@ -294,6 +310,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		st = memory.NewWithOptions(memory.Options{MaxEvents: c.EventsMax, EventRetention: c.EventsRetention, NoEvents: !c.Events})
 		hookState = memstate.New()
 		log.Warn().Msg("no Redis configured (LOCKAPI_REDIS_URL): running on the embedded memory store; locks live only as long as this process")
+	} else if c.RedisMode == modeRedlock {
+		rl, clients, err := openRedlock(ctx, c, m, log)
+		if err != nil {
+			log.Error().Err(err).Msg("bad Redis configuration")
+			return 2
+		}
+		defer func() {
+			for _, c := range clients {
+				_ = c.Close()
+			}
+		}()
+		st = rl
+		hookState = memstate.New() // no events in redlock mode: no webhooks either
+		if signer == nil {
+			if signer, err = sharedReleaseSigner(ctx, c, clients[0], log); err != nil {
+				log.Error().Err(err).Msg("bad release secret in Redis")
+				_ = rl.Close()
+				return 2
+			}
+		}
 	} else {
 		rdb, err := openRedis(c)
 		if err != nil {
@@ -323,10 +359,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Error().Err(err).Msg("bad Redis configuration")
 			return 2
 		}
-		m.Counter("lockapi_pubsub_reconnects_total", "Times the pub/sub connection that wakes waiters was lost and redialled.",
-			func() float64 { return float64(rs.Reconnects()) })
-		m.Counter("lockapi_ghost_grants_abandoned_total", "Holds undone because the acquire that added them could not be answered (timeout, broken connection, client gone).",
-			func() float64 { n, _ := rs.Ghosts(); return float64(n) })
+		storeCounters(m, rs)
 		m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
 			func() float64 { return float64(rs.MasterSwitches()) })
 		st = rs
@@ -342,6 +375,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer st.Close()
 	if signer == nil {
+		signer, _ = auth.NewReleaseSigner(auth.RandomSecret())
 		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS and no Redis: release URLs are signed with a random secret and stop working when this process restarts")
 	}
 

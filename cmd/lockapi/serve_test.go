@@ -185,6 +185,18 @@ func TestServe_release_URLs_shared_through_Redis(t *testing.T) {
 	}
 }
 
+// On the memory store with no LOCKAPI_RELEASE_SECRETS, serve itself signs
+// with a random secret, and says so: its release URLs work while it runs.
+func TestServe_release_URLs_on_memory_use_a_random_secret(t *testing.T) {
+	t.Setenv("LOCKAPI_RELEASE_SECRETS", "")
+	t.Setenv("LOCKAPI_REDIS_URL", "")
+	a := serveInProcess(t)
+	if !strings.Contains(a.Stderr.String(), "release URLs are signed with a random secret") {
+		t.Errorf("startup does not say release URLs die with the process:\n%s", a.Stderr)
+	}
+	mustRelease(t, a, releaseURL(t, a, "mem"), "a release URL on the memory store")
+}
+
 // An instance that starts while Redis is down signs with a random secret,
 // and takes the shared one once Redis answers.
 func TestServe_release_secret_read_once_Redis_answers(t *testing.T) {

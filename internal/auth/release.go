@@ -2,6 +2,7 @@ package auth
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -32,6 +33,10 @@ type releaseKeys struct {
 
 // MinSecretLen is the shortest release secret accepted.
 const MinSecretLen = 16
+
+// RandomSecret returns a new random release secret, for a process that has
+// none configured or shared: what it signs verifies in this process only.
+func RandomSecret() []byte { return []byte(rand.Text()) }
 
 // NewReleaseSigner returns a signer; secrets[0] signs, all verify.
 func NewReleaseSigner(secrets ...[]byte) (*ReleaseSigner, error) {

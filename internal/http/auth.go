@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 )
 
 // caller is who sent a request, as the authenticate middleware found out.
@@ -130,6 +131,7 @@ func (s *Server) handleSignedRelease(w http.ResponseWriter, r *http.Request) {
 		// like a release that happened now.
 		err = &lock.Error{Code: lock.CodeLeaseLost, Detail: fmt.Sprintf("lease %q of lock %q was already released", leaseID, name)}
 	}
+	s.reportRelease(metrics.ReleaseSignedURL, res, err)
 	if err != nil {
 		Error(w, r, err)
 		return

@@ -47,6 +47,7 @@ var (
 	kindInternal     = problemKind{http.StatusInternalServerError, "internal", "Internal server error"}
 	kindUnavailable  = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}
 	kindEventsOff    = problemKind{http.StatusNotImplemented, "events-disabled", "Events disabled"}
+	kindUnsupported  = problemKind{http.StatusNotImplemented, "unsupported", "Not supported by this store"}
 )
 
 // Problem types of webhooks (internal/webhook).
@@ -66,6 +67,7 @@ var codeKinds = map[lock.Code]problemKind{
 	lock.CodeLeaseLost:     kindLeaseLost,
 	lock.CodeEventsGone:    kindEventsGone,
 	lock.CodeUnavailable:   kindUnavailable,
+	lock.CodeUnsupported:   kindUnsupported,
 	lock.CodeInternal:      kindInternal,
 
 	webhook.CodeNotFound: kindNotFound,

@@ -70,7 +70,7 @@ func newEventFeed(store lock.Store, logger zerolog.Logger) *events.Feed {
 	return events.New(log, events.Options{Logger: logger.With().Str("component", "events").Logger()})
 }
 
-var errEventsOff = &httpError{kindEventsOff, "this server records no lock events (LOCKAPI_EVENTS=false)"}
+var errEventsOff = &httpError{kindEventsOff, "this server records no lock events (LOCKAPI_EVENTS=false, or redlock mode)"}
 
 // errHeartbeat ends a wait for the next event when a stream is due a
 // keep-alive.

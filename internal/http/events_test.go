@@ -453,7 +453,7 @@ func TestEvents_Disabled(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Cleanup(func() { _ = st.Close() })
-			srv := lockhttp.NewServer(st, lockhttp.Config{})
+			srv := lockhttp.NewServer(st, withRelease(lockhttp.Config{}))
 			if err := srv.Open("127.0.0.1:0"); err != nil {
 				t.Fatal(err)
 			}

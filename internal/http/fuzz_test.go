@@ -49,7 +49,7 @@ func newFuzzEnv(t *testing.T) *fuzzEnv {
 	t.Helper()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	e := &fuzzEnv{mem: mem, handler: lockhttp.NewServer(mem, lockhttp.Config{MaxWait: fuzzMaxWait}).Handler()}
+	e := &fuzzEnv{mem: mem, handler: lockhttp.NewServer(mem, withRelease(lockhttp.Config{MaxWait: fuzzMaxWait})).Handler()}
 	for _, name := range fuzzHeld {
 		g, err := mem.TryAcquire(context.Background(), lock.AcquireRequest{
 			Lock: name, Owner: fuzzBusyOwner, TTL: time.Hour, Metadata: map[string]string{"k": "v"},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -58,7 +59,7 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 // test ends.
 func mustOpenServer(t *testing.T, store lock.Store, cfg lockhttp.Config) *lockhttp.Server {
 	t.Helper()
-	srv := lockhttp.NewServer(store, cfg)
+	srv := lockhttp.NewServer(store, withRelease(cfg))
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +71,15 @@ func mustOpenServer(t *testing.T, store lock.Store, cfg lockhttp.Config) *lockht
 		}
 	})
 	return srv
+}
+
+// withRelease gives cfg a release signer with a random secret, unless it
+// has one: a server takes its secrets from its caller.
+func withRelease(cfg lockhttp.Config) lockhttp.Config {
+	if cfg.Release == nil {
+		cfg.Release, _ = auth.NewReleaseSigner(auth.RandomSecret())
+	}
+	return cfg
 }
 
 // For returns a copy of e that reports to t, for use in subtests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 )
 
 // acquireBody is the body of POST /v1/locks/{name}/leases; every field is
@@ -60,6 +62,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !admitted {
 		return
 	}
+	s.reportAcquire([]lock.Grant{g}, err)
 	if err != nil {
 		Error(w, r, &lock.LockError{Lock: req.Lock, Err: err})
 		return
@@ -138,9 +141,10 @@ func (s *Server) acquireRequest(name string, b acquireBody, idempotencyKeys []st
 }
 
 // newAcquire turns the fields of an acquire body into a request with the
-// server's defaults, and reports what breaks the server's limits; the
-// domain's rules are left to lock.AcquireRequest.Validate. An absent owner
-// becomes a fresh ULID, so such acquires are never reentrant.
+// server's defaults, and reports what breaks the server's limits or is not
+// a value the API takes; the domain's rules are left to
+// lock.AcquireRequest.Validate. An absent owner becomes a fresh ULID, so
+// such acquires are never reentrant.
 func (s *Server) newAcquire(b acquireBody) (lock.AcquireRequest, time.Duration, []lock.FieldError) {
 	req := lock.AcquireRequest{TTL: s.cfg.DefaultTTL, Metadata: b.Metadata, MinReplicas: s.cfg.MinReplicas}
 	if b.Owner != nil {
@@ -157,23 +161,19 @@ func (s *Server) newAcquire(b acquireBody) (lock.AcquireRequest, time.Duration, 
 	var fields []lock.FieldError
 	if b.Mode != nil {
 		if req.Mode = lock.Mode(*b.Mode); req.Mode == "" {
-			fields = append(fields, lock.FieldError{Field: "mode", Detail: `must be "exclusive" or "shared"`})
+			fields = append(fields, lock.FieldError{Field: "mode", Detail: `must be "exclusive" or "shared"; leave mode out for the default`})
 		}
 	}
 	if b.Limit != nil {
-		if n := *b.Limit; n < 1 || n > lock.MaxLimit {
-			fields = append(fields, lock.FieldError{Field: "limit", Detail: fmt.Sprintf("a semaphore has 1-%d permits", lock.MaxLimit)})
-		} else {
-			req.Limit = int(n)
+		if req.Limit = saturate(*b.Limit); req.Limit == 0 {
+			fields = append(fields, lock.FieldError{Field: "limit", Detail: "must be at least 1; leave limit out for a lock"})
 		}
 	}
 	if b.TTLMs != nil {
-		ttl, fe := s.checkTTL(*b.TTLMs)
-		if fe != nil {
+		req.TTL = millis(*b.TTLMs)
+		if fe := s.checkMaxTTL(req.TTL); fe != nil {
 			fields = append(fields, *fe)
-			ttl = lock.MinTTL // reported already; keep Validate from repeating it
 		}
-		req.TTL = ttl
 	}
 	if b.MinReplicas != nil {
 		if n := *b.MinReplicas; n < 0 || n > int64(s.cfg.MinReplicas) {
@@ -196,13 +196,27 @@ func (s *Server) newAcquire(b acquireBody) (lock.AcquireRequest, time.Duration, 
 	return req, wait, fields
 }
 
-// checkTTL converts a ttl_ms that must lie between lock.MinTTL and MaxTTL.
-func (s *Server) checkTTL(ms int64) (time.Duration, *lock.FieldError) {
-	lo, hi := lock.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds()
-	if ms < lo || ms > hi {
-		return 0, &lock.FieldError{Field: "ttl_ms", Detail: fmt.Sprintf("must be between %d and %d", lo, hi)}
+// checkMaxTTL returns a field error for a TTL longer than the server's
+// MaxTTL. The shortest TTL is the domain's rule (lock.CheckTTL).
+func (s *Server) checkMaxTTL(ttl time.Duration) *lock.FieldError {
+	if ttl <= s.cfg.MaxTTL {
+		return nil
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return &lock.FieldError{Field: "ttl_ms", Detail: fmt.Sprintf("must be at most %d, the server's maximum TTL", s.cfg.MaxTTL.Milliseconds())}
+}
+
+// millis converts a count of milliseconds to a duration. A count too large
+// for a duration saturates rather than wraps, so it fails the checks of
+// the duration as it fails those of the count.
+func millis(ms int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	return time.Duration(max(min(ms, most), -most)) * time.Millisecond
+}
+
+// saturate converts n to an int, keeping a value beyond an int's range (on
+// 32-bit platforms) beyond the range the checks of the int accept.
+func saturate(n int64) int {
+	return int(max(min(n, math.MaxInt), math.MinInt))
 }
 
 func leaseLocation(l lock.Lease) string {
@@ -252,9 +266,11 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	name, leaseID, fields := leasePath(r)
 	var ttl time.Duration // 0: the lease's own TTL
 	if body.TTLMs != nil {
-		var fe *lock.FieldError
-		if ttl, fe = s.checkTTL(*body.TTLMs); fe != nil {
-			fields = append(fields, *fe)
+		ttl = millis(*body.TTLMs)
+		for _, fe := range []*lock.FieldError{lock.CheckTTL("ttl_ms", ttl), s.checkMaxTTL(ttl)} {
+			if fe != nil {
+				fields = append(fields, *fe)
+			}
 		}
 	}
 	if len(fields) > 0 {
@@ -268,6 +284,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	}
 
 	l, err := s.store.Renew(r.Context(), leaseRef(c, name, leaseID), ttl)
+	s.reportLeaseLost(err)
 	if err != nil {
 		Error(w, r, err)
 		return
@@ -293,6 +310,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	}
 
 	res, err := s.store.Release(r.Context(), leaseRef(c, name, leaseID), all)
+	s.reportRelease(metrics.ReleaseLease, res, err)
 	if err != nil {
 		Error(w, r, err)
 		return

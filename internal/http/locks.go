@@ -6,6 +6,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 )
 
 // List limits of GET /v1/locks.
@@ -76,6 +77,9 @@ func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		Error(w, r, err)
 		return
+	}
+	if released {
+		s.cfg.Metrics.Release(metrics.ReleaseForce)
 	}
 	writeJSON(w, r, http.StatusOK, ForceReleaseResult{Lock: name, Released: released})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 )
 
 // multiAcquireBody is the body of POST /v1/leases: the fields of a single
@@ -55,6 +56,7 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 	if !admitted {
 		return
 	}
+	s.reportAcquire(grants, err)
 	if err != nil {
 		Error(w, r, err)
 		return
@@ -111,7 +113,9 @@ func (s *Server) handleReleaseAll(w http.ResponseWriter, r *http.Request) {
 	out := MultiReleaseResult{Results: make([]MultiReleaseItem, len(refs))}
 	for i, ref := range refs {
 		item := MultiReleaseItem{Lock: ref.Lock, LeaseID: ref.ID}
-		if _, err := s.store.Release(r.Context(), leaseRef(c, ref.Lock, ref.ID), true); err != nil {
+		res, err := s.store.Release(r.Context(), leaseRef(c, ref.Lock, ref.ID), true)
+		s.reportRelease(metrics.ReleaseLease, res, err)
+		if err != nil {
 			if r.Context().Err() != nil {
 				Error(w, r, err) // the client left: nobody reads the rest
 				return

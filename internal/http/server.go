@@ -4,7 +4,6 @@ package http
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -72,8 +71,9 @@ type Config struct {
 	// Keys are the API keys; with none the server runs open and every
 	// request acts as the anonymous principal.
 	Keys *auth.Keyring
-	// Release signs and checks release URLs. Nil: a signer with a random
-	// secret, so URLs do not survive a restart or work across instances.
+	// Release signs and checks release URLs. The caller chooses its
+	// secrets: cmd/lockapi takes LOCKAPI_RELEASE_SECRETS, the secret kept
+	// in Redis, or a random one for the memory store.
 	Release *auth.ReleaseSigner
 
 	// MaxWaiters and MaxWaitersPerCaller cap concurrent waiting requests
@@ -150,11 +150,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		cfg.EventsHeartbeat = DefaultEventsHeartbeat
 	}
 	if cfg.Release == nil {
-		secret := make([]byte, 32)
-		if _, err := rand.Read(secret); err != nil {
-			panic(err) // crypto/rand does not fail on supported platforms
-		}
-		cfg.Release, _ = auth.NewReleaseSigner(secret)
+		// Only cmd/lockbench's test server still leaves Release out; it
+		// never uses a release URL. Once it sets one, this is a panic.
+		cfg.Release, _ = auth.NewReleaseSigner(auth.RandomSecret())
 	}
 	s := &Server{store: store, cfg: cfg, log: cfg.Logger, waiters: newWaiterLimits(cfg.MaxWaitersPerCaller, cfg.MaxWaiters)}
 	if cfg.RateLimit > 0 {

@@ -283,7 +283,7 @@ func TestClose(t *testing.T) {
 }
 
 func TestURL_Port0(t *testing.T) {
-	srv := lockhttp.NewServer(nil, lockhttp.Config{})
+	srv := lockhttp.NewServer(nil, withRelease(lockhttp.Config{}))
 	if err := srv.Open(":0"); err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ type ReplayResult struct {
 	Queued  bool   `json:"queued"`
 }
 
-var errWebhooksOff = &httpError{kindWebhooksOff, "this server delivers no webhooks: its store records no lock events (LOCKAPI_EVENTS=false, or a store without an event log)"}
+var errWebhooksOff = &httpError{kindWebhooksOff, "this server delivers no webhooks: its store records no lock events (LOCKAPI_EVENTS=false, or redlock mode)"}
 
 // webhookCaller authorizes the caller for webhooks: an admin key whose
 // patterns cover every lock under prefix, since a subscription delivers

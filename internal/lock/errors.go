@@ -21,8 +21,11 @@ const (
 	CodeLimitMismatch Code = "limit-mismatch"
 	// CodeUpgrade: a shared holder asked for the exclusive lock, which would
 	// wait for itself (409).
-	CodeUpgrade  Code = "upgrade-refused"
-	CodeInternal Code = "internal" // anything else: a bug (500)
+	CodeUpgrade Code = "upgrade-refused"
+	// CodeUnsupported: this store cannot do what was asked (a semaphore in
+	// redlock mode, say), whatever the input (501).
+	CodeUnsupported Code = "unsupported"
+	CodeInternal    Code = "internal" // anything else: a bug (500)
 )
 
 // Error is lockapi's one error type. Detail is safe to show to clients; Err,
@@ -111,6 +114,11 @@ func NotYourLease(name, leaseID string) *Error {
 // Unavailable wraps a store failure.
 func Unavailable(err error) *Error {
 	return &Error{Code: CodeUnavailable, Detail: "the lock store is unavailable", Err: err}
+}
+
+// Unsupported is the error of a feature that this store does not offer.
+func Unsupported(detail string) *Error {
+	return &Error{Code: CodeUnsupported, Detail: detail}
 }
 
 // Invalid builds a validation error from the fields that failed.

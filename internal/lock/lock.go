@@ -175,7 +175,9 @@ type ListPage struct {
 // Store keeps locks. Every method is atomic with respect to the others, and a
 // lease that is not the current holder can never change anything.
 type Store interface {
-	// TryAcquire grants the lock or fails at once with CodeHeld.
+	// TryAcquire grants the lock or fails at once with CodeHeld. req is
+	// valid (AcquireRequest.Validate): a store checks no more than its kind
+	// (AcquireRequest.CheckKind).
 	TryAcquire(ctx context.Context, req AcquireRequest) (Grant, error)
 	// Renew resets the TTL of the current lease; ttl 0 reuses the lease's TTL.
 	Renew(ctx context.Context, lease LeaseRef, ttl time.Duration) (Lease, error)

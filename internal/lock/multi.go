@@ -92,7 +92,8 @@ func CheckLocks(field string, names []string) *FieldError {
 }
 
 // AcquireAll acquires every lock of reqs or none, waiting up to wait for
-// them; with wait <= 0 it tries once. The grants are in the order of reqs.
+// them; with wait <= 0 it tries once. The grants are in the order of reqs,
+// which passed ValidateAll: AcquireAll does not check them again.
 //
 // The names are taken one at a time in byte order of the name, the one
 // order every multi-lock follows. A multi-lock never holds part of its set
@@ -110,9 +111,6 @@ func CheckLocks(field string, names []string) *FieldError {
 // back. As for AcquireWait, a store that is briefly unavailable while
 // waiting does not end the wait; only the first try fails at once.
 func AcquireAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Duration) ([]Grant, error) {
-	if err := ValidateAll(reqs); err != nil {
-		return nil, err
-	}
 	order := make([]int, len(reqs))
 	for i := range order {
 		order[i] = i

@@ -121,24 +121,47 @@ func CheckIdempotencyKey(field, key string) *FieldError {
 	return &FieldError{Field: field, Detail: fmt.Sprintf("an idempotency key is 1-%d printable ASCII characters", MaxIdempotencyKeyLen)}
 }
 
-// Validate checks an acquire request against the domain's rules; the TTL's
-// upper bound is configuration and is checked by the caller.
+// CheckTTL returns a field error for a TTL shorter than MinTTL. The longest
+// TTL is the server's to set.
+func CheckTTL(field string, ttl time.Duration) *FieldError {
+	if ttl >= MinTTL {
+		return nil
+	}
+	return &FieldError{Field: field, Detail: fmt.Sprintf("must be at least %d", MinTTL.Milliseconds())}
+}
+
+// Validate checks an acquire request against the domain's rules, all of
+// them, once: whoever takes a request from outside calls it (the HTTP API),
+// and a Store takes the request as valid. Limits that are configuration,
+// such as the longest TTL, are the caller's.
 func (r AcquireRequest) Validate() error {
-	var fields []FieldError
-	for _, fe := range []*FieldError{
+	return invalidIf(
 		CheckName("name", r.Lock),
 		CheckOwner("owner", r.Owner),
 		CheckMetadata("metadata", r.Metadata),
 		CheckIdempotencyKey("Idempotency-Key", r.IdempotencyKey),
 		CheckMode("mode", r.Mode),
 		CheckLimit("limit", r.Limit, r.Mode),
-	} {
+		CheckTTL("ttl_ms", r.TTL),
+	)
+}
+
+// CheckKind returns an invalid error unless the request's mode and limit
+// make a lock kind (see CheckMode and CheckLimit). It is the check a store
+// may afford on every acquire, so that a caller that skipped Validate
+// cannot leave a name in a state no rule describes.
+func (r AcquireRequest) CheckKind() error {
+	return invalidIf(CheckMode("mode", r.Mode), CheckLimit("limit", r.Limit, r.Mode))
+}
+
+// invalidIf returns an invalid error of the field errors that are not nil,
+// or nil when all are.
+func invalidIf(checks ...*FieldError) error {
+	var fields []FieldError
+	for _, fe := range checks {
 		if fe != nil {
 			fields = append(fields, *fe)
 		}
-	}
-	if r.TTL < MinTTL {
-		fields = append(fields, FieldError{Field: "ttl_ms", Detail: fmt.Sprintf("must be at least %d", MinTTL.Milliseconds())})
 	}
 	if len(fields) > 0 {
 		return Invalid(fields...)

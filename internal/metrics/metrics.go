@@ -22,8 +22,8 @@ type Metrics struct {
 
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
-	grants       *prometheus.CounterVec
-	releases     *prometheus.CounterVec
+	grants       map[GrantKind]prometheus.Counter
+	releases     map[ReleaseKind]prometheus.Counter
 	conflicts    prometheus.Counter
 	leaseLost    prometheus.Counter
 	waitDuration *prometheus.HistogramVec
@@ -54,8 +54,16 @@ func New() *Metrics {
 	m.requests = f.counterVec("lockapi_http_requests_total", "HTTP requests by route pattern, method and status.", "route", "method", "status")
 	m.duration = f.histogramVec("lockapi_http_request_duration_seconds", "HTTP request duration by route pattern, method and status, waits included.",
 		[]float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}, "route", "method", "status")
-	m.grants = f.counterVec("lockapi_grants_total", "Leases granted: kind fresh (a new token) or reentrant.", "kind")
-	m.releases = f.counterVec("lockapi_releases_total", "Successful releases: kind lease, signed_url or force.", "kind")
+	grants := f.counterVec("lockapi_grants_total", "Leases granted: kind fresh (a new token) or reentrant.", "kind")
+	m.grants = map[GrantKind]prometheus.Counter{}
+	for _, k := range []GrantKind{GrantFresh, GrantReentrant} {
+		m.grants[k] = grants.WithLabelValues(string(k))
+	}
+	releases := f.counterVec("lockapi_releases_total", "Releases that dropped a hold or freed a lock: kind lease, signed_url or force.", "kind")
+	m.releases = map[ReleaseKind]prometheus.Counter{}
+	for _, k := range []ReleaseKind{ReleaseLease, ReleaseSignedURL, ReleaseForce} {
+		m.releases[k] = releases.WithLabelValues(string(k))
+	}
 	m.conflicts = f.counter("lockapi_conflicts_total", "Acquires answered 409 because another owner held the lock.")
 	m.leaseLost = f.counter("lockapi_lease_lost_total", "Renews and releases answered 410 because the lease no longer held the lock.")
 	m.waitDuration = f.histogramVec("lockapi_wait_duration_seconds", "How long waiting acquires waited, by outcome: granted, timeout, cancelled, shutdown or error.",
@@ -105,10 +113,9 @@ func (m *Metrics) Counter(name, help string, fn func() float64) {
 	}
 }
 
-// Request records one HTTP request, and the lock events its route and
-// status imply: a 201 acquire is a fresh grant, a 409 a conflict, a 410 a
-// lost lease, and so on. Deriving them here keeps handlers free of metric
-// calls.
+// Request records one HTTP request by route pattern, method and status.
+// What the request did to a lock is not read from these: the handler that
+// knows reports it (Grant, Conflict, LeaseLost, Release).
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	if m == nil {
 		return
@@ -125,22 +132,53 @@ func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	rs := s.(*requestSeries)
 	rs.count.Inc()
 	rs.duration.Observe(d.Seconds())
+}
 
-	switch {
-	case route == "/v1/locks/{name}/leases" && status == http.StatusCreated:
-		m.grants.WithLabelValues("fresh").Inc()
-	case route == "/v1/locks/{name}/leases" && status == http.StatusOK:
-		m.grants.WithLabelValues("reentrant").Inc()
-	case route == "/v1/locks/{name}/leases" && status == http.StatusConflict:
+// GrantKind is how a lease was granted, the kind label of
+// lockapi_grants_total.
+type GrantKind string
+
+const (
+	GrantFresh     GrantKind = "fresh"     // the lock went from free to held, with a new token
+	GrantReentrant GrantKind = "reentrant" // its holder acquired it again: one more hold
+)
+
+// ReleaseKind is how a release was asked for, the kind label of
+// lockapi_releases_total.
+type ReleaseKind string
+
+const (
+	ReleaseLease     ReleaseKind = "lease"      // by the lease's holder, with its lease id
+	ReleaseSignedURL ReleaseKind = "signed_url" // with the lease's signed release URL
+	ReleaseForce     ReleaseKind = "force"      // by an admin, whoever held the lock
+)
+
+// Grant records a lease granted.
+func (m *Metrics) Grant(kind GrantKind) {
+	if m != nil {
+		m.grants[kind].Inc()
+	}
+}
+
+// Conflict records an acquire refused because another owner held the lock.
+func (m *Metrics) Conflict() {
+	if m != nil {
 		m.conflicts.Inc()
-	case status == http.StatusGone:
+	}
+}
+
+// LeaseLost records a renew or release refused because its lease no longer
+// held the lock.
+func (m *Metrics) LeaseLost() {
+	if m != nil {
 		m.leaseLost.Inc()
-	case route == "/v1/locks/{name}/leases/{lease_id}" && status == http.StatusOK:
-		m.releases.WithLabelValues("lease").Inc()
-	case route == "/v1/locks/{name}/leases/{lease_id}/release" && status == http.StatusOK:
-		m.releases.WithLabelValues("signed_url").Inc()
-	case route == "/v1/locks/{name}" && method == http.MethodDelete && status == http.StatusOK:
-		m.releases.WithLabelValues("force").Inc()
+	}
+}
+
+// Release records a release that freed a hold or a lock.
+func (m *Metrics) Release(kind ReleaseKind) {
+	if m != nil {
+		m.releases[kind].Inc()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"net/url"
 	"os"
@@ -110,6 +111,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
 		cfg.Owner = strings.Trim(host+"/"+hex.EncodeToString(randomBytes(4)), "/")
+	}
+	// The workers' acquires are checked here, once: a store takes them as
+	// valid, and each worker tries again and again.
+	if err := workerLease("x", cfg).Validate(); err != nil {
+		return nil, fmt.Errorf("webhook: the workers' lease: %w", err)
 	}
 	s := &Service{
 		cfg:     cfg,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -445,5 +446,24 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in time")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The workers' lease is validated once, by New: a store takes acquires as
+// valid, and a worker would otherwise try an invalid one for ever.
+func TestNew_refuses_an_invalid_worker_lease(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	for name, tune := range map[string]func(*webhook.Config){
+		"Owner": func(c *webhook.Config) { c.Owner = strings.Repeat("o", lock.MaxOwnerLen+1) },
+		"TTL":   func(c *webhook.Config) { c.LeaseTTL = time.Millisecond },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := webhook.Config{Store: mem, Log: mem, State: memstate.New()}
+			tune(&cfg)
+			if _, err := webhook.New(cfg); lock.ErrorCode(err) != lock.CodeInvalid {
+				t.Fatalf("New = %v, want invalid", err)
+			}
+		})
 	}
 }

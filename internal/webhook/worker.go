@@ -73,15 +73,16 @@ func (w *worker) poke() {
 	}
 }
 
+// workerLease is the acquire of the worker of subscription id, which New
+// validates.
+func workerLease(id string, cfg Config) lock.AcquireRequest {
+	return lock.AcquireRequest{Lock: LeaseName(id), Owner: cfg.Owner, Principal: leasePrincipal, TTL: cfg.LeaseTTL}
+}
+
 // run takes the subscription's lease whenever it is free, and delivers
 // while it holds it, until ctx ends.
 func (w *worker) run(ctx context.Context) {
-	req := lock.AcquireRequest{
-		Lock:      LeaseName(w.sub.ID),
-		Owner:     w.svc.cfg.Owner,
-		Principal: leasePrincipal,
-		TTL:       w.svc.cfg.LeaseTTL,
-	}
+	req := workerLease(w.sub.ID, w.svc.cfg)
 	retry := newRetry()
 	for ctx.Err() == nil {
 		g, err := lock.AcquireWait(ctx, w.svc.cfg.Store, req, leaseWait)

@@ -300,7 +300,9 @@ var errNoReplicas = errors.New("store: the memory store has no replicas to confi
 
 // TryAcquire implements lock.Store.
 func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
-	if err := req.Validate(); err != nil {
+	// The caller validated req (lock.AcquireRequest.Validate); a kind
+	// without rules would still upset every later holder of the name.
+	if err := req.CheckKind(); err != nil {
 		return lock.Grant{}, err
 	}
 	if req.MinReplicas > 0 {

@@ -364,7 +364,17 @@ func outcomeUnknown(err error) bool {
 
 // TryAcquire implements lock.Store with one script call.
 func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
-	if err := req.Validate(); err != nil {
+	return s.AcquireAs(ctx, req, ulid.Make().String())
+}
+
+// AcquireAs is TryAcquire with the request id chosen by the caller: it names
+// the acquire for Abandon, and a fresh grant's lease takes it as its id.
+// Redlock (internal/store/redlock) gives every master the same one, so that
+// a lease has one id everywhere.
+func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestID string) (lock.Grant, error) {
+	// The caller validated req (lock.AcquireRequest.Validate); a kind
+	// without rules would still upset every later holder of the name.
+	if err := req.CheckKind(); err != nil {
 		return lock.Grant{}, err
 	}
 	meta := "{}"
@@ -379,7 +389,6 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if err != nil {
 		return lock.Grant{}, storeError(err)
 	}
-	requestID := ulid.Make().String()
 	keys := s.keys(req.Lock)
 	mode, fair := "x", "0"
 	if req.Mode == lock.Shared {

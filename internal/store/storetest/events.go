@@ -19,7 +19,7 @@ import (
 // for the next event; expiry is recorded within a second, once.
 //
 // A store whose events are off (it has EventsEnabled and it reports false:
-// Redis Cluster, or LOCKAPI_EVENTS=false) skips them; every other store must
+// redlock mode, or LOCKAPI_EVENTS=false) skips them; every other store must
 // implement lock.EventLog. Each behaviour reads from the newest id when it
 // starts and looks only at its own lock names (a prefix), so that a log
 // shared with other tests does not disturb it.
@@ -462,7 +462,7 @@ var eventBehaviours = []behaviour{
 func eventLogOf(t *testing.T, s lock.Store) lock.EventLog {
 	t.Helper()
 	if e, ok := s.(interface{ EventsEnabled() bool }); ok && !e.EventsEnabled() {
-		t.Skipf("%T records no events here (EventsEnabled is false: events are off, as on Redis Cluster or with LOCKAPI_EVENTS=false)", s)
+		t.Skipf("%T records no events here (EventsEnabled is false: events are off, as in redlock mode or with LOCKAPI_EVENTS=false)", s)
 	}
 	log, ok := s.(lock.EventLog)
 	if !ok {

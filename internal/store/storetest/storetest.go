@@ -30,14 +30,45 @@ type Backend struct {
 	// memory); each loses s's data and returns the store to go on with.
 	// Tokens_survive_data_loss runs once per entry.
 	LoseData map[string]func(t *testing.T, s lock.Store) lock.Store
+	// Redlock marks the majority store (internal/store/redlock): it refuses
+	// semaphores and fair locks, which the suite checks instead of their
+	// behaviours, and answers a lease's expiry as what is left of its TTL
+	// after the grant's round trip and the clock-drift allowance.
+	Redlock bool
 }
 
 // Run runs every behaviour of the suite on b, each as a subtest of t named
 // after the behaviour.
 func Run(t *testing.T, b Backend) {
-	for _, c := range behaviours {
-		t.Run(c.name, func(t *testing.T) { c.test(t, b) })
+	clockSlack = 0
+	if b.Redlock {
+		clockSlack = 5 * time.Second
+		t.Run("Redlock_refuses_semaphores_and_fair_locks", func(t *testing.T) { redlockRefusals(t, b) })
 	}
+	for _, c := range behaviours {
+		t.Run(c.name, func(t *testing.T) {
+			if why, ok := notOnRedlock[c.name]; ok && b.Redlock {
+				t.Skip("redlock mode " + why + " (README, redlock mode)")
+			}
+			c.test(t, b)
+		})
+	}
+}
+
+// clockSlack is how far a lease's times may be from what Inspect shows of
+// them: 0, but on redlock (Backend.Redlock), where a lease answers what is
+// left of its TTL on lockapi's clock, less the clock-drift allowance (1 % of
+// the TTL), and Inspect the times a majority of the masters hold on theirs.
+var clockSlack time.Duration
+
+func sameTime(a, b time.Time) bool {
+	d := a.Sub(b)
+	slack := clockSlack
+	if slack > 0 {
+		// The drift allowance grows with the TTL: 1 % of it.
+		slack += time.Until(a) / 50
+	}
+	return max(d, -d) <= slack
 }
 
 // BenchAcquireRelease measures one acquire and release cycle on s, on a new

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/testkit/apitest"
@@ -118,7 +119,8 @@ func TestClient_ReportsMismatches(t *testing.T) {
 func TestClient_AcceptsConformingServer(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
-	srv := lockhttp.NewServer(mem, lockhttp.Config{})
+	release, _ := auth.NewReleaseSigner(auth.RandomSecret())
+	srv := lockhttp.NewServer(mem, lockhttp.Config{Release: release})
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

@@ -521,7 +521,7 @@ func dataDirectives(port int, dir string, aof bool) []string {
 // fsynced before the reply goes out.
 var aofDirectives = []string{"appendonly yes", "appendfsync always"}
 
-// Option configures StartSentinel and StartCluster.
+// Option configures StartSentinel, StartCluster and StartRedlock.
 type Option func(*options)
 
 type options struct {

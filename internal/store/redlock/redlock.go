@@ -1,0 +1,669 @@
+// Package redlock implements lock.Store on N independent Redis masters (N
+// odd, at least 3), the Redlock way: a lease exists when a majority of the
+// masters granted it within its validity time, so the loss of a minority of
+// masters loses nothing and needs no failover.
+//
+// Each master is a plain single-Redis store (internal/store/redis) running
+// the same scripts; this package fans every call out to all of them in
+// parallel and decides on the answers:
+//
+//   - An acquire gives every master the same request id, so a fresh lease
+//     has one id everywhere. It is granted when a majority granted the same
+//     lease and the time spent, plus a clock-drift allowance, leaves the
+//     lease some validity; its expires_at is what is left. Otherwise every
+//     master abandons the request (undoing its hold where it ran).
+//   - Fencing tokens: each master's script proposes its own next token (its
+//     counter + 1, floored by its clock). A fresh grant's token is the
+//     largest proposal of the majority, and it is written back to a
+//     majority (RaiseToken) before the grant is answered. Any later
+//     majority shares a master with that one, whose counter is then at
+//     least this token, so every later token is larger (README,
+//     "Guarantees").
+//   - Renew and release go to every master and succeed with a majority.
+//   - Waiters watch every master: a release notice from any of them wakes
+//     them.
+//
+// Semaphores and fair queues are refused (lock.CodeUnsupported): permits
+// counted per master do not add up to a limit under majorities, and per
+// master queues may name different heads. The event log is not offered:
+// each master would record its own copy of every change.
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/lockapi/lockapi/internal/lock"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
+)
+
+// DefaultTimeout bounds each master's part of a call when the masters'
+// stores say nothing shorter: much shorter than any TTL, so that a master
+// that stopped answering costs little of a lease's validity.
+const DefaultTimeout = 200 * time.Millisecond
+
+// Drift is the clock-drift allowance of a lease of the given TTL: 1 % of it
+// plus 2 ms, as in the Redlock description. A lease is answered valid until
+// its grant began + TTL - Drift(TTL), which holds while no master's clock
+// runs more than 1 % faster than this process's.
+func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// Store is lock.Store over independent masters.
+type Store struct {
+	masters []*redisstore.Store
+	quorum  int
+}
+
+var _ lock.Store = (*Store)(nil)
+
+// New returns a store on masters, one store per independent Redis master,
+// each opened with the per-master call timeout (its CallTimeout) and without
+// events. It takes ownership of them: Close closes them.
+func New(masters []*redisstore.Store) (*Store, error) {
+	if n := len(masters); n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("redlock needs an odd number of masters, at least 3; got %d", n)
+	}
+	return &Store{masters: masters, quorum: len(masters)/2 + 1}, nil
+}
+
+// Quorum is how many masters must agree: ⌊N/2⌋+1.
+func (s *Store) Quorum() int { return s.quorum }
+
+// answer is one master's answer to a call.
+type answer[T any] struct {
+	v   T
+	err error
+}
+
+// each runs f on every master in parallel and returns their answers in
+// master order. Each master's store bounds its own call.
+func each[T any](ctx context.Context, s *Store, f func(ctx context.Context, m *redisstore.Store) (T, error)) []answer[T] {
+	out := make([]answer[T], len(s.masters))
+	var wg sync.WaitGroup
+	for i, m := range s.masters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := f(ctx, m)
+			out[i] = answer[T]{v, err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// TryAcquire implements lock.Store.
+func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	// The caller validated req; each master's store checks its kind.
+	if req.Limit > 0 {
+		return lock.Grant{}, lock.Unsupported("semaphores (limit) are not offered in redlock mode: permits counted on each master do not add up to a limit under majorities")
+	}
+	if req.Fair {
+		return lock.Grant{}, lock.Unsupported("fair locks are not offered in redlock mode: each master's queue may name a different head")
+	}
+	// No queue places: each master's queue could name a different head,
+	// and waiters at the heads of different masters would hold each other
+	// off. A waiter watches instead.
+	req.WaiterID = ""
+	start := time.Now()
+	id := ulid.Make().String()
+	answers := s.acquire(ctx, req, id)
+	if first := answers[s.first(req.Lock)]; first.err != nil && !unknown(first.err) {
+		return lock.Grant{}, first.err // refused there: nothing was granted
+	}
+
+	// The lease most masters granted: all of them name the same one,
+	// unless a master lost a lease that the others re-entered.
+	votes := map[string]int{}
+	leaseID, n := "", 0
+	for _, a := range answers {
+		if a.err == nil {
+			votes[a.v.Lease.ID]++
+			if c := votes[a.v.Lease.ID]; c > n {
+				leaseID, n = a.v.Lease.ID, c
+			}
+		}
+	}
+	if n < s.quorum {
+		s.undo(ctx, req.Lock, id, answers)
+		return lock.Grant{}, s.refusal(req.Lock, answers)
+	}
+
+	var group []lock.Grant
+	for i, a := range answers {
+		if a.err != nil {
+			continue
+		}
+		if a.v.Lease.ID != leaseID {
+			// A hold on another lease of this owner: not part of the grant.
+			_ = s.masters[i].Abandon(context.WithoutCancel(ctx), req.Lock, id)
+			continue
+		}
+		group = append(group, a.v)
+	}
+	g := mergeGrants(group)
+	if g.Fresh || !sameTokens(group, g.Lease.Token) {
+		raised := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
+			return m.RaiseToken(ctx, req.Lock, leaseID, g.Lease.Token)
+		})
+		if ok := count(raised, func(a answer[bool]) bool { return a.err == nil }); ok < s.quorum {
+			s.undo(ctx, req.Lock, id, answers)
+			return lock.Grant{}, &lock.Error{Code: lock.CodeUnavailable,
+				Detail: fmt.Sprintf("the fencing token reached %d of %d masters, fewer than a majority; the grant was undone", ok, len(s.masters))}
+		}
+	}
+	if g.Replayed {
+		// The lease as it is: valid while a majority still holds it.
+		var exps []time.Time
+		for _, x := range group {
+			exps = append(exps, x.Lease.ExpiresAt)
+		}
+		g.Lease.ExpiresAt = s.quorumTime(exps).Add(-Drift(g.Lease.TTL))
+		g.RequestID = id
+		return g, nil
+	}
+	validity := req.TTL - time.Since(start) - Drift(req.TTL)
+	if validity <= 0 {
+		s.undo(ctx, req.Lock, id, answers)
+		return lock.Grant{}, &lock.Error{Code: lock.CodeUnavailable,
+			Detail: "the masters answered too slowly to leave the lease any validity; the grant was undone"}
+	}
+	g.Lease.ExpiresAt = start.Add(req.TTL - Drift(req.TTL))
+	if g.Fresh {
+		g.Lease.AcquiredAt = start
+	}
+	g.RequestID = id
+	return g, nil
+}
+
+// acquire asks the masters for the lease, the name's first master first:
+// when many acquire a free lock at once, it grants one of them, and only
+// that one asks the others. Asking all at once instead, each master could
+// grant a different caller, and no caller would win a majority. When the
+// first master refuses, the others are not asked; when it does not answer,
+// they are, and must grant all but it.
+func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, id string) []answer[lock.Grant] {
+	first := s.first(req.Lock)
+	out := make([]answer[lock.Grant], len(s.masters))
+	g, err := s.masters[first].AcquireAs(ctx, req, id)
+	out[first] = answer[lock.Grant]{g, err}
+	if err != nil && !unknown(err) {
+		for i := range out {
+			if i != first {
+				out[i].err = errNotAsked
+			}
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	for i, m := range s.masters {
+		if i == first {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := m.AcquireAs(ctx, req, id)
+			out[i] = answer[lock.Grant]{g, err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// errNotAsked stands for the answer of a master that an acquire did not
+// ask, since the name's first master refused it.
+var errNotAsked = errors.New("not asked")
+
+// first is the master asked first for name: one per name, spread over the
+// masters.
+func (s *Store) first(name string) int {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return int(h.Sum32() % uint32(len(s.masters)))
+}
+
+// mergeGrants makes one grant of the masters' grants of one lease. A lease
+// re-entered keeps the token the masters that held it agree on (a master
+// that had lost it proposed a new one); a fresh lease takes the largest
+// proposal.
+func mergeGrants(group []lock.Grant) lock.Grant {
+	g := group[0]
+	g.Fresh, g.Replayed = true, true
+	for _, x := range group {
+		g.Fresh = g.Fresh && x.Fresh
+		g.Replayed = g.Replayed && x.Replayed
+	}
+	var token uint64
+	holds := 0
+	for _, x := range group {
+		if x.Fresh == g.Fresh && x.Lease.Token > token {
+			token = x.Lease.Token
+			g.Lease = x.Lease
+		}
+		holds = max(holds, x.Lease.HoldCount)
+	}
+	g.Lease.Token, g.Lease.HoldCount = token, holds
+	return g
+}
+
+func sameTokens(group []lock.Grant, token uint64) bool {
+	for _, x := range group {
+		if x.Lease.Token != token {
+			return false
+		}
+	}
+	return true
+}
+
+func count[T any](answers []answer[T], ok func(answer[T]) bool) int {
+	n := 0
+	for _, a := range answers {
+		if ok(a) {
+			n++
+		}
+	}
+	return n
+}
+
+// undo abandons an acquire on the masters that granted it or whose answer
+// is unknown: where it ran, its hold goes; where it is still on its way, it
+// will grant nothing. A master that refused it has nothing to undo. A master
+// that cannot be reached is left to its store's reaper, which repeats the
+// abandon.
+func (s *Store) undo(ctx context.Context, name, requestID string, answers []answer[lock.Grant]) {
+	ctx = context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for i, a := range answers {
+		if a.err != nil && !unknown(a.err) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.masters[i].Abandon(ctx, name, requestID)
+		}()
+	}
+	wg.Wait()
+}
+
+// unknown reports an answer that may hide a grant: the master was not
+// reached, or did not answer in time.
+func unknown(err error) bool {
+	return lock.ErrorCode(err) == lock.CodeUnavailable || ctxErr(err)
+}
+
+// refusal is the error of an acquire that no majority granted: what a
+// majority answered when it agrees (an upgrade refused, a forbidden
+// principal), the lock held when enough masters answered that no majority
+// is possible, and unavailable when too few answered.
+func (s *Store) refusal(name string, answers []answer[lock.Grant]) error {
+	errs := make([]error, len(answers))
+	for i, a := range answers {
+		errs[i] = a.err
+	}
+	if err := s.agreed(errs); err != nil {
+		return err
+	}
+	var held *lock.Error
+	answered := 0
+	for _, err := range errs {
+		code := lock.ErrorCode(err)
+		if code == lock.CodeUnavailable || ctxErr(err) {
+			continue
+		}
+		answered++
+		var e *lock.Error
+		if errors.As(err, &e) && e.Code == lock.CodeHeld && e.HeldBy != nil {
+			// Look again when the longest lease in the way ends.
+			if held == nil || e.HeldBy.ExpiresIn > held.HeldBy.ExpiresIn {
+				held = e
+			}
+		}
+	}
+	if answered >= s.quorum && held != nil {
+		return held
+	}
+	if answered >= s.quorum {
+		// The masters disagree (a lease granted on some, another on
+		// others): it resolves when those leases are abandoned or expire.
+		return lock.Held(name, lock.HeldBy{ExpiresIn: 50 * time.Millisecond})
+	}
+	for _, err := range errs {
+		if ctxErr(err) {
+			return err
+		}
+	}
+	return s.unavailable(errs)
+}
+
+func ctxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && lock.ErrorCode(err) == ""
+}
+
+// agreed returns the error a majority of the masters gave, when it is one
+// waiting cannot mend (not held, not unavailable), or nil.
+func (s *Store) agreed(errs []error) error {
+	byCode := map[lock.Code]int{}
+	for _, err := range errs {
+		code := lock.ErrorCode(err)
+		if err == nil || code == lock.CodeHeld || code == lock.CodeUnavailable || code == "" {
+			continue
+		}
+		if byCode[code]++; byCode[code] >= s.quorum {
+			return err
+		}
+	}
+	return nil
+}
+
+// unavailable says how many masters could not be reached.
+func (s *Store) unavailable(errs []error) error {
+	down := 0
+	var cause error
+	for _, err := range errs {
+		if err != nil {
+			down++
+			if cause == nil {
+				cause = err
+			}
+		}
+	}
+	return &lock.Error{Code: lock.CodeUnavailable, Err: cause,
+		Detail: fmt.Sprintf("the lock store is unavailable: %d of %d Redis masters did not answer, and a majority (%d) must", down, len(s.masters), s.quorum)}
+}
+
+// failure is the error of a renew, release or other call that fewer than a
+// majority carried out: the error a majority agrees on, or unavailable.
+func (s *Store) failure(errs []error) error {
+	if err := s.agreed(errs); err != nil {
+		return err
+	}
+	for _, err := range errs {
+		if ctxErr(err) {
+			return err
+		}
+	}
+	// Some masters no longer know the lease and too few answered to say
+	// more: the lease may be lost, but that is not known.
+	return s.unavailable(errs)
+}
+
+// quorumTime is the time until which a majority of the given times has not
+// passed: the quorum-th latest.
+func (s *Store) quorumTime(times []time.Time) time.Time {
+	sorted := slices.Clone(times)
+	slices.SortFunc(sorted, func(a, b time.Time) int { return b.Compare(a) })
+	if len(sorted) < s.quorum {
+		return sorted[len(sorted)-1]
+	}
+	return sorted[s.quorum-1]
+}
+
+// Renew implements lock.Store: a majority must renew.
+func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
+	start := time.Now()
+	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.Lease, error) {
+		return m.Renew(ctx, ref, ttl)
+	})
+	var errs []error
+	var lease lock.Lease
+	ok := 0
+	for _, a := range answers {
+		errs = append(errs, a.err)
+		if a.err != nil {
+			continue
+		}
+		ok++
+		holds := max(lease.HoldCount, a.v.HoldCount)
+		if a.v.Token > lease.Token {
+			lease = a.v
+		}
+		lease.HoldCount = holds
+	}
+	if ok < s.quorum {
+		return lock.Lease{}, s.failure(errs)
+	}
+	if ttl == 0 {
+		ttl = lease.TTL
+	}
+	if time.Since(start)+Drift(ttl) >= ttl {
+		return lock.Lease{}, &lock.Error{Code: lock.CodeUnavailable,
+			Detail: "the masters answered too slowly to leave the renewal any validity: renew again"}
+	}
+	lease.ExpiresAt = start.Add(ttl - Drift(ttl))
+	return lease, nil
+}
+
+// Release implements lock.Store: a majority must release. Once a majority
+// freed the lock, masters that still count holds of the lease (they missed
+// a release, or saw a reentrant acquire the others did not) drop them all.
+func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
+	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.ReleaseResult, error) {
+		return m.Release(ctx, ref, all)
+	})
+	out := lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID, Retried: true}
+	var errs []error
+	ok, released := 0, 0
+	for _, a := range answers {
+		errs = append(errs, a.err)
+		if a.err != nil {
+			continue
+		}
+		ok++
+		out.Retried = out.Retried && a.v.Retried
+		if a.v.Released {
+			released++
+		} else {
+			out.HoldCount = max(out.HoldCount, a.v.HoldCount)
+		}
+	}
+	if ok < s.quorum {
+		return lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID}, s.failure(errs)
+	}
+	if released >= s.quorum {
+		out.Released, out.HoldCount = true, 0
+		for i, a := range answers {
+			if a.err == nil && !a.v.Released {
+				_, _ = s.masters[i].Release(ctx, ref, true)
+			}
+		}
+		return out, nil
+	}
+	out.Retried = false
+	return out, nil
+}
+
+// Inspect implements lock.Store: a majority must answer, and a lease is
+// shown when a majority holds it, valid until a majority's copies expire.
+func (s *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
+	states, err := s.inspectAll(ctx, name)
+	if err != nil {
+		return lock.State{}, err
+	}
+	return s.merge(name, states), nil
+}
+
+// inspectAll reads the name's state on every master (nil where a master did
+// not answer); a majority must answer.
+func (s *Store) inspectAll(ctx context.Context, name string) ([]*lock.State, error) {
+	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.State, error) {
+		return m.Inspect(ctx, name)
+	})
+	states := make([]*lock.State, len(answers))
+	var errs []error
+	for i, a := range answers {
+		errs = append(errs, a.err)
+		if a.err == nil {
+			states[i] = &a.v
+		}
+	}
+	if count(answers, func(a answer[lock.State]) bool { return a.err == nil }) < s.quorum {
+		return nil, s.failure(errs)
+	}
+	return states, nil
+}
+
+// merge makes one state of the masters' states (nil: no answer). Holders
+// are matched by mode, principal and owner, which name a lease; its token
+// and hold count are the largest a master reports.
+func (s *Store) merge(name string, states []*lock.State) lock.State {
+	type seen struct {
+		h    lock.Holder
+		n    int
+		exps []time.Time
+		ins  []time.Time // now + ExpiresIn, on this process's clock
+	}
+	now := time.Now()
+	st := lock.State{Lock: name}
+	var order []string
+	byKey := map[string]*seen{}
+	for _, m := range states {
+		if m == nil {
+			continue
+		}
+		st.LastToken = max(st.LastToken, m.LastToken)
+		st.Queue = max(st.Queue, m.Queue)
+		for _, h := range m.Holders {
+			key := string(h.Mode) + "\n" + h.Principal + "\n" + h.Owner
+			x := byKey[key]
+			if x == nil {
+				x = &seen{h: h}
+				byKey[key] = x
+				order = append(order, key)
+			}
+			x.n++
+			x.h.Token = max(x.h.Token, h.Token)
+			x.h.HoldCount = max(x.h.HoldCount, h.HoldCount)
+			x.exps = append(x.exps, h.ExpiresAt)
+			x.ins = append(x.ins, now.Add(h.ExpiresIn))
+		}
+	}
+	for _, key := range order {
+		x := byKey[key]
+		if x.n < s.quorum {
+			continue // a remnant: an undone acquire, a master that lost data
+		}
+		h := x.h
+		h.ExpiresAt = s.quorumTime(x.exps)
+		h.ExpiresIn = s.quorumTime(x.ins).Sub(now)
+		st.Holders = append(st.Holders, h)
+	}
+	for i := range st.Holders {
+		if st.Holders[i].Mode == lock.Exclusive {
+			h := st.Holders[i]
+			st.Holder = &h
+		}
+	}
+	st.Held = len(st.Holders) > 0
+	switch {
+	case st.Holder != nil:
+		st.Kind = lock.KindExclusive
+	case st.Held:
+		st.Kind = lock.KindShared
+	}
+	// The index follows what the merged state shows, not each master's
+	// version: a remnant that expires on one master changes nothing here.
+	st.Index = lock.ComputeIndex(0, st)
+	return st
+}
+
+// Abandon implements lock.Store on every master.
+func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
+	return s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error {
+		return m.Abandon(ctx, name, requestID)
+	})
+}
+
+// Leave implements lock.Store on every master.
+func (s *Store) Leave(ctx context.Context, name, waiterID string) error {
+	return s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error {
+		return m.Leave(ctx, name, waiterID)
+	})
+}
+
+// everywhere runs f on every master and succeeds when a majority did.
+func (s *Store) everywhere(ctx context.Context, f func(ctx context.Context, m *redisstore.Store) error) error {
+	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (struct{}, error) {
+		return struct{}{}, f(ctx, m)
+	})
+	var errs []error
+	for _, a := range answers {
+		errs = append(errs, a.err)
+	}
+	if count(answers, func(a answer[struct{}]) bool { return a.err == nil }) < s.quorum {
+		return s.failure(errs)
+	}
+	return nil
+}
+
+// ForceRelease implements lock.Store on every master; a majority must
+// answer. It reports whether any master held the name.
+func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
+	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
+		return m.ForceRelease(ctx, name, principal)
+	})
+	var errs []error
+	held := false
+	for _, a := range answers {
+		errs = append(errs, a.err)
+		held = held || a.err == nil && a.v
+	}
+	if count(answers, func(a answer[bool]) bool { return a.err == nil }) < s.quorum {
+		return false, s.failure(errs)
+	}
+	return held, nil
+}
+
+// Ping implements lock.Store: a majority of the masters must answer.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error { return m.Ping(ctx) })
+}
+
+// Close closes every master's store.
+func (s *Store) Close() error {
+	var errs []error
+	for _, m := range s.masters {
+		errs = append(errs, m.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// EventsEnabled is false: redlock mode keeps no event log (each master
+// would record its own copy of every change), so /v1/events and webhooks
+// answer 501.
+func (s *Store) EventsEnabled() bool { return false }
+
+// Reconnects, Ghosts and WatcherCount sum or bound the masters' own, for
+// metrics and tests.
+func (s *Store) Reconnects() (n int64) {
+	for _, m := range s.masters {
+		n += m.Reconnects()
+	}
+	return n
+}
+
+func (s *Store) Ghosts() (abandoned, pending int64) {
+	for _, m := range s.masters {
+		a, p := m.Ghosts()
+		abandoned, pending = abandoned+a, pending+p
+	}
+	return abandoned, pending
+}
+
+// WatcherCount is the largest count of one master's hub: every waiter
+// watches every master.
+func (s *Store) WatcherCount() int {
+	n := 0
+	for _, m := range s.masters {
+		n = max(n, m.WatcherCount())
+	}
+	return n
+}
