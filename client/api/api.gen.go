@@ -220,7 +220,7 @@ type AcquireRequest struct {
 	// Example: 5
 	Limit *int32 `json:"limit,omitempty"`
 
-	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
+	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes (of UTF-8) in all, none holding U+FFFD (what a decoder makes of invalid text). Values are strings, never null.
 	//
 	// Example: {"job":"nightly"}
 	Metadata *Metadata `json:"metadata,omitempty"`
@@ -388,7 +388,7 @@ type Holder struct {
 	// HoldCount Example: 1
 	HoldCount int32 `json:"hold_count"`
 
-	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
+	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes (of UTF-8) in all, none holding U+FFFD (what a decoder makes of invalid text). Values are strings, never null.
 	//
 	// Example: {"job":"nightly"}
 	Metadata Metadata `json:"metadata"`
@@ -443,7 +443,7 @@ type Lease struct {
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
 
-	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
+	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes (of UTF-8) in all, none holding U+FFFD (what a decoder makes of invalid text). Values are strings, never null.
 	//
 	// Example: {"job":"nightly"}
 	Metadata Metadata `json:"metadata"`
@@ -539,7 +539,7 @@ type LockState struct {
 	QueueLength int32 `json:"queue_length"`
 }
 
-// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
+// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes (of UTF-8) in all, none holding U+FFFD (what a decoder makes of invalid text). Values are strings, never null.
 //
 // Example: {"job":"nightly"}
 type Metadata map[string]string
@@ -556,7 +556,7 @@ type MultiAcquireRequest struct {
 	// Example: ["deploy:prod","db:migrations"]
 	Locks []LockName `json:"locks"`
 
-	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes in all.
+	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes (of UTF-8) in all, none holding U+FFFD (what a decoder makes of invalid text). Values are strings, never null.
 	//
 	// Example: {"job":"nightly"}
 	Metadata *Metadata `json:"metadata,omitempty"`

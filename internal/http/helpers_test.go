@@ -50,7 +50,16 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg.Logger = zerolog.New(logs)
-	srv := lockhttp.NewServer(hooks, withRelease(cfg))
+	srv := mustOpenServer(t, hooks, cfg)
+	e := &Env{Mem: mem, Hooks: hooks, Server: srv, URL: srv.URL(), Logs: logs, validateRequests: true}
+	return e.For(t)
+}
+
+// mustOpenServer starts a server on store with cfg; it is closed when the
+// test ends.
+func mustOpenServer(t *testing.T, store lock.Store, cfg lockhttp.Config) *lockhttp.Server {
+	t.Helper()
+	srv := lockhttp.NewServer(store, withRelease(cfg))
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +70,7 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 			t.Errorf("close: %v", err)
 		}
 	})
-	e := &Env{Mem: mem, Hooks: hooks, Server: srv, URL: srv.URL(), Logs: logs, validateRequests: true}
-	return e.For(t)
+	return srv
 }
 
 // withRelease gives cfg a release signer with a random secret, unless it

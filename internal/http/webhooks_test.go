@@ -29,9 +29,24 @@ func mustOpenWebhookEnv(t *testing.T, cfg lockhttp.Config, tune func(*webhook.Co
 	t.Helper()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
+	cfg.Webhooks = mustRunWebhooks(t, mem, tune)
+	return mustOpenEnvOn(t, mem, &HookStore{Store: mem}, cfg)
+}
+
+// eventStore is a store with an event log, which webhooks need.
+type eventStore interface {
+	lock.Store
+	lock.EventLog
+}
+
+// mustRunWebhooks runs a webhook service on store until the test ends,
+// allowed to deliver to loopback and retrying fast; tune adjusts its
+// configuration.
+func mustRunWebhooks(t *testing.T, store eventStore, tune func(*webhook.Config)) *webhook.Service {
+	t.Helper()
 	wc := webhook.Config{
-		Store:   mem,
-		Log:     mem,
+		Store:   store,
+		Log:     store,
 		State:   memstate.New(),
 		Policy:  webhook.Policy{AllowPrivate: true},
 		Backoff: webhook.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond},
@@ -48,8 +63,7 @@ func mustOpenWebhookEnv(t *testing.T, cfg lockhttp.Config, tune func(*webhook.Co
 	done := make(chan struct{})
 	go func() { defer close(done); svc.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	cfg.Webhooks = svc
-	return mustOpenEnvOn(t, mem, &HookStore{Store: mem}, cfg)
+	return svc
 }
 
 // hookReceiver verifies every delivery's signature and records the

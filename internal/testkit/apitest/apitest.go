@@ -1,11 +1,15 @@
-// Package apitest is lockapi's contract test: an HTTP client that checks
-// every response it receives against openapi.yaml.
+// Package apitest is lockapi's contract test kit: an HTTP client that
+// checks every response it receives against openapi.yaml, and a generator
+// (Gen) of valid and invalid requests drawn from the spec alone.
 //
-// Use it for every request a test sends to a lockapi server, so that the
-// tests of the behaviour are also tests of the contract:
+// Use the client for every request a test sends to a lockapi server, so
+// that the tests of the behaviour are also tests of the contract:
 //
 //	c := apitest.NewClient(t, srv.URL)
 //	resp, err := c.Post(srv.URL+"/v1/locks/a/leases", "application/json", nil)
+//
+// The property-based contract test (internal/http/contract_test.go) sends
+// the generator's requests through it.
 package apitest
 
 import (
@@ -202,9 +206,23 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 			pathParams[k] = d
 		}
 	}
-	if code := strconv.Itoa(resp.StatusCode); route.Operation.Responses.Value(code) == nil && resp.StatusCode != http.StatusInternalServerError {
+	documented := route.Operation.Responses.Value(strconv.Itoa(resp.StatusCode))
+	if documented == nil && resp.StatusCode == http.StatusInternalServerError {
 		// The default response is documented as the internal error.
+		documented = route.Operation.Responses.Default()
+	}
+	if documented == nil {
 		problems = append(problems, fmt.Sprintf("status %d is not documented for %s", resp.StatusCode, route.Operation.OperationID))
+	} else {
+		modelled := map[string]bool{}
+		for name := range documented.Value.Headers {
+			modelled[http.CanonicalHeaderKey(name)] = true
+		}
+		for name := range resp.Header {
+			if !modelled[name] && !generalHeaders[name] {
+				problems = append(problems, fmt.Sprintf("header %s is not modelled on the %d of %s", name, resp.StatusCode, route.Operation.OperationID))
+			}
+		}
 	}
 
 	ctx := context.Background()
@@ -286,6 +304,15 @@ func (t *transport) checkProblem(resp *http.Response, body []byte, head bool) []
 		problems = append(problems, fmt.Sprintf("problem type %s goes with status %d, not %d", p.Type, want, resp.StatusCode))
 	}
 	return problems
+}
+
+// generalHeaders are the headers that a response may carry although the
+// spec does not model them on it: HTTP's own, and those its description
+// says every answer, or every answer of a kind, carries.
+var generalHeaders = map[string]bool{
+	"Content-Type": true, "Content-Length": true, "Date": true, "Connection": true,
+	"Transfer-Encoding": true, "Vary": true,
+	"X-Content-Type-Options": true, "Cache-Control": true, "X-Accel-Buffering": true,
 }
 
 // problemStatus is the table of problem types in openapi.yaml.

@@ -77,6 +77,8 @@ func TestClient_ReportsMismatches(t *testing.T) {
 		{"WrongContentType", "POST", "/v1/locks/a/leases", 201, map[string]string{"Content-Type": "text/plain", "X-Request-ID": "r", "Location": "/v1/locks/a/leases/x"}, goodLease, "text/plain"},
 		{"NoRequestID", "POST", "/v1/locks/a/leases", 201, map[string]string{"Content-Type": "application/json", "Location": "/v1/locks/a/leases/x"}, goodLease, "X-Request-ID"},
 		{"NoLocation", "POST", "/v1/locks/a/leases", 201, jsonHeader, goodLease, "Location"},
+		{"UnmodelledHeader", "GET", "/v1/locks/a", 400, map[string]string{"Content-Type": "application/problem+json", "X-Request-ID": "r", "Retry-After": "1"},
+			`{"type":"https://lockapi.dev/problems/invalid-request","title":"Invalid request","status":400,"detail":"x"}`, "Retry-After is not modelled"},
 		{"NoLockIndex", "GET", "/v1/locks/a", 200, jsonHeader, `{}`, "X-Lock-Index"},
 		{"NoRetryAfter", "GET", "/v1/locks/a", 429, problemHeader,
 			`{"type":"https://lockapi.dev/problems/rate-limited","title":"Too many requests","status":429,"detail":"x"}`, "Retry-After"},
