@@ -105,6 +105,46 @@ func (l *loadRun) report(r *result) {
 	if us, ok := l.cpuPerPair(); ok {
 		r.setFloat("cpu_us_per_pair", us, 0)
 	}
+	if us, ok := l.serverPerPair(); ok {
+		r.setFloat("server_us_per_pair", us, 1)
+	}
+	if us, ok := l.redisPerPair(); ok {
+		r.setFloat("redis_us_per_pair", us, 1)
+	}
+	if n, ok := l.redisCmdsPerPair(); ok {
+		r.setFloat("redis_cmds_per_pair", n, 1)
+	}
+}
+
+// serverPerPair is the server's CPU time per pair, from /proc/<pid>/stat.
+func (l *loadRun) serverPerPair() (float64, bool) {
+	a, b := l.cpu[0], l.cpu[1]
+	if l.stats.pairs == 0 || !a.haveServer || !b.haveServer {
+		return 0, false
+	}
+	return float64((b.server - a.server).Nanoseconds()) / 1e3 / float64(l.stats.pairs), true
+}
+
+// redisPerPair is Redis's CPU time per pair: the change of used_cpu_user
+// plus used_cpu_sys (INFO cpu, Redis's own getrusage: every thread of the
+// redis-server process) over the measured window. Everything Redis did in
+// the window counts, so the Redis must serve this run alone.
+func (l *loadRun) redisPerPair() (float64, bool) {
+	a, b := l.cpu[0], l.cpu[1]
+	if l.stats.pairs == 0 || !a.haveRedis || !b.haveRedis {
+		return 0, false
+	}
+	return float64((b.redis - a.redis).Nanoseconds()) / 1e3 / float64(l.stats.pairs), true
+}
+
+// redisCmdsPerPair is how many commands Redis ran per pair, script calls
+// not counted but the commands the scripts ran (see scriptCommands).
+func (l *loadRun) redisCmdsPerPair() (float64, bool) {
+	a, b := l.cpu[0], l.cpu[1]
+	if l.stats.pairs == 0 || a.redisCmds < 0 || b.redisCmds < 0 {
+		return 0, false
+	}
+	return float64(b.redisCmds-a.redisCmds) / float64(l.stats.pairs), true
 }
 
 // cpuPerPair is the CPU time one pair cost the tool, the server and Redis

@@ -294,6 +294,9 @@ type cpuSample struct {
 	haveServer, haveRedis bool
 	haveMachine           bool
 	serverless            bool
+	// redisCmds counts the commands Redis ran (see scriptCommands); -1
+	// when unknown.
+	redisCmds int64
 }
 
 func (m *cpuMeter) sample(ctx context.Context) cpuSample {
@@ -304,10 +307,30 @@ func (m *cpuMeter) sample(ctx context.Context) cpuSample {
 	if m.pid > 0 && m.pid != os.Getpid() {
 		s.server, s.haveServer = procCPU(m.pid)
 	}
+	s.redisCmds = -1
 	if m.rdb != nil {
 		s.redis, s.haveRedis = redisCPU(ctx, m.rdb)
+		if calls, err := commandCalls(ctx, m.rdb); err == nil {
+			s.redisCmds = scriptCommands(calls)
+		}
 	}
 	return s
+}
+
+// scriptCommands totals INFO commandstats the way a script's cost is
+// counted: every command Redis ran, those a script runs one by one
+// included, but not the script calls themselves (EVALSHA, FCALL, ...) and
+// not the tool's INFO.
+func scriptCommands(calls map[string]int64) int64 {
+	var n int64
+	for name, c := range calls {
+		switch name {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "info":
+		default:
+			n += c
+		}
+	}
+	return n
 }
 
 // addCPU writes the cores each process used between a and b: CPU seconds
