@@ -10,6 +10,9 @@
 //	lockbench all -redis URL                                    baseline, then throughput, and their ratio
 //	lockbench handoff [-waiters 10] [-n 2000]                   release-to-next-grant latency
 //	lockbench idle -redis URL [-waiters 10000]                  the cost of parked long-poll waiters
+//	lockbench redisson -redis URL                               Redis CPU per pair of a Redisson-style script pair
+//	lockbench bare [-store redis|memory]                        lockapi's server CPU per pair against a bare front
+//	lockbench cost -redis URL [-events-off URL] [-memory URL]   all of the CPU per pair comparisons, in one run
 //
 // -record docs/BENCHMARKS.md adds the run to that file, with the machine it
 // ran on and the project's targets beside the measured values. Progress goes
@@ -65,6 +68,13 @@ type config struct {
 	against           string
 	rounds            int
 	kind              lockKind
+
+	// The comparison modes and the bare front (compare.go, bare.go).
+	store     string // bare, bare-front: "redis" or "memory"
+	events    bool   // bare-front: record events
+	listen    string // bare-front: address to listen on
+	eventsOff string // cost: a lockapi with events off, on the same Redis
+	memory    string // cost: a lockapi on the memory store
 }
 
 // modes lists the modes and what they measure, for -h and errors.
@@ -76,6 +86,10 @@ var modes = []struct{ name, help string }{
 	{"handoff", "W waiters long-polling one lock: release-to-next-grant latency over N hand-offs"},
 	{"idle", "N long-poll waiters parked on a held lock: the server's extra RSS, goroutines, Redis connections and commands/s (needs -redis)"},
 	{"sse", "N idle event streams (GET /v1/events, default 1000): the server's extra RSS, goroutines and Redis commands/s (needs -redis)"},
+	{"redisson", "the throughput cycle as a Redisson-style script pair straight from go-redis, unpipelined: Redis CPU per pair (needs -redis)"},
+	{"bare", "lockapi at -server against a bare front (net/http and the same store, nothing else) that lockbench starts: server CPU per pair, in alternating -rounds"},
+	{"cost", "Redisson-style baseline, lockapi, lockapi -events-off, bare front, and with -memory lockapi and a bare front on the memory store: Redis and server CPU per pair, in alternating -rounds (needs -redis)"},
+	{"bare-front", "serve the bare front on -listen (bare and cost start it themselves)"},
 }
 
 // Defaults that depend on the mode; a zero flag value means "the mode's".
@@ -124,7 +138,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.label, "label", "", "a label for the run (e.g. metrics-on), so that runs can be told apart and compared")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write lockbench's own CPU profile to this file, to check that the tool is not what is measured")
 	fs.StringVar(&cfg.against, "against", "", "throughput: a second server URL to compare -server with, in alternating rounds (e.g. metrics off): the cost of -server")
-	fs.IntVar(&cfg.rounds, "rounds", 4, "throughput -against: rounds on each server")
+	fs.IntVar(&cfg.rounds, "rounds", 4, "throughput -against, bare, cost: rounds on each server")
+	fs.StringVar(&cfg.store, "store", "redis", "bare, bare-front: the store of the bare front, redis or memory (bare: lockapi at -server must use the same)")
+	fs.BoolVar(&cfg.events, "events", true, "bare-front: record events (bare and cost give it the setting of the lockapi compared)")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "bare-front: address to listen on")
+	fs.StringVar(&cfg.eventsOff, "events-off", "", "cost: URL of a lockapi with LOCKAPI_EVENTS=false on the same Redis (another LOCKAPI_KEY_PREFIX)")
+	fs.StringVar(&cfg.memory, "memory", "", "cost: URL of a lockapi on the memory store")
 	fs.StringVar(&cfg.vs, "vs", "", "with -record: compare this throughput run with the recorded run of that label (e.g. -label metrics-on -vs metrics-off: the metrics overhead)")
 	fs.StringVar(&cfg.kind.name, "kind", "lock", "throughput, rate, handoff: the kind of lock: lock, shared, semaphore (-limit), fair, or multi (-names at once)")
 	fs.IntVar(&cfg.kind.limit, "limit", 4, "-kind semaphore: permits per name (handoff uses 1, so that every grant is a hand-off)")
@@ -165,6 +184,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-kind %q: want lock, shared, semaphore, fair or multi", cfg.kind.name)
 	case cfg.kind.limit < 1 || cfg.kind.limit > 10000 || cfg.kind.names < 1 || cfg.kind.names > 64:
 		return nil, errors.New("-limit is 1-10000 and -names 1-64")
+	case cfg.store != "redis" && cfg.store != "memory":
+		return nil, fmt.Errorf("-store %q: want redis or memory", cfg.store)
+	case (cfg.mode == "bare" || cfg.mode == "cost") && cfg.rounds < 1:
+		return nil, errors.New("-rounds must be at least 1")
 	case cfg.vs != "" && cfg.record == "":
 		return nil, errors.New("-vs compares with a recorded run: it needs -record")
 	}
@@ -239,6 +262,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		res, err = runIdle(ctx, cfg, stderr)
 	case "sse":
 		res, err = runSSE(ctx, cfg, stderr)
+	case "redisson":
+		res, err = runRedisson(ctx, cfg, stderr)
+	case "bare":
+		res, err = runBare(ctx, cfg, stderr)
+	case "cost":
+		res, err = runCost(ctx, cfg, stderr)
+	case "bare-front":
+		if err := runBareFront(ctx, cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "lockbench bare-front: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lockbench %s: %v\n", cfg.mode, err)
