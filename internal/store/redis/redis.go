@@ -40,34 +40,33 @@ var (
 	expireLua string
 	//go:embed scripts/lib.lua
 	libLua string
-
-	// Each script is loaded once and run with EVALSHA, falling back to EVAL
-	// when Redis lost its script cache (restart, failover, SCRIPT FLUSH).
-	plainScripts = newScriptSet("")
-	// On Redis Cluster with events, a script writes the event log of the
-	// master that serves its name, whose keys are in another slot of that
-	// master (see events_from in lib.lua): Redis 7 allows it with this flag.
-	clusterScripts = newScriptSet("#!lua flags=allow-cross-slot-keys\n")
 )
 
-// scriptSet holds the scripts, each starting with lib.lua, the helpers they
-// share, after head.
+// scriptSet is the store's library (library.go) and its entry points.
 type scriptSet struct {
-	acquire, renew, release, forceRelease, inspect, abandon, leave, expire *goredis.Script
+	lib                                            *library
+	acquire, renew, release, forceRelease, inspect *script
+	abandon, leave, expire                         *script
 }
 
-func newScriptSet(head string) *scriptSet {
-	lib := head + libLua
-	return &scriptSet{
-		acquire:      goredis.NewScript(lib + acquireLua),
-		renew:        goredis.NewScript(lib + renewLua),
-		release:      goredis.NewScript(lib + releaseLua),
-		forceRelease: goredis.NewScript(lib + forceReleaseLua),
-		inspect:      goredis.NewScript(lib + inspectLua),
-		abandon:      goredis.NewScript(lib + abandonLua),
-		leave:        goredis.NewScript(lib + leaveLua),
-		expire:       goredis.NewScript(lib + expireLua),
-	}
+// newScriptSet builds the scripts of one store. On Redis Cluster with
+// events, a script writes the event log of the master that serves its
+// name, whose keys are in another slot of that master (see events_from in
+// lib.lua): crossSlot flags the scripts so that Redis 7 allows it.
+func newScriptSet(crossSlot bool) *scriptSet {
+	l := newLibrary(libLua, crossSlot,
+		entry{name: "acquire", body: acquireLua},
+		entry{name: "renew", body: renewLua},
+		entry{name: "release", body: releaseLua},
+		entry{name: "force_release", body: forceReleaseLua},
+		entry{name: "inspect", body: inspectLua, readOnly: true},
+		entry{name: "abandon", body: abandonLua},
+		entry{name: "leave", body: leaveLua},
+		entry{name: "expire", body: expireLua},
+	)
+	f := l.funcs
+	return &scriptSet{lib: l, acquire: f[0], renew: f[1], release: f[2], forceRelease: f[3],
+		inspect: f[4], abandon: f[5], leave: f[6], expire: f[7]}
 }
 
 // DefaultPrefix is the key prefix when none is configured.
@@ -175,7 +174,6 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		callTimeout: opts.CallTimeout,
 		observe:     opts.ObserveScript,
 		minReplicas: opts.MinReplicas,
-		scripts:     plainScripts,
 	}
 	if s.callTimeout <= 0 {
 		s.callTimeout = DefaultCallTimeout
@@ -214,7 +212,6 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		s.retention = retention
 		if s.cluster != nil {
 			s.clusterLogs = &clusterLogs{s: s, bySlot: map[int]*eventLog{}}
-			s.scripts = clusterScripts
 			s.nodeBlocking = map[string]*blockingConns{}
 		} else {
 			s.eventsArg = s.eventsMax
@@ -224,6 +221,7 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 			s.listener.(*classicListener).announce(s.expiriesKey(), s.log.sweep.notice)
 		}
 	}
+	s.scripts = newScriptSet(s.clusterLogs != nil)
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
@@ -283,7 +281,7 @@ const movedAttempts = 3
 // deadline and reports its duration to the observer. A script is sent again
 // only when Redis refused it without running it (MOVED, ASK); nothing else is
 // ever retried.
-func (s *Store) run(ctx context.Context, name string, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+func (s *Store) run(ctx context.Context, name string, script *script, keys []string, args ...any) *goredis.Cmd {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
@@ -292,7 +290,7 @@ func (s *Store) run(ctx context.Context, name string, script *goredis.Script, ke
 		if s.batch != nil {
 			cmd = s.batch.run(script, keys, args)
 		} else {
-			cmd = script.Run(ctx, s.rdb, keys, args...)
+			cmd = script.run(ctx, s.rdb, keys, args)
 		}
 		if s.clusterLogs != nil && isNonLocal(cmd.Err()) && attempt < movedAttempts {
 			// The events argument named a log its master does not serve
@@ -443,7 +441,7 @@ func unconfirmed(what string, got, n int, then string) error {
 // have every write its own connection made. That bypasses the batcher, whose
 // pipelines mix callers. confirmed is how many replicas acknowledged in time
 // (0 when n is 0).
-func (s *Store) write(ctx context.Context, name string, script *goredis.Script, keys []string, n int, args ...any) (cmd *goredis.Cmd, confirmed int) {
+func (s *Store) write(ctx context.Context, name string, script *script, keys []string, n int, args ...any) (cmd *goredis.Cmd, confirmed int) {
 	if n <= 0 {
 		return s.run(ctx, name, script, keys, args...), 0
 	}
@@ -462,12 +460,27 @@ func (s *Store) write(ctx context.Context, name string, script *goredis.Script, 
 		master = c
 	}
 	// WAIT may use half of the call's time; the rest is for the round trip.
-	// EVAL, not EVALSHA: a NOSCRIPT (a master new since a failover) would
-	// cost a second WAIT, and this path pays a replica's round trip anyway.
-	pipe := master.Pipeline()
-	cmd = script.Eval(ctx, pipe, keys, args...)
-	wait := pipe.Do(ctx, "wait", n, (s.callTimeout / 2).Milliseconds())
-	_, _ = pipe.Exec(ctx)
+	// FCALL, or EVAL, not EVALSHA: a NOSCRIPT (a master new since a
+	// failover) would cost a second WAIT, and this path pays a replica's
+	// round trip anyway. A Redis without the library (or without
+	// Functions) refused the FCALL without running it: it is sent again.
+	var wait *goredis.Cmd
+	for range 3 {
+		pipe := master.Pipeline()
+		cmd = script.evalNow(ctx, pipe, keys, args)
+		wait = pipe.Do(ctx, "wait", n, (s.callTimeout / 2).Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		load, again := script.lib.noted(cmd.Err())
+		if load {
+			if err := script.lib.load(ctx, s.rdb); err != nil {
+				cmd.SetErr(err)
+				break
+			}
+		}
+		if !again {
+			break
+		}
+	}
 	s.noteFailure(cmd.Err())
 	if s.observe != nil {
 		s.observe(name, time.Since(start))

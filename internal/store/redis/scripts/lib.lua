@@ -1,7 +1,12 @@
--- lib.lua: shared by every script that reads shared leases, permits or the
--- queue; the store prepends it to those scripts (see scripts.go).
+-- lib.lua: the helpers every script shares. The store loads lib.lua and the
+-- scripts as one library of Redis Functions (Redis 7 and later), where each
+-- script is the body of a function, so the helpers are defined once per
+-- library load instead of once per call; on Redis 6.2 each script runs with
+-- EVAL, lib.lua prepended (see library.go). Either way a call starts with
+-- begin, which hands the helpers that call's keys and arguments and resets
+-- what they remember of the last call.
 --
--- Those scripts take the same nine keys, the first seven tagged {name}:
+-- The full scripts take the same nine keys, the first seven tagged {name}:
 --   KEYS[1] lock hash (the exclusive lease)   <prefix>{name}:lock
 --   KEYS[2] fence hash                        <prefix>{name}:fence
 --   KEYS[3] abandoned request ids (set)       <prefix>{name}:abandoned
@@ -29,11 +34,24 @@
 
 local QUEUE_TTL = 1000 -- ms a queue place lasts unless renewed (lock.QueueEntryTTL)
 
+-- The running call's keys and arguments, as begin set them.
+local KEYS, ARGV = nil, nil
+
 -- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded.
 -- EV_LOG is the log (a stream), EV_EXP the expiries of live leases (a
 -- sorted set), and an earliest expiry is announced with EV_PUB on EV_CHAN.
-local EVENTS_MAX = 0
-local EV_LOG, EV_EXP, EV_CHAN, EV_PUB = KEYS[8], KEYS[9], KEYS[9], 'PUBLISH'
+local EVENTS_MAX, EV_LOG, EV_EXP, EV_CHAN, EV_PUB = 0, nil, nil, nil, 'PUBLISH'
+
+-- What the helpers below remember within one call.
+local FENCE, FENCE_W, RARE, name_of_lock = nil, {}, nil, nil
+
+-- begin starts a call: keys and args are its KEYS and ARGV.
+local function begin(keys, args)
+	KEYS, ARGV = keys, args
+	EVENTS_MAX, EV_PUB = 0, 'PUBLISH'
+	EV_LOG, EV_EXP, EV_CHAN = keys[8], keys[9], keys[9]
+	FENCE, FENCE_W, RARE, name_of_lock = nil, {}, nil, nil
+end
 
 -- events_from reads a script's events argument (its header says which
 -- ARGV), before the script changes anything: "<max>" records into KEYS[8]
@@ -58,8 +76,6 @@ end
 -- index (ver) and the exclusive lease's events member (evx). fence reads
 -- the three in one call, once per script; fence_set queues a write and
 -- fence_flush makes the queued writes in one call.
-local FENCE, FENCE_W = nil, {}
-
 local function fence()
 	if not FENCE then
 		local v = redis.call('HMGET', KEYS[2], 'token', 'ver', 'evx')
@@ -84,8 +100,6 @@ end
 -- use: abandoned request ids (KEYS[3]), shared leases and permits (their
 -- expiries, KEYS[5]) or a queue (KEYS[6]). Most names have none, and one
 -- call then spares a look at each. A script that creates one sets it.
-local RARE = nil
-
 local function rare()
 	if RARE == nil then
 		RARE = redis.call('EXISTS', KEYS[3], KEYS[5], KEYS[6]) > 0
@@ -155,7 +169,6 @@ end
 -- announcement while the mark is pending. The sweeper that finds the mark
 -- due removes it and looks at EV_EXP again.
 
-local name_of_lock = nil
 local function lock_name()
 	if not name_of_lock then
 		-- KEYS[1] is <prefix>{<name>}:lock and the prefix holds no brace.
