@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -258,18 +259,21 @@ func plainClient(rdb goredis.UniversalClient) *goredis.Client {
 	return nil
 }
 
-// keys lists the keys every script takes, in the order lib.lua names them.
-// While events are not recorded, the lock key stands in for the event log
-// and the expiries set, which no script then touches.
+// keys lists the keys every full script takes, in the order lib.lua names
+// them: the event log and the expiries set only while events are recorded
+// outside Redis Cluster.
 func (s *Store) keys(name string) []string {
-	lock := s.lockKey(name)
-	events, expiries := lock, lock
+	return s.withLog(s.lockKey(name), s.fenceKey(name), s.abandonedKey(name),
+		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name))
+}
+
+// withLog adds the event log and the expiries set to a script's keys while
+// events are recorded outside Redis Cluster.
+func (s *Store) withLog(keys ...string) []string {
 	if s.log != nil {
-		events, expiries = s.log.key, s.log.exp
+		keys = append(keys, s.log.key, s.log.exp)
 	}
-	return []string{lock, s.fenceKey(name), s.abandonedKey(name),
-		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name),
-		events, expiries}
+	return keys
 }
 
 // movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
@@ -365,7 +369,7 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if err := req.Validate(); err != nil {
 		return lock.Grant{}, err
 	}
-	meta := "{}"
+	meta := ""
 	if len(req.Metadata) > 0 {
 		b, err := json.Marshal(req.Metadata)
 		if err != nil {
@@ -378,17 +382,15 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		return lock.Grant{}, storeError(err)
 	}
 	requestID := ulid.Make().String()
-	keys := s.keys(req.Lock)
-	mode, fair := "x", "0"
-	if req.Mode == lock.Shared {
-		mode = "s"
+	cmd, confirmed := s.acquire(ctx, req, requestID, meta, ev)
+	if fresh, ok := cmd.Val().(string); ok && cmd.Err() == nil {
+		// A fresh exclusive lease: "<token> <acquired ms>".
+		g, err := freshGrant(req, requestID, fresh)
+		if err == nil {
+			evlog.recorded()
+		}
+		return s.confirmGrant(ctx, req, g, confirmed, err)
 	}
-	if req.Fair {
-		fair = "1"
-	}
-	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID, ev}
-	cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquire, keys, req.MinReplicas, args...)
 	res, err := cmd.Slice()
 	if err != nil {
 		if outcomeUnknown(err) {
@@ -420,13 +422,60 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if !g.Replayed {
 		evlog.recorded()
 	}
-	if r.err == nil && confirmed < req.MinReplicas {
+	return s.confirmGrant(ctx, req, g, confirmed, r.err)
+}
+
+// confirmGrant returns a grant once enough replicas confirmed it (confirmed
+// of req.MinReplicas), and undoes it otherwise. err is what reading the
+// grant's reply met.
+func (s *Store) confirmGrant(ctx context.Context, req lock.AcquireRequest, g lock.Grant, confirmed int, err error) (lock.Grant, error) {
+	if err == nil && confirmed < req.MinReplicas {
 		// A failover now could lose this grant and hand the lock to
 		// someone else while its holder works. Undo it.
 		_ = s.Abandon(ctx, req.Lock, g.RequestID)
 		return lock.Grant{}, unconfirmed("grant", confirmed, req.MinReplicas, "it was released")
 	}
-	return g, r.err
+	return g, err
+}
+
+// acquire runs the acquire script.
+func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta, ev string) (*goredis.Cmd, int) {
+	mode, fair := "x", "0"
+	if req.Mode == lock.Shared {
+		mode = "s"
+	}
+	if req.Fair {
+		fair = "1"
+	}
+	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas,
+		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
+		mode, req.Limit, fair, req.WaiterID, ev)
+}
+
+// freshGrant is the grant of a fresh exclusive lease, which the scripts
+// answer with "<token> <acquired ms>" only: the rest is as req asked.
+func freshGrant(req lock.AcquireRequest, requestID, reply string) (lock.Grant, error) {
+	tok, acq, _ := strings.Cut(reply, " ")
+	token, err1 := strconv.ParseUint(tok, 10, 64)
+	ms, err2 := strconv.ParseInt(acq, 10, 64)
+	if err1 != nil || err2 != nil {
+		return lock.Grant{}, &lock.Error{Code: lock.CodeInternal, Detail: "internal error",
+			Err: fmt.Errorf("store: acquire reply %q is not a token and a time", reply)}
+	}
+	at := time.UnixMilli(ms).UTC()
+	var md map[string]string
+	if len(req.Metadata) > 0 {
+		md = maps.Clone(req.Metadata)
+	}
+	return lock.Grant{
+		Lease: lock.Lease{
+			Lock: req.Lock, Mode: lock.Exclusive, ID: requestID, Owner: req.Owner, Principal: req.Principal,
+			Token: token, HoldCount: 1, TTL: req.TTL, AcquiredAt: at, ExpiresAt: at.Add(req.TTL),
+			Metadata: md,
+		},
+		Fresh:     true,
+		RequestID: requestID,
+	}, nil
 }
 
 // unconfirmed is the error of a write that fewer than n replicas confirmed.

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_1139f7a88de15ef3"},
-		{"cluster", true, "lockapi_4d486cb5627cc7a2"},
+		{"plain", false, "lockapi_36d925cfe14d1450"},
+		{"cluster", true, "lockapi_763314b4702c8a9a"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

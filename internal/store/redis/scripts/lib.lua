@@ -18,8 +18,8 @@
 --   KEYS[9] lease expiries (sorted set)       <prefix>events:expiries
 --
 -- KEYS[8] and KEYS[9] are one per Redis, not per name: they are given only
--- when events are recorded outside Redis Cluster. Otherwise the store
--- passes KEYS[1] in their place, and events_from says where the log is.
+-- when events are recorded outside Redis Cluster. On Redis Cluster
+-- events_from says where the log is.
 --
 -- A shared lease or permit is one field of KEYS[4]: its lease id -> a JSON
 -- record {owner, principal, token, count, ttl, acq, exp, meta, op, idem,
@@ -29,28 +29,31 @@
 -- (reentrancy), 'i:<idempotency key>' -> lease id, 'r:<request id>' -> lease
 -- id of a lease's latest reentrant acquire (abandon), and 'limit'.
 --
--- Numbers go into records as strings formatted with '%.0f': cjson, like
--- Lua's own conversion, keeps 14 significant digits.
+-- Numbers go into records as strings written by fmt: cjson, like Lua's own
+-- conversion (tostring, ..), keeps 14 significant digits. A number given to
+-- redis.call as an argument, or returned, keeps all its digits, but costs
+-- Redis 7.0 more to write than fmt does.
 
 local QUEUE_TTL = 1000 -- ms a queue place lasts unless renewed (lock.QueueEntryTTL)
 
 -- The running call's keys and arguments, as begin set them.
 local KEYS, ARGV = nil, nil
 
--- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded.
--- EV_LOG is the log (a stream), EV_EXP the expiries of live leases (a
--- sorted set), and an earliest expiry is announced with EV_PUB on EV_CHAN.
-local EVENTS_MAX, EV_LOG, EV_EXP, EV_CHAN, EV_PUB = 0, nil, nil, nil, 'PUBLISH'
+-- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded
+-- (EV_MAXLEN as written: a number given to redis.call costs more). EV_LOG
+-- is the log (a stream), EV_EXP the expiries of live leases (a sorted set),
+-- and an earliest expiry is announced with EV_PUB on EV_CHAN.
+local EVENTS_MAX, EV_MAXLEN, EV_LOG, EV_EXP, EV_CHAN, EV_PUB = 0, '0', nil, nil, nil, 'PUBLISH'
 
 -- What the helpers below remember within one call.
-local FENCE, FENCE_W, RARE, name_of_lock = nil, {}, nil, nil
+local FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
 
 -- begin starts a call: keys and args are its KEYS and ARGV.
 local function begin(keys, args)
 	KEYS, ARGV = keys, args
 	EVENTS_MAX, EV_PUB = 0, 'PUBLISH'
 	EV_LOG, EV_EXP, EV_CHAN = keys[8], keys[9], keys[9]
-	FENCE, FENCE_W, RARE, name_of_lock = nil, {}, nil, nil
+	FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
 end
 
 -- events_from reads a script's events argument (its header says which
@@ -62,12 +65,15 @@ end
 -- and the first access below fails, before any change, on a master that
 -- does not serve that slot (the store's slot map was stale).
 local function events_from(arg)
-	local max, log, exp, chan = string.match(arg, '^(%d+)\n([^\n]+)\n([^\n]+)\n([^\n]+)$')
-	if not max then
-		EVENTS_MAX = tonumber(arg)
+	if arg == '0' then
 		return
 	end
-	EVENTS_MAX = tonumber(max)
+	if not string.find(arg, '\n', 1, true) then
+		EVENTS_MAX, EV_MAXLEN = tonumber(arg), arg
+		return
+	end
+	local max, log, exp, chan = string.match(arg, '^(%d+)\n([^\n]+)\n([^\n]+)\n([^\n]+)$')
+	EVENTS_MAX, EV_MAXLEN = tonumber(max), max
 	EV_LOG, EV_EXP, EV_CHAN, EV_PUB = log, exp, chan, 'SPUBLISH'
 	redis.call('EXISTS', EV_LOG)
 end
@@ -121,8 +127,20 @@ local function clock()
 	return us, math.floor(us / 1000)
 end
 
+-- fmt writes an integer (a token, a time in ms) in full. '%d' is less than
+-- half the work of '%.0f', where Lua's integer format holds 64 bits, as it
+-- does wherever Redis runs (checked at the first call: a library being
+-- loaded has no string functions).
+local INT_FORMAT = nil
+
 local function fmt(n)
-	return string.format('%.0f', n)
+	if not INT_FORMAT then
+		INT_FORMAT = '%.0f'
+		if string.format('%d', 2 ^ 53) == '9007199254740992' then
+			INT_FORMAT = '%d'
+		end
+	end
+	return string.format(INT_FORMAT, n)
 end
 
 local function load_record(id)
@@ -177,8 +195,15 @@ local function lock_name()
 	return name_of_lock
 end
 
+-- lease_member returns a lease's member; a script that records a lease
+-- it tracks asks twice, and builds it once (MEMBER: {id, member}).
 local function lease_member(id, mode, token, owner, principal)
-	return lock_name() .. '\n' .. id .. '\n' .. mode .. '\n' .. token .. '\n' .. owner .. '\n' .. principal
+	if MEMBER and MEMBER[1] == id then
+		return MEMBER[2]
+	end
+	local m = lock_name() .. '\n' .. id .. '\n' .. mode .. '\n' .. token .. '\n' .. owner .. '\n' .. principal
+	MEMBER = {id, m}
+	return m
 end
 
 -- record records event t of lease id: count is its holds left (0: the lease
@@ -203,9 +228,12 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by)
 			redis.call(EV_PUB, EV_CHAN, exp)
 		end
 	end
-	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EVENTS_MAX, '*', 't', t, 'l', lock_name(), 'k', id,
-		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count,
-		'q', queue_length(now))
+	local q = queue_length(now)
+	if q == 0 then
+		q = '0'
+	end
+	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
+		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q)
 end
 
 -- track_exclusive notes the member of a fresh exclusive lease in the fence.
