@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -49,6 +50,9 @@ type script struct {
 type entry struct {
 	name string // the function's suffix: acquire, release, ...
 	body string // the file
+	// ev is where the event log's key is among the script's keys (see
+	// begin in lib.lua).
+	ev int
 	// readOnly marks a script that writes nothing, so that Redis runs it
 	// even when it refuses writes (out of memory, say).
 	readOnly bool
@@ -74,7 +78,7 @@ func newLibrary(lib string, crossSlot bool, entries ...entry) *library {
 	for _, e := range entries {
 		src := head + "local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n" + lib +
 			"\nlocal function script_" + e.name + "()\n" + e.body + "\nend\n" +
-			"begin(EVAL_KEYS, EVAL_ARGV)\nreturn script_" + e.name + "()\n"
+			"begin(EVAL_KEYS, EVAL_ARGV, " + strconv.Itoa(e.ev) + ")\nreturn script_" + e.name + "()\n"
 		l.funcs = append(l.funcs, &script{lib: l, fn: l.name + "_" + e.name, eval: goredis.NewScript(src)})
 	}
 	return l
@@ -94,7 +98,7 @@ func registration(entries []entry, prefix string, crossSlot bool) string {
 		}
 		b.WriteString("redis.register_function{function_name = '" + prefix + e.name +
 			"', flags = {" + strings.Join(flags, ", ") + "}, callback = function(keys, args)\n" +
-			"\tbegin(keys, args)\n\treturn script_" + e.name + "()\nend}\n")
+			"\tbegin(keys, args, " + strconv.Itoa(e.ev) + ")\n\treturn script_" + e.name + "()\nend}\n")
 	}
 	return b.String()
 }

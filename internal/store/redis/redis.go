@@ -25,10 +25,14 @@ import (
 var (
 	//go:embed scripts/acquire.lua
 	acquireLua string
+	//go:embed scripts/acquire_fast.lua
+	acquireFastLua string
 	//go:embed scripts/renew.lua
 	renewLua string
 	//go:embed scripts/release.lua
 	releaseLua string
+	//go:embed scripts/release_fast.lua
+	releaseFastLua string
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
 	//go:embed scripts/inspect.lua
@@ -45,9 +49,9 @@ var (
 
 // scriptSet is the store's library (library.go) and its entry points.
 type scriptSet struct {
-	lib                                            *library
-	acquire, renew, release, forceRelease, inspect *script
-	abandon, leave, expire                         *script
+	lib                                                             *library
+	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
+	inspect, abandon, leave, expire                                 *script
 }
 
 // newScriptSet builds the scripts of one store. On Redis Cluster with
@@ -56,19 +60,25 @@ type scriptSet struct {
 // lib.lua): crossSlot flags the scripts so that Redis 7 allows it.
 func newScriptSet(crossSlot bool) *scriptSet {
 	l := newLibrary(libLua, crossSlot,
-		entry{name: "acquire", body: acquireLua},
-		entry{name: "renew", body: renewLua},
-		entry{name: "release", body: releaseLua},
-		entry{name: "force_release", body: forceReleaseLua},
-		entry{name: "inspect", body: inspectLua, readOnly: true},
-		entry{name: "abandon", body: abandonLua},
-		entry{name: "leave", body: leaveLua},
-		entry{name: "expire", body: expireLua},
+		entry{name: "acquire", body: acquireLua, ev: 8},
+		entry{name: "acquire_fast", body: acquireFastLua, ev: 6},
+		entry{name: "renew", body: renewLua, ev: 8},
+		entry{name: "release", body: releaseLua, ev: 8},
+		entry{name: "release_fast", body: releaseFastLua, ev: 4},
+		entry{name: "force_release", body: forceReleaseLua, ev: 8},
+		entry{name: "inspect", body: inspectLua, ev: 8, readOnly: true},
+		entry{name: "abandon", body: abandonLua, ev: 8},
+		entry{name: "leave", body: leaveLua, ev: 8},
+		entry{name: "expire", body: expireLua, ev: 8},
 	)
 	f := l.funcs
-	return &scriptSet{lib: l, acquire: f[0], renew: f[1], release: f[2], forceRelease: f[3],
-		inspect: f[4], abandon: f[5], leave: f[6], expire: f[7]}
+	return &scriptSet{lib: l, acquire: f[0], acquireFast: f[1], renew: f[2], release: f[3], releaseFast: f[4],
+		forceRelease: f[5], inspect: f[6], abandon: f[7], leave: f[8], expire: f[9]}
 }
+
+// fallback is a fast script's answer when the full script must run
+// (FALLBACK in lib.lua).
+const fallback = -9
 
 // DefaultPrefix is the key prefix when none is configured.
 const DefaultPrefix = "lockapi:"
@@ -267,6 +277,16 @@ func (s *Store) keys(name string) []string {
 		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name))
 }
 
+// acquireKeys and releaseKeys list the keys of the fast scripts
+// (acquire_fast.lua, release_fast.lua).
+func (s *Store) acquireKeys(name string) []string {
+	return s.withLog(s.lockKey(name), s.fenceKey(name), s.abandonedKey(name), s.expiryKey(name), s.queueKey(name))
+}
+
+func (s *Store) releaseKeys(name string) []string {
+	return s.withLog(s.lockKey(name), s.fenceKey(name), s.queueKey(name))
+}
+
 // withLog adds the event log and the expiries set to a script's keys while
 // events are recorded outside Redis Cluster.
 func (s *Store) withLog(keys ...string) []string {
@@ -438,8 +458,17 @@ func (s *Store) confirmGrant(ctx context.Context, req lock.AcquireRequest, g loc
 	return g, err
 }
 
-// acquire runs the acquire script.
+// acquire runs the acquire script: the fast one when the request is a plain
+// exclusive try (see acquire_fast.lua), and the full one when the request
+// is anything else or the fast script leaves it to the full one.
 func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta, ev string) (*goredis.Cmd, int) {
+	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" {
+		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas,
+			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish, ev)
+		if !fellBack(cmd) {
+			return cmd, confirmed
+		}
+	}
 	mode, fair := "x", "0"
 	if req.Mode == lock.Shared {
 		mode = "s"
@@ -450,6 +479,12 @@ func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID,
 	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas,
 		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
 		mode, req.Limit, fair, req.WaiterID, ev)
+}
+
+// fellBack reports a fast script's answer that the full script must run.
+func fellBack(cmd *goredis.Cmd) bool {
+	n, err := cmd.Int64()
+	return err == nil && n == fallback
 }
 
 // freshGrant is the grant of a fresh exclusive lease, which the scripts
@@ -612,7 +647,18 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	if err != nil {
 		return out, storeError(err)
 	}
-	cmd, confirmed := s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, ev)
+	// The fast script ends the last hold of an exclusive lease; anything
+	// else it leaves to the full one.
+	cmd, confirmed := s.write(ctx, "release", s.scripts.releaseFast, s.releaseKeys(name), s.minReplicas, ref.ID, ref.Principal, s.channel(name), s.publish, ev)
+	if fellBack(cmd) {
+		cmd, confirmed = s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, ev)
+	}
+	if n, err := cmd.Int64(); err == nil && n == 1 {
+		// The fast script ended the lease.
+		out.Released = true
+		evlog.recorded()
+		return out, s.confirmRelease(confirmed)
+	}
 	res, err := cmd.Slice()
 	if err != nil {
 		return out, storeError(err)
@@ -630,11 +676,20 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	if !out.Retried {
 		evlog.recorded()
 	}
-	if r.err == nil && confirmed < s.minReplicas {
-		return out, unconfirmed("release", confirmed, s.minReplicas,
+	if r.err != nil {
+		return out, r.err
+	}
+	return out, s.confirmRelease(confirmed)
+}
+
+// confirmRelease is the error of a release that fewer replicas confirmed
+// than the store asks for.
+func (s *Store) confirmRelease(confirmed int) error {
+	if confirmed < s.minReplicas {
+		return unconfirmed("release", confirmed, s.minReplicas,
 			"it took effect on the master, but a failover now could undo it: release again (a repeat is safe)")
 	}
-	return out, r.err
+	return nil
 }
 
 // Inspect implements lock.Store.

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,6 +178,44 @@ func TestRedis_release_does_not_stampede(t *testing.T) {
 	// The release, and the one woken waiter's acquire.
 	if calls > 4 {
 		t.Fatalf("a release with %d waiters caused %d script calls", n, calls)
+	}
+}
+
+// TestRedis_plain_pair_runs_one_script_each: a plain acquire, a refusal and
+// a release run one script each (the fast ones), with events recorded or
+// not. A second hold, and a release that leaves one, go on to the full
+// scripts: two calls.
+func TestRedis_plain_pair_runs_one_script_each(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		t.Run(fmt.Sprintf("events=%v", events), func(t *testing.T) {
+			srv := redistest.Start(t)
+			observer := srv.Client(t)
+			s := openStoreOptions(t, redisstore.ClientConfig{URL: srv.URL}, redisstore.Options{Events: events})
+			calls := func(what string, want int64, do func()) {
+				t.Helper()
+				before := commandCalls(t, observer)
+				do()
+				if got := scripts(commandsSince(t, observer, before)); got != want {
+					t.Errorf("%s: %d script calls, want %d", what, got, want)
+				}
+			}
+			// The first call gives this Redis the library.
+			storetest.Acquire(t, s, "warm-up", "a", time.Minute)
+			var a lock.Lease
+			release := func() {
+				if _, err := s.Release(ctx, lock.LeaseRef{Lock: "plain", ID: a.ID}, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			calls("acquire", 1, func() { a = storetest.Acquire(t, s, "plain", "a", time.Minute) })
+			calls("refusal", 1, func() {
+				_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "plain", Owner: "b", TTL: time.Minute})
+				storetest.WantCode(t, err, lock.CodeHeld)
+			})
+			calls("second hold", 2, func() { storetest.Acquire(t, s, "plain", "a", time.Minute) })
+			calls("release of one of two holds", 2, release)
+			calls("release", 1, release)
+		})
 	}
 }
 

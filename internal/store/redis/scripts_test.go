@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_36d925cfe14d1450"},
-		{"cluster", true, "lockapi_763314b4702c8a9a"},
+		{"plain", false, "lockapi_41a86d62c106c950"},
+		{"cluster", true, "lockapi_8e2298f3ee257150"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

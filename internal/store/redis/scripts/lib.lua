@@ -21,6 +21,14 @@
 -- when events are recorded outside Redis Cluster. On Redis Cluster
 -- events_from says where the log is.
 --
+-- The fast scripts (acquire_fast.lua, release_fast.lua) serve the common
+-- case, a plain exclusive lock that nobody queues for, with fewer keys and
+-- arguments (each costs Redis about as much as a small command); their
+-- headers list them. They look for the keys only some locks have, and
+-- when they find one, or anything else they leave to the full scripts,
+-- they change nothing and answer FALLBACK, for the store to call the full
+-- script instead.
+--
 -- A shared lease or permit is one field of KEYS[4]: its lease id -> a JSON
 -- record {owner, principal, token, count, ttl, acq, exp, meta, op, idem,
 -- idemop, st}, where st maps request ids to 'c' (answer claimed by a
@@ -36,6 +44,9 @@
 
 local QUEUE_TTL = 1000 -- ms a queue place lasts unless renewed (lock.QueueEntryTTL)
 
+-- FALLBACK is a fast script's answer when the full script must run instead.
+local FALLBACK = -9
+
 -- The running call's keys and arguments, as begin set them.
 local KEYS, ARGV = nil, nil
 
@@ -48,11 +59,13 @@ local EVENTS_MAX, EV_MAXLEN, EV_LOG, EV_EXP, EV_CHAN, EV_PUB = 0, '0', nil, nil,
 -- What the helpers below remember within one call.
 local FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
 
--- begin starts a call: keys and args are its KEYS and ARGV.
-local function begin(keys, args)
+-- begin starts a call: keys and args are its KEYS and ARGV, and the event
+-- log and its expiries are keys[ev] and keys[ev + 1] when given (8 in the
+-- full scripts).
+local function begin(keys, args, ev)
 	KEYS, ARGV = keys, args
 	EVENTS_MAX, EV_PUB = 0, 'PUBLISH'
-	EV_LOG, EV_EXP, EV_CHAN = keys[8], keys[9], keys[9]
+	EV_LOG, EV_EXP, EV_CHAN = keys[ev], keys[ev + 1], keys[ev + 1]
 	FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
 end
 
