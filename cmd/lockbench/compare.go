@@ -110,6 +110,9 @@ func (c *contender) report(r *result) {
 	if med, _, ok := c.median((*loadRun).redisCmdsPerPair); ok {
 		r.setFloat(c.key+"_redis_cmds_per_pair", med, 1)
 	}
+	if med, _, ok := c.median((*loadRun).redisReadsPerPair); ok {
+		r.setFloat(c.key+"_redis_reads_per_pair", med, 2)
+	}
 	var errs int64
 	for _, run := range c.runs {
 		errs += run.stats.errors

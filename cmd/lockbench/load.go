@@ -114,6 +114,9 @@ func (l *loadRun) report(r *result) {
 	if n, ok := l.redisCmdsPerPair(); ok {
 		r.setFloat("redis_cmds_per_pair", n, 1)
 	}
+	if n, ok := l.redisReadsPerPair(); ok {
+		r.setFloat("redis_reads_per_pair", n, 2)
+	}
 }
 
 // serverPerPair is the server's CPU time per pair, from /proc/<pid>/stat.
@@ -140,11 +143,24 @@ func (l *loadRun) redisPerPair() (float64, bool) {
 // redisCmdsPerPair is how many commands Redis ran per pair, script calls
 // not counted but the commands the scripts ran (see scriptCommands).
 func (l *loadRun) redisCmdsPerPair() (float64, bool) {
-	a, b := l.cpu[0], l.cpu[1]
-	if l.stats.pairs == 0 || a.redisCmds < 0 || b.redisCmds < 0 {
+	return l.perPair(func(s cpuSample) int64 { return s.redisCmds })
+}
+
+// redisReadsPerPair is how many socket reads Redis processed per pair:
+// 2 when every script call is a round trip of its own, less the more the
+// calls share pipelines.
+func (l *loadRun) redisReadsPerPair() (float64, bool) {
+	return l.perPair(func(s cpuSample) int64 { return s.redisReads })
+}
+
+// perPair is the change of a counter of the samples over the window, per
+// pair; a counter is -1 when unknown.
+func (l *loadRun) perPair(counter func(cpuSample) int64) (float64, bool) {
+	a, b := counter(l.cpu[0]), counter(l.cpu[1])
+	if l.stats.pairs == 0 || a < 0 || b < 0 {
 		return 0, false
 	}
-	return float64(b.redisCmds-a.redisCmds) / float64(l.stats.pairs), true
+	return float64(b-a) / float64(l.stats.pairs), true
 }
 
 // cpuPerPair is the CPU time one pair cost the tool, the server and Redis

@@ -294,9 +294,11 @@ type cpuSample struct {
 	haveServer, haveRedis bool
 	haveMachine           bool
 	serverless            bool
-	// redisCmds counts the commands Redis ran (see scriptCommands); -1
-	// when unknown.
-	redisCmds int64
+	// redisCmds counts the commands Redis ran (see scriptCommands), and
+	// redisReads the reads from client sockets it processed (INFO stats
+	// total_reads_processed: about one per pipeline, or per command
+	// unpipelined); -1 when unknown.
+	redisCmds, redisReads int64
 }
 
 func (m *cpuMeter) sample(ctx context.Context) cpuSample {
@@ -307,11 +309,16 @@ func (m *cpuMeter) sample(ctx context.Context) cpuSample {
 	if m.pid > 0 && m.pid != os.Getpid() {
 		s.server, s.haveServer = procCPU(m.pid)
 	}
-	s.redisCmds = -1
+	s.redisCmds, s.redisReads = -1, -1
 	if m.rdb != nil {
 		s.redis, s.haveRedis = redisCPU(ctx, m.rdb)
 		if calls, err := commandCalls(ctx, m.rdb); err == nil {
 			s.redisCmds = scriptCommands(calls)
+		}
+		if st, err := redisInfo(ctx, m.rdb, "stats"); err == nil {
+			if n, err := strconv.ParseInt(st["total_reads_processed"], 10, 64); err == nil {
+				s.redisReads = n
+			}
 		}
 	}
 	return s
