@@ -214,15 +214,6 @@ func bareContender(ctx context.Context, cfg *config, key, store, like string, lo
 	return httpContender(cfg, key, what, p.url, p.pid, store == "redis", log), p.stop, nil
 }
 
-// runRedisson is the redisson mode: the baseline alone, once.
-func runRedisson(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
-	run, err := redisson(ctx, cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	return cfg.loadResult(run), nil
-}
-
 // runBare is the bare mode: lockapi at -server against a bare front on the
 // same store, in alternating rounds.
 func runBare(ctx context.Context, cfg *config, log io.Writer) (*result, error) {

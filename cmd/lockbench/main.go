@@ -77,19 +77,37 @@ type config struct {
 	memory    string // cost: a lockapi on the memory store
 }
 
-// modes lists the modes and what they measure, for -h and errors.
-var modes = []struct{ name, help string }{
-	{"throughput", "C clients doing acquire+release on K random names, closed loop: pairs/s and acquire latency"},
-	{"rate", "the same cycle open-loop at -rate pairs/s (or -rate 80% of a peak measured first): acquire latency from the scheduled start"},
-	{"baseline", "the same cycle through the store's Lua scripts on go-redis, no HTTP (needs -redis)"},
-	{"all", "baseline, then throughput, in one invocation: the ratio http/baseline (alias: both)"},
-	{"handoff", "W waiters long-polling one lock: release-to-next-grant latency over N hand-offs"},
-	{"idle", "N long-poll waiters parked on a held lock: the server's extra RSS, goroutines, Redis connections and commands/s (needs -redis)"},
-	{"sse", "N idle event streams (GET /v1/events, default 1000): the server's extra RSS, goroutines and Redis commands/s (needs -redis)"},
-	{"redisson", "the throughput cycle as a Redisson-style script pair straight from go-redis, unpipelined: Redis CPU per pair (needs -redis)"},
-	{"bare", "lockapi at -server against a bare front (net/http and the same store, nothing else) that lockbench starts: server CPU per pair, in alternating -rounds"},
-	{"cost", "Redisson-style baseline, lockapi, lockapi -events-off, bare front, and with -memory lockapi and a bare front on the memory store: Redis and server CPU per pair, in alternating -rounds (needs -redis)"},
-	{"bare-front", "serve the bare front on -listen (bare and cost start it themselves)"},
+// mode is a way to run lockbench: what it measures, for -h and errors, and
+// the run that measures it.
+type mode struct {
+	name, help string
+	run        func(ctx context.Context, cfg *config, log io.Writer) (*result, error)
+}
+
+// modes lists the modes. bare-front has no run: it serves until stopped.
+var modes = []mode{
+	{"throughput", "C clients doing acquire+release on K random names, closed loop: pairs/s and acquire latency", runThroughput},
+	{"rate", "the same cycle open-loop at -rate pairs/s (or -rate 80% of a peak measured first): acquire latency from the scheduled start", runRate},
+	{"baseline", "the same cycle through the store's Lua scripts on go-redis, no HTTP (needs -redis)", loadMode(baseline)},
+	{"all", "baseline, then throughput, in one invocation: the ratio http/baseline (alias: both)", runAll},
+	{"handoff", "W waiters long-polling one lock: release-to-next-grant latency over N hand-offs", runHandoffKind},
+	{"idle", "N long-poll waiters parked on a held lock: the server's extra RSS, goroutines, Redis connections and commands/s (needs -redis)", runIdle},
+	{"sse", "N idle event streams (GET /v1/events, default 1000): the server's extra RSS, goroutines and Redis commands/s (needs -redis)", runSSE},
+	{"redisson", "the throughput cycle as a Redisson-style script pair straight from go-redis, unpipelined: Redis CPU per pair (needs -redis)", loadMode(redisson)},
+	{"bare", "lockapi at -server against a bare front (net/http and the same store, nothing else) that lockbench starts: server CPU per pair, in alternating -rounds", runBare},
+	{"cost", "Redisson-style baseline, lockapi, lockapi -events-off, bare front, and with -memory lockapi and a bare front on the memory store: Redis and server CPU per pair, in alternating -rounds (needs -redis)", runCost},
+	{"bare-front", "serve the bare front on -listen (bare and cost start it themselves)", nil},
+}
+
+// loadMode is the mode of one closed-loop run that load makes.
+func loadMode(load func(context.Context, *config, io.Writer) (*loadRun, error)) func(context.Context, *config, io.Writer) (*result, error) {
+	return func(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
+		run, err := load(ctx, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		return cfg.loadResult(run), nil
+	}
 }
 
 // Defaults that depend on the mode; a zero flag value means "the mode's".
@@ -237,44 +255,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The load average before the run says how busy the machine was with
 	// other work; other_cpu_cores (see addCPU) says it for the window.
 	cfg.load1 = loadAverage()
-	var res *result
-	switch cfg.mode {
-	case "throughput":
-		res, err = runThroughput(ctx, cfg, stderr)
-	case "rate":
-		res, err = runRate(ctx, cfg, stderr)
-	case "baseline":
-		res, err = runBaseline(ctx, cfg, stderr)
-	case "all":
-		res, err = runAll(ctx, cfg, stderr)
-	case "handoff":
-		switch cfg.kind.name {
-		case "shared":
-			res, err = runSharedHandoff(ctx, cfg, stderr)
-		case "semaphore":
-			// One permit, so that every grant waits for a release.
-			cfg.kind.limit = 1
-			res, err = runHandoff(ctx, cfg, stderr)
-		default:
-			res, err = runHandoff(ctx, cfg, stderr)
-		}
-	case "idle":
-		res, err = runIdle(ctx, cfg, stderr)
-	case "sse":
-		res, err = runSSE(ctx, cfg, stderr)
-	case "redisson":
-		res, err = runRedisson(ctx, cfg, stderr)
-	case "bare":
-		res, err = runBare(ctx, cfg, stderr)
-	case "cost":
-		res, err = runCost(ctx, cfg, stderr)
-	case "bare-front":
+	if cfg.mode == "bare-front" {
 		if err := runBareFront(ctx, cfg, stdout); err != nil {
 			fmt.Fprintf(stderr, "lockbench bare-front: %v\n", err)
 			return 1
 		}
 		return 0
 	}
+	i := slices.IndexFunc(modes, func(m mode) bool { return m.name == cfg.mode })
+	res, err := modes[i].run(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "lockbench %s: %v\n", cfg.mode, err)
 		return 1
