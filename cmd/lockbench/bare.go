@@ -24,8 +24,9 @@ import (
 // The bare front is the smallest HTTP server that does what the load modes
 // ask of lockapi: net/http's mux, lockapi's own store (on Redis, the same
 // scripts called the same way, batched, recording events or not as the
-// lockapi it is compared with), and lockapi's JSON answers, with none of
-// lockapi's validation, authentication, logs or metrics. The server CPU
+// lockapi it is compared with), and lockapi's JSON answers (its errors
+// too, as lockapi writes them), with none of lockapi's validation,
+// authentication, logs or metrics. The server CPU
 // that lockapi spends per pair beyond it is the cost of those.
 //
 // lockbench runs it as a child process (mode bare-front), so that its CPU
@@ -59,7 +60,7 @@ func (f *bareFront) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	g, err := f.st.TryAcquire(r.Context(), lock.AcquireRequest{Lock: r.PathValue("name"), Owner: b.Owner, TTL: time.Duration(b.TTLMs) * time.Millisecond})
 	if err != nil {
-		bareError(w, err)
+		lockhttp.Error(w, r, err)
 		return
 	}
 	l := g.Lease
@@ -83,7 +84,7 @@ func (f *bareFront) acquire(w http.ResponseWriter, r *http.Request) {
 func (f *bareFront) release(w http.ResponseWriter, r *http.Request) {
 	res, err := f.st.Release(r.Context(), lock.LeaseRef{Lock: r.PathValue("name"), ID: r.PathValue("lease_id")}, false)
 	if err != nil {
-		bareError(w, err)
+		lockhttp.Error(w, r, err)
 		return
 	}
 	bareJSON(w, http.StatusOK, lockhttp.ReleaseResult{Lock: res.Lock, LeaseID: res.LeaseID, HoldCount: res.HoldCount, Released: res.Released})
@@ -93,21 +94,6 @@ func bareJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// bareError answers the statuses the load modes tell apart: 409 for a held
-// lock, 410 for a lost lease, 503 or 500 for the rest.
-func bareError(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
-	switch lock.ErrorCode(err) {
-	case lock.CodeHeld:
-		status = http.StatusConflict
-	case lock.CodeLeaseLost:
-		status = http.StatusGone
-	case lock.CodeUnavailable:
-		status = http.StatusServiceUnavailable
-	}
-	http.Error(w, err.Error(), status)
 }
 
 // runBareFront is the bare-front mode: it serves until interrupted, after
