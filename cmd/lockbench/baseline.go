@@ -61,15 +61,6 @@ func baseline(ctx context.Context, cfg *config, log io.Writer) (*loadRun, error)
 	}, log)
 }
 
-// runBaseline is the baseline mode.
-func runBaseline(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
-	run, err := baseline(ctx, cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	return cfg.loadResult(run), nil
-}
-
 // runAll runs baseline, then throughput, in one invocation: both see the
 // machine in the same state, so their ratio holds even where absolute rates
 // wander from one minute to the next.

@@ -59,9 +59,21 @@ func (h *handoff) count() int64 {
 	return h.grants
 }
 
-// runHandoff is the handoff mode. W waiters long-poll one lock. Each, when
-// granted, records the time from just before the previous holder's DELETE
-// was sent until its own 201 arrived (one in-process monotonic clock, so no
+// runHandoffKind is the handoff mode, as -kind says.
+func runHandoffKind(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
+	switch cfg.kind.name {
+	case "shared":
+		return runSharedHandoff(ctx, cfg, log)
+	case "semaphore":
+		// One permit, so that every grant waits for a release.
+		cfg.kind.limit = 1
+	}
+	return runHandoff(ctx, cfg, log)
+}
+
+// runHandoff measures the hand-offs of a lock: W waiters long-poll it.
+// Each, when granted, records the time from just before the previous
+// holder's DELETE was sent until its own 201 arrived (one in-process monotonic clock, so no
 // clock skew), releases at once, and rejoins the wait once someone else has
 // been granted the lock: rejoining earlier could let it win its own release
 // back, which measures a plain acquire instead of a hand-off.

@@ -105,6 +105,62 @@ func (l *loadRun) report(r *result) {
 	if us, ok := l.cpuPerPair(); ok {
 		r.setFloat("cpu_us_per_pair", us, 0)
 	}
+	if us, ok := l.serverPerPair(); ok {
+		r.setFloat("server_us_per_pair", us, 1)
+	}
+	if us, ok := l.redisPerPair(); ok {
+		r.setFloat("redis_us_per_pair", us, 1)
+	}
+	if n, ok := l.redisCmdsPerPair(); ok {
+		r.setFloat("redis_cmds_per_pair", n, 1)
+	}
+	if n, ok := l.redisReadsPerPair(); ok {
+		r.setFloat("redis_reads_per_pair", n, 2)
+	}
+}
+
+// serverPerPair is the server's CPU time per pair, from /proc/<pid>/stat.
+func (l *loadRun) serverPerPair() (float64, bool) {
+	a, b := l.cpu[0], l.cpu[1]
+	if l.stats.pairs == 0 || !a.haveServer || !b.haveServer {
+		return 0, false
+	}
+	return float64((b.server - a.server).Nanoseconds()) / 1e3 / float64(l.stats.pairs), true
+}
+
+// redisPerPair is Redis's CPU time per pair: the change of used_cpu_user
+// plus used_cpu_sys (INFO cpu, Redis's own getrusage: every thread of the
+// redis-server process) over the measured window. Everything Redis did in
+// the window counts, so the Redis must serve this run alone.
+func (l *loadRun) redisPerPair() (float64, bool) {
+	a, b := l.cpu[0], l.cpu[1]
+	if l.stats.pairs == 0 || !a.haveRedis || !b.haveRedis {
+		return 0, false
+	}
+	return float64((b.redis - a.redis).Nanoseconds()) / 1e3 / float64(l.stats.pairs), true
+}
+
+// redisCmdsPerPair is how many commands Redis ran per pair, script calls
+// not counted but the commands the scripts ran (see scriptCommands).
+func (l *loadRun) redisCmdsPerPair() (float64, bool) {
+	return l.perPair(func(s cpuSample) int64 { return s.redisCmds })
+}
+
+// redisReadsPerPair is how many socket reads Redis processed per pair:
+// 2 when every script call is a round trip of its own, less the more the
+// calls share pipelines.
+func (l *loadRun) redisReadsPerPair() (float64, bool) {
+	return l.perPair(func(s cpuSample) int64 { return s.redisReads })
+}
+
+// perPair is the change of a counter of the samples over the window, per
+// pair; a counter is -1 when unknown.
+func (l *loadRun) perPair(counter func(cpuSample) int64) (float64, bool) {
+	a, b := counter(l.cpu[0]), counter(l.cpu[1])
+	if l.stats.pairs == 0 || a < 0 || b < 0 {
+		return 0, false
+	}
+	return float64(b-a) / float64(l.stats.pairs), true
 }
 
 // cpuPerPair is the CPU time one pair cost the tool, the server and Redis

@@ -11,10 +11,21 @@ import (
 	"time"
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
+	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
+	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
+
+// TestMain runs lockbench itself when the bare and cost modes start this
+// test binary as their bare front.
+func TestMain(m *testing.M) {
+	if os.Getenv(bareFrontEnv) != "" {
+		main()
+	}
+	os.Exit(m.Run())
+}
 
 // openServer runs lockapi in-process on a fresh Redis, the way
 // cmd/lockapi wires it, and returns its URL and the Redis URL.
@@ -26,6 +37,12 @@ func openServer(t *testing.T, m *metrics.Metrics) (serverURL, redisURL string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return serve(t, st, m), rs.URL
+}
+
+// serve runs lockapi in-process on st and returns its URL.
+func serve(t *testing.T, st lock.Store, m *metrics.Metrics) string {
+	t.Helper()
 	srv := lockhttp.NewServer(st, lockhttp.Config{MaxWaiters: 1000, MaxWaitersPerCaller: 1000, Metrics: m})
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -37,7 +54,7 @@ func openServer(t *testing.T, m *metrics.Metrics) (serverURL, redisURL string) {
 			t.Errorf("close server: %v", err)
 		}
 	})
-	return srv.URL(), rs.URL
+	return srv.URL()
 }
 
 // runTool runs lockbench in-process and returns its result line, parsed.
@@ -120,6 +137,33 @@ func TestSmoke(t *testing.T) {
 			positive(t, res, "handoffs", "handoff_p50_ms")
 		}
 	})
+	t.Run("redisson", func(t *testing.T) {
+		res := runTool(t, append([]string{"redisson", "-prefix", "smoke-rs:"}, load...)...)
+		positive(t, res, "pairs", "pairs_per_s", "redis_us_per_pair", "redis_cmds_per_pair")
+		if res["errors"] != "0" {
+			t.Errorf("errors=%s", res["errors"])
+		}
+	})
+	t.Run("bare", func(t *testing.T) {
+		res := runTool(t, append([]string{"bare", "-rounds", "1", "-prefix", "smoke-bare:", "-record", doc}, load...)...)
+		positive(t, res, "lockapi_pairs_per_s", "bare_pairs_per_s", "bare_redis_us_per_pair")
+		if res["lockapi_errors"] != "0" || res["bare_errors"] != "0" {
+			t.Errorf("lockapi_errors=%s bare_errors=%s", res["lockapi_errors"], res["bare_errors"])
+		}
+		if _, ok := res["bare_server_us_per_pair"]; !ok {
+			t.Error("no server CPU of the bare front, which runs in a process of its own")
+		}
+	})
+	t.Run("cost", func(t *testing.T) {
+		mem := memory.New()
+		t.Cleanup(func() { _ = mem.Close() })
+		res := runTool(t, append([]string{"cost", "-rounds", "2", "-prefix", "smoke-c:", "-memory", serve(t, mem, nil), "-record", doc}, load...)...)
+		positive(t, res, "redisson_redis_us_per_pair", "lockapi_redis_us_per_pair", "bare_redis_us_per_pair",
+			"lockapi_memory_pairs_per_s", "bare_memory_pairs_per_s")
+		if got := strings.Count(res["lockapi_redis_us_per_pair_rounds"], ",") + 1; got != 2 {
+			t.Errorf("lockapi_redis_us_per_pair_rounds=%s, want 2 rounds", res["lockapi_redis_us_per_pair_rounds"])
+		}
+	})
 	t.Run("idle", func(t *testing.T) {
 		res := runTool(t, "idle", "-server", server, "-redis", redisURL, "-prefix", "smoke-i:", "-waiters", "30",
 			"-window", "300ms", "-settle", "200ms", "-record", doc)
@@ -133,7 +177,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| CPU |", "| Redis | Redis ", "| all |", "| throughput |", "| rate |", "| handoff |", "| idle |", "lockbench throughput -prefix smoke-t:"} {
+	for _, want := range []string{"| CPU |", "| Redis | Redis ", "| all |", "| throughput |", "| rate |", "| handoff |", "| idle |", "| bare |", "| cost |", "lockbench throughput -prefix smoke-t:"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("%s lacks %q:\n%s", doc, want, b)
 		}

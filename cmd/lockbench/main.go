@@ -10,6 +10,9 @@
 //	lockbench all -redis URL                                    baseline, then throughput, and their ratio
 //	lockbench handoff [-waiters 10] [-n 2000]                   release-to-next-grant latency
 //	lockbench idle -redis URL [-waiters 10000]                  the cost of parked long-poll waiters
+//	lockbench redisson -redis URL                               Redis CPU per pair of a Redisson-style script pair
+//	lockbench bare [-store redis|memory]                        lockapi's server CPU per pair against a bare front
+//	lockbench cost -redis URL [-events-off URL] [-memory URL]   all of the CPU per pair comparisons, in one run
 //
 // -record docs/BENCHMARKS.md adds the run to that file, with the machine it
 // ran on and the project's targets beside the measured values. Progress goes
@@ -65,17 +68,46 @@ type config struct {
 	against           string
 	rounds            int
 	kind              lockKind
+
+	// The comparison modes and the bare front (compare.go, bare.go).
+	store     string // bare, bare-front: "redis" or "memory"
+	events    bool   // bare-front: record events
+	listen    string // bare-front: address to listen on
+	eventsOff string // cost: a lockapi with events off, on the same Redis
+	memory    string // cost: a lockapi on the memory store
 }
 
-// modes lists the modes and what they measure, for -h and errors.
-var modes = []struct{ name, help string }{
-	{"throughput", "C clients doing acquire+release on K random names, closed loop: pairs/s and acquire latency"},
-	{"rate", "the same cycle open-loop at -rate pairs/s (or -rate 80% of a peak measured first): acquire latency from the scheduled start"},
-	{"baseline", "the same cycle through the store's Lua scripts on go-redis, no HTTP (needs -redis)"},
-	{"all", "baseline, then throughput, in one invocation: the ratio http/baseline (alias: both)"},
-	{"handoff", "W waiters long-polling one lock: release-to-next-grant latency over N hand-offs"},
-	{"idle", "N long-poll waiters parked on a held lock: the server's extra RSS, goroutines, Redis connections and commands/s (needs -redis)"},
-	{"sse", "N idle event streams (GET /v1/events, default 1000): the server's extra RSS, goroutines and Redis commands/s (needs -redis)"},
+// mode is a way to run lockbench: what it measures, for -h and errors, and
+// the run that measures it.
+type mode struct {
+	name, help string
+	run        func(ctx context.Context, cfg *config, log io.Writer) (*result, error)
+}
+
+// modes lists the modes. bare-front has no run: it serves until stopped.
+var modes = []mode{
+	{"throughput", "C clients doing acquire+release on K random names, closed loop: pairs/s and acquire latency", runThroughput},
+	{"rate", "the same cycle open-loop at -rate pairs/s (or -rate 80% of a peak measured first): acquire latency from the scheduled start", runRate},
+	{"baseline", "the same cycle through the store's Lua scripts on go-redis, no HTTP (needs -redis)", loadMode(baseline)},
+	{"all", "baseline, then throughput, in one invocation: the ratio http/baseline (alias: both)", runAll},
+	{"handoff", "W waiters long-polling one lock: release-to-next-grant latency over N hand-offs", runHandoffKind},
+	{"idle", "N long-poll waiters parked on a held lock: the server's extra RSS, goroutines, Redis connections and commands/s (needs -redis)", runIdle},
+	{"sse", "N idle event streams (GET /v1/events, default 1000): the server's extra RSS, goroutines and Redis commands/s (needs -redis)", runSSE},
+	{"redisson", "the throughput cycle as a Redisson-style script pair straight from go-redis, unpipelined: Redis CPU per pair (needs -redis)", loadMode(redisson)},
+	{"bare", "lockapi at -server against a bare front (net/http and the same store, nothing else) that lockbench starts: server CPU per pair, in alternating -rounds", runBare},
+	{"cost", "Redisson-style baseline, lockapi, lockapi -events-off, bare front, and with -memory lockapi and a bare front on the memory store: Redis and server CPU per pair, in alternating -rounds (needs -redis)", runCost},
+	{"bare-front", "serve the bare front on -listen (bare and cost start it themselves)", nil},
+}
+
+// loadMode is the mode of one closed-loop run that load makes.
+func loadMode(load func(context.Context, *config, io.Writer) (*loadRun, error)) func(context.Context, *config, io.Writer) (*result, error) {
+	return func(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
+		run, err := load(ctx, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		return cfg.loadResult(run), nil
+	}
 }
 
 // Defaults that depend on the mode; a zero flag value means "the mode's".
@@ -124,7 +156,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.label, "label", "", "a label for the run (e.g. metrics-on), so that runs can be told apart and compared")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write lockbench's own CPU profile to this file, to check that the tool is not what is measured")
 	fs.StringVar(&cfg.against, "against", "", "throughput: a second server URL to compare -server with, in alternating rounds (e.g. metrics off): the cost of -server")
-	fs.IntVar(&cfg.rounds, "rounds", 4, "throughput -against: rounds on each server")
+	fs.IntVar(&cfg.rounds, "rounds", 4, "throughput -against, bare, cost: rounds on each server")
+	fs.StringVar(&cfg.store, "store", "redis", "bare, bare-front: the store of the bare front, redis or memory (bare: lockapi at -server must use the same)")
+	fs.BoolVar(&cfg.events, "events", true, "bare-front: record events (bare and cost give it the setting of the lockapi compared)")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "bare-front: address to listen on")
+	fs.StringVar(&cfg.eventsOff, "events-off", "", "cost: URL of a lockapi with LOCKAPI_EVENTS=false on the same Redis (another LOCKAPI_KEY_PREFIX)")
+	fs.StringVar(&cfg.memory, "memory", "", "cost: URL of a lockapi on the memory store")
 	fs.StringVar(&cfg.vs, "vs", "", "with -record: compare this throughput run with the recorded run of that label (e.g. -label metrics-on -vs metrics-off: the metrics overhead)")
 	fs.StringVar(&cfg.kind.name, "kind", "lock", "throughput, rate, handoff: the kind of lock: lock, shared, semaphore (-limit), fair, or multi (-names at once)")
 	fs.IntVar(&cfg.kind.limit, "limit", 4, "-kind semaphore: permits per name (handoff uses 1, so that every grant is a hand-off)")
@@ -165,6 +202,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-kind %q: want lock, shared, semaphore, fair or multi", cfg.kind.name)
 	case cfg.kind.limit < 1 || cfg.kind.limit > 10000 || cfg.kind.names < 1 || cfg.kind.names > 64:
 		return nil, errors.New("-limit is 1-10000 and -names 1-64")
+	case cfg.store != "redis" && cfg.store != "memory":
+		return nil, fmt.Errorf("-store %q: want redis or memory", cfg.store)
+	case (cfg.mode == "bare" || cfg.mode == "cost") && cfg.rounds < 1:
+		return nil, errors.New("-rounds must be at least 1")
 	case cfg.vs != "" && cfg.record == "":
 		return nil, errors.New("-vs compares with a recorded run: it needs -record")
 	}
@@ -214,32 +255,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The load average before the run says how busy the machine was with
 	// other work; other_cpu_cores (see addCPU) says it for the window.
 	cfg.load1 = loadAverage()
-	var res *result
-	switch cfg.mode {
-	case "throughput":
-		res, err = runThroughput(ctx, cfg, stderr)
-	case "rate":
-		res, err = runRate(ctx, cfg, stderr)
-	case "baseline":
-		res, err = runBaseline(ctx, cfg, stderr)
-	case "all":
-		res, err = runAll(ctx, cfg, stderr)
-	case "handoff":
-		switch cfg.kind.name {
-		case "shared":
-			res, err = runSharedHandoff(ctx, cfg, stderr)
-		case "semaphore":
-			// One permit, so that every grant waits for a release.
-			cfg.kind.limit = 1
-			res, err = runHandoff(ctx, cfg, stderr)
-		default:
-			res, err = runHandoff(ctx, cfg, stderr)
+	if cfg.mode == "bare-front" {
+		if err := runBareFront(ctx, cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "lockbench bare-front: %v\n", err)
+			return 1
 		}
-	case "idle":
-		res, err = runIdle(ctx, cfg, stderr)
-	case "sse":
-		res, err = runSSE(ctx, cfg, stderr)
+		return 0
 	}
+	i := slices.IndexFunc(modes, func(m mode) bool { return m.name == cfg.mode })
+	res, err := modes[i].run(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "lockbench %s: %v\n", cfg.mode, err)
 		return 1

@@ -294,6 +294,11 @@ type cpuSample struct {
 	haveServer, haveRedis bool
 	haveMachine           bool
 	serverless            bool
+	// redisCmds counts the commands Redis ran (see scriptCommands), and
+	// redisReads the reads from client sockets it processed (INFO stats
+	// total_reads_processed: about one per pipeline, or per command
+	// unpipelined); -1 when unknown.
+	redisCmds, redisReads int64
 }
 
 func (m *cpuMeter) sample(ctx context.Context) cpuSample {
@@ -304,10 +309,35 @@ func (m *cpuMeter) sample(ctx context.Context) cpuSample {
 	if m.pid > 0 && m.pid != os.Getpid() {
 		s.server, s.haveServer = procCPU(m.pid)
 	}
+	s.redisCmds, s.redisReads = -1, -1
 	if m.rdb != nil {
 		s.redis, s.haveRedis = redisCPU(ctx, m.rdb)
+		if calls, err := commandCalls(ctx, m.rdb); err == nil {
+			s.redisCmds = scriptCommands(calls)
+		}
+		if st, err := redisInfo(ctx, m.rdb, "stats"); err == nil {
+			if n, err := strconv.ParseInt(st["total_reads_processed"], 10, 64); err == nil {
+				s.redisReads = n
+			}
+		}
 	}
 	return s
+}
+
+// scriptCommands totals INFO commandstats the way a script's cost is
+// counted: every command Redis ran, those a script runs one by one
+// included, but not the script calls themselves (EVALSHA, FCALL, ...) and
+// not the tool's INFO.
+func scriptCommands(calls map[string]int64) int64 {
+	var n int64
+	for name, c := range calls {
+		switch name {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "info":
+		default:
+			n += c
+		}
+	}
+	return n
 }
 
 // addCPU writes the cores each process used between a and b: CPU seconds

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -168,12 +169,12 @@ func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit in
 		}
 	}
 	slices.SortFunc(all, func(a, b logEntry) int { return lock.CompareEventIDs(a.id, b.id) })
-	r := clusterRead{nowMs: now.Val().UnixMilli(), pos: from, waitPos: maps(from)}
+	r := clusterRead{nowMs: now.Val().UnixMilli(), pos: from, waitPos: maps.Clone(from)}
 	for _, e := range all {
 		r.waitPos[e.slot] = e.msg.ID
 	}
 	stable := uint64(r.nowMs - clusterHold.Milliseconds())
-	r.pos = maps(from)
+	r.pos = maps.Clone(from)
 	for _, e := range all {
 		ms, _, _ := lock.ParseEventID(e.id)
 		if ms > stable || len(r.ready) == limit {
@@ -184,14 +185,6 @@ func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit in
 		r.pos[e.slot] = e.msg.ID
 	}
 	return r, nil
-}
-
-func maps(p logPos) logPos {
-	out := make(logPos, len(p))
-	for k, v := range p {
-		out[k] = v
-	}
-	return out
 }
 
 // clusterEvents turns r's ready entries into events, marking Late those

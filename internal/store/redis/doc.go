@@ -1,6 +1,7 @@
 // Package redis implements lock.Store on Redis, the production store: hash
-// locks driven by the Lua scripts in scripts/, on a single Redis, a
-// Sentinel-managed master or a Cluster. NewClient connects the way the store
+// locks driven by the Lua scripts in scripts/ (one library of Redis
+// Functions on Redis 7, EVALSHA on 6.2: see library.go), on a single Redis,
+// a Sentinel-managed master or a Cluster. NewClient connects the way the store
 // needs (no client retries, deadlines on the sockets) and New opens the store
 // on that client. The conformance suite (internal/store/storetest) runs on
 // all three topologies, as it does on the memory store.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -24,10 +25,14 @@ import (
 var (
 	//go:embed scripts/acquire.lua
 	acquireLua string
+	//go:embed scripts/acquire_fast.lua
+	acquireFastLua string
 	//go:embed scripts/renew.lua
 	renewLua string
 	//go:embed scripts/release.lua
 	releaseLua string
+	//go:embed scripts/release_fast.lua
+	releaseFastLua string
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
 	//go:embed scripts/inspect.lua
@@ -40,35 +45,42 @@ var (
 	expireLua string
 	//go:embed scripts/lib.lua
 	libLua string
-
-	// Each script is loaded once and run with EVALSHA, falling back to EVAL
-	// when Redis lost its script cache (restart, failover, SCRIPT FLUSH).
-	plainScripts = newScriptSet("")
-	// On Redis Cluster with events, a script writes the event log of the
-	// master that serves its name, whose keys are in another slot of that
-	// master (see events_from in lib.lua): Redis 7 allows it with this flag.
-	clusterScripts = newScriptSet("#!lua flags=allow-cross-slot-keys\n")
 )
 
-// scriptSet holds the scripts, each starting with lib.lua, the helpers they
-// share, after head.
+// scriptSet is the store's library (library.go) and its entry points.
 type scriptSet struct {
-	acquire, renew, release, forceRelease, inspect, abandon, leave, expire *goredis.Script
+	lib                                                             *library
+	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
+	inspect, abandon, leave, expire                                 *script
+	raise                                                           *script // redlock.go
 }
 
-func newScriptSet(head string) *scriptSet {
-	lib := head + libLua
-	return &scriptSet{
-		acquire:      goredis.NewScript(lib + acquireLua),
-		renew:        goredis.NewScript(lib + renewLua),
-		release:      goredis.NewScript(lib + releaseLua),
-		forceRelease: goredis.NewScript(lib + forceReleaseLua),
-		inspect:      goredis.NewScript(lib + inspectLua),
-		abandon:      goredis.NewScript(lib + abandonLua),
-		leave:        goredis.NewScript(lib + leaveLua),
-		expire:       goredis.NewScript(lib + expireLua),
-	}
+// newScriptSet builds the scripts of one store. On Redis Cluster with
+// events, a script writes the event log of the master that serves its
+// name, whose keys are in another slot of that master (see events_from in
+// lib.lua): crossSlot flags the scripts so that Redis 7 allows it.
+func newScriptSet(crossSlot bool) *scriptSet {
+	l := newLibrary(libLua, crossSlot,
+		entry{name: "acquire", body: acquireLua, ev: 8},
+		entry{name: "acquire_fast", body: acquireFastLua, ev: 6},
+		entry{name: "renew", body: renewLua, ev: 8},
+		entry{name: "release", body: releaseLua, ev: 8},
+		entry{name: "release_fast", body: releaseFastLua, ev: 4},
+		entry{name: "force_release", body: forceReleaseLua, ev: 8},
+		entry{name: "inspect", body: inspectLua, ev: 8, readOnly: true},
+		entry{name: "abandon", body: abandonLua, ev: 8},
+		entry{name: "leave", body: leaveLua, ev: 8},
+		entry{name: "expire", body: expireLua, ev: 8},
+		entry{name: "raise", body: raiseLua, ev: 8},
+	)
+	f := l.funcs
+	return &scriptSet{lib: l, acquire: f[0], acquireFast: f[1], renew: f[2], release: f[3], releaseFast: f[4],
+		forceRelease: f[5], inspect: f[6], abandon: f[7], leave: f[8], expire: f[9], raise: f[10]}
 }
+
+// fallback is a fast script's answer when the full script must run
+// (FALLBACK in lib.lua).
+const fallback = -9
 
 // DefaultPrefix is the key prefix when none is configured.
 const DefaultPrefix = "lockapi:"
@@ -175,7 +187,6 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		callTimeout: opts.CallTimeout,
 		observe:     opts.ObserveScript,
 		minReplicas: opts.MinReplicas,
-		scripts:     plainScripts,
 	}
 	if s.callTimeout <= 0 {
 		s.callTimeout = DefaultCallTimeout
@@ -214,7 +225,6 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		s.retention = retention
 		if s.cluster != nil {
 			s.clusterLogs = &clusterLogs{s: s, bySlot: map[int]*eventLog{}}
-			s.scripts = clusterScripts
 			s.nodeBlocking = map[string]*blockingConns{}
 		} else {
 			s.eventsArg = s.eventsMax
@@ -224,6 +234,7 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 			s.listener.(*classicListener).announce(s.expiriesKey(), s.log.sweep.notice)
 		}
 	}
+	s.scripts = newScriptSet(s.clusterLogs != nil)
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
@@ -260,18 +271,31 @@ func plainClient(rdb goredis.UniversalClient) *goredis.Client {
 	return nil
 }
 
-// keys lists the keys every script takes, in the order lib.lua names them.
-// While events are not recorded, the lock key stands in for the event log
-// and the expiries set, which no script then touches.
+// keys lists the keys every full script takes, in the order lib.lua names
+// them: the event log and the expiries set only while events are recorded
+// outside Redis Cluster.
 func (s *Store) keys(name string) []string {
-	lock := s.lockKey(name)
-	events, expiries := lock, lock
+	return s.withLog(s.lockKey(name), s.fenceKey(name), s.abandonedKey(name),
+		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name))
+}
+
+// acquireKeys and releaseKeys list the keys of the fast scripts
+// (acquire_fast.lua, release_fast.lua).
+func (s *Store) acquireKeys(name string) []string {
+	return s.withLog(s.lockKey(name), s.fenceKey(name), s.abandonedKey(name), s.expiryKey(name), s.queueKey(name))
+}
+
+func (s *Store) releaseKeys(name string) []string {
+	return s.withLog(s.lockKey(name), s.fenceKey(name), s.queueKey(name))
+}
+
+// withLog adds the event log and the expiries set to a script's keys while
+// events are recorded outside Redis Cluster.
+func (s *Store) withLog(keys ...string) []string {
 	if s.log != nil {
-		events, expiries = s.log.key, s.log.exp
+		keys = append(keys, s.log.key, s.log.exp)
 	}
-	return []string{lock, s.fenceKey(name), s.abandonedKey(name),
-		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name),
-		events, expiries}
+	return keys
 }
 
 // movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
@@ -283,7 +307,7 @@ const movedAttempts = 3
 // deadline and reports its duration to the observer. A script is sent again
 // only when Redis refused it without running it (MOVED, ASK); nothing else is
 // ever retried.
-func (s *Store) run(ctx context.Context, name string, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+func (s *Store) run(ctx context.Context, name string, script *script, keys []string, args ...any) *goredis.Cmd {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
@@ -292,7 +316,7 @@ func (s *Store) run(ctx context.Context, name string, script *goredis.Script, ke
 		if s.batch != nil {
 			cmd = s.batch.run(script, keys, args)
 		} else {
-			cmd = script.Run(ctx, s.rdb, keys, args...)
+			cmd = script.run(ctx, s.rdb, keys, args)
 		}
 		if s.clusterLogs != nil && isNonLocal(cmd.Err()) && attempt < movedAttempts {
 			// The events argument named a log its master does not serve
@@ -377,7 +401,7 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	if err := req.CheckKind(); err != nil {
 		return lock.Grant{}, err
 	}
-	meta := "{}"
+	meta := ""
 	if len(req.Metadata) > 0 {
 		b, err := json.Marshal(req.Metadata)
 		if err != nil {
@@ -389,17 +413,15 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	if err != nil {
 		return lock.Grant{}, storeError(err)
 	}
-	keys := s.keys(req.Lock)
-	mode, fair := "x", "0"
-	if req.Mode == lock.Shared {
-		mode = "s"
+	cmd, confirmed := s.acquire(ctx, req, requestID, meta, ev)
+	if fresh, ok := cmd.Val().(string); ok && cmd.Err() == nil {
+		// A fresh exclusive lease: "<token> <acquired ms>".
+		g, err := freshGrant(req, requestID, fresh)
+		if err == nil {
+			evlog.recorded()
+		}
+		return s.confirmGrant(ctx, req, g, confirmed, err)
 	}
-	if req.Fair {
-		fair = "1"
-	}
-	args := []any{requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID, ev}
-	cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquire, keys, req.MinReplicas, args...)
 	res, err := cmd.Slice()
 	if err != nil {
 		if outcomeUnknown(err) {
@@ -431,13 +453,75 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	if !g.Replayed {
 		evlog.recorded()
 	}
-	if r.err == nil && confirmed < req.MinReplicas {
+	return s.confirmGrant(ctx, req, g, confirmed, r.err)
+}
+
+// confirmGrant returns a grant once enough replicas confirmed it (confirmed
+// of req.MinReplicas), and undoes it otherwise. err is what reading the
+// grant's reply met.
+func (s *Store) confirmGrant(ctx context.Context, req lock.AcquireRequest, g lock.Grant, confirmed int, err error) (lock.Grant, error) {
+	if err == nil && confirmed < req.MinReplicas {
 		// A failover now could lose this grant and hand the lock to
 		// someone else while its holder works. Undo it.
 		_ = s.Abandon(ctx, req.Lock, g.RequestID)
 		return lock.Grant{}, unconfirmed("grant", confirmed, req.MinReplicas, "it was released")
 	}
-	return g, r.err
+	return g, err
+}
+
+// acquire runs the acquire script: the fast one when the request is a plain
+// exclusive try (see acquire_fast.lua), and the full one when the request
+// is anything else or the fast script leaves it to the full one.
+func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta, ev string) (*goredis.Cmd, int) {
+	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" {
+		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas,
+			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish, ev)
+		if !fellBack(cmd) {
+			return cmd, confirmed
+		}
+	}
+	mode, fair := "x", "0"
+	if req.Mode == lock.Shared {
+		mode = "s"
+	}
+	if req.Fair {
+		fair = "1"
+	}
+	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas,
+		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
+		mode, req.Limit, fair, req.WaiterID, ev)
+}
+
+// fellBack reports a fast script's answer that the full script must run.
+func fellBack(cmd *goredis.Cmd) bool {
+	n, err := cmd.Int64()
+	return err == nil && n == fallback
+}
+
+// freshGrant is the grant of a fresh exclusive lease, which the scripts
+// answer with "<token> <acquired ms>" only: the rest is as req asked.
+func freshGrant(req lock.AcquireRequest, requestID, reply string) (lock.Grant, error) {
+	tok, acq, _ := strings.Cut(reply, " ")
+	token, err1 := strconv.ParseUint(tok, 10, 64)
+	ms, err2 := strconv.ParseInt(acq, 10, 64)
+	if err1 != nil || err2 != nil {
+		return lock.Grant{}, &lock.Error{Code: lock.CodeInternal, Detail: "internal error",
+			Err: fmt.Errorf("store: acquire reply %q is not a token and a time", reply)}
+	}
+	at := time.UnixMilli(ms).UTC()
+	var md map[string]string
+	if len(req.Metadata) > 0 {
+		md = maps.Clone(req.Metadata)
+	}
+	return lock.Grant{
+		Lease: lock.Lease{
+			Lock: req.Lock, Mode: lock.Exclusive, ID: requestID, Owner: req.Owner, Principal: req.Principal,
+			Token: token, HoldCount: 1, TTL: req.TTL, AcquiredAt: at, ExpiresAt: at.Add(req.TTL),
+			Metadata: md,
+		},
+		Fresh:     true,
+		RequestID: requestID,
+	}, nil
 }
 
 // unconfirmed is the error of a write that fewer than n replicas confirmed.
@@ -452,7 +536,7 @@ func unconfirmed(what string, got, n int, then string) error {
 // have every write its own connection made. That bypasses the batcher, whose
 // pipelines mix callers. confirmed is how many replicas acknowledged in time
 // (0 when n is 0).
-func (s *Store) write(ctx context.Context, name string, script *goredis.Script, keys []string, n int, args ...any) (cmd *goredis.Cmd, confirmed int) {
+func (s *Store) write(ctx context.Context, name string, script *script, keys []string, n int, args ...any) (cmd *goredis.Cmd, confirmed int) {
 	if n <= 0 {
 		return s.run(ctx, name, script, keys, args...), 0
 	}
@@ -471,12 +555,27 @@ func (s *Store) write(ctx context.Context, name string, script *goredis.Script, 
 		master = c
 	}
 	// WAIT may use half of the call's time; the rest is for the round trip.
-	// EVAL, not EVALSHA: a NOSCRIPT (a master new since a failover) would
-	// cost a second WAIT, and this path pays a replica's round trip anyway.
-	pipe := master.Pipeline()
-	cmd = script.Eval(ctx, pipe, keys, args...)
-	wait := pipe.Do(ctx, "wait", n, (s.callTimeout / 2).Milliseconds())
-	_, _ = pipe.Exec(ctx)
+	// FCALL, or EVAL, not EVALSHA: a NOSCRIPT (a master new since a
+	// failover) would cost a second WAIT, and this path pays a replica's
+	// round trip anyway. A Redis without the library (or without
+	// Functions) refused the FCALL without running it: it is sent again.
+	var wait *goredis.Cmd
+	for range 3 {
+		pipe := master.Pipeline()
+		cmd = script.evalNow(ctx, pipe, keys, args)
+		wait = pipe.Do(ctx, "wait", n, (s.callTimeout / 2).Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		load, again := script.lib.noted(cmd.Err())
+		if load {
+			if err := script.lib.load(ctx, s.rdb); err != nil {
+				cmd.SetErr(err)
+				break
+			}
+		}
+		if !again {
+			break
+		}
+	}
 	s.noteFailure(cmd.Err())
 	if s.observe != nil {
 		s.observe(name, time.Since(start))
@@ -559,7 +658,18 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	if err != nil {
 		return out, storeError(err)
 	}
-	cmd, confirmed := s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, ev)
+	// The fast script ends the last hold of an exclusive lease; anything
+	// else it leaves to the full one.
+	cmd, confirmed := s.write(ctx, "release", s.scripts.releaseFast, s.releaseKeys(name), s.minReplicas, ref.ID, ref.Principal, s.channel(name), s.publish, ev)
+	if fellBack(cmd) {
+		cmd, confirmed = s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, ev)
+	}
+	if n, err := cmd.Int64(); err == nil && n == 1 {
+		// The fast script ended the lease.
+		out.Released = true
+		evlog.recorded()
+		return out, s.confirmRelease(confirmed)
+	}
 	res, err := cmd.Slice()
 	if err != nil {
 		return out, storeError(err)
@@ -577,11 +687,20 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	if !out.Retried {
 		evlog.recorded()
 	}
-	if r.err == nil && confirmed < s.minReplicas {
-		return out, unconfirmed("release", confirmed, s.minReplicas,
+	if r.err != nil {
+		return out, r.err
+	}
+	return out, s.confirmRelease(confirmed)
+}
+
+// confirmRelease is the error of a release that fewer replicas confirmed
+// than the store asks for.
+func (s *Store) confirmRelease(confirmed int) error {
+	if confirmed < s.minReplicas {
+		return unconfirmed("release", confirmed, s.minReplicas,
 			"it took effect on the master, but a failover now could undo it: release again (a repeat is safe)")
 	}
-	return out, r.err
+	return nil
 }
 
 // Inspect implements lock.Store.

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,13 +56,19 @@ func commandsSince(t *testing.T, rdb *goredis.Client, before map[string]int64) m
 	return diff
 }
 
-// waitForCalls waits until Redis has run command at least n times.
-func waitForCalls(t *testing.T, rdb *goredis.Client, command string, n int64) {
+// scripts counts the script calls among calls: FCALL, and EVALSHA and EVAL
+// on a Redis without Functions.
+func scripts(calls map[string]int64) int64 {
+	return calls["fcall"] + calls["evalsha"] + calls["eval"]
+}
+
+// waitForScripts waits until Redis has run at least n script calls.
+func waitForScripts(t *testing.T, rdb *goredis.Client, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for commandCalls(t, rdb)[command] < n {
+	for scripts(commandCalls(t, rdb)) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s ran %d times, want %d", command, commandCalls(t, rdb)[command], n)
+			t.Fatalf("%d script calls, want %d", scripts(commandCalls(t, rdb)), n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -107,7 +114,7 @@ func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 	storetest.WaitForWaiters(t, s, n)
 	// Each waiter tries once, registers, and tries once more before it
 	// sleeps: wait until all those tries have run.
-	waitForCalls(t, observer, "evalsha", 1+2*n)
+	waitForScripts(t, observer, 1+2*n)
 
 	if got := pubsubClients(t, observer); got > 2 {
 		t.Errorf("%d waiters use %d pub/sub connections, want at most 2", n, got)
@@ -160,17 +167,55 @@ func TestRedis_release_does_not_stampede(t *testing.T) {
 		}()
 	}
 	storetest.WaitForWaiters(t, s, n)
-	waitForCalls(t, observer, "evalsha", 1+2*n)
+	waitForScripts(t, observer, 1+2*n)
 	before := commandCalls(t, observer)
 	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "herd", ID: holder.ID}, false); err != nil {
 		t.Fatal(err)
 	}
 	<-granted
 	time.Sleep(200 * time.Millisecond) // room for a stampede to show
-	scripts := commandsSince(t, observer, before)["evalsha"]
+	calls := scripts(commandsSince(t, observer, before))
 	// The release, and the one woken waiter's acquire.
-	if scripts > 4 {
-		t.Fatalf("a release with %d waiters caused %d script calls", n, scripts)
+	if calls > 4 {
+		t.Fatalf("a release with %d waiters caused %d script calls", n, calls)
+	}
+}
+
+// TestRedis_plain_pair_runs_one_script_each: a plain acquire, a refusal and
+// a release run one script each (the fast ones), with events recorded or
+// not. A second hold, and a release that leaves one, go on to the full
+// scripts: two calls.
+func TestRedis_plain_pair_runs_one_script_each(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		t.Run(fmt.Sprintf("events=%v", events), func(t *testing.T) {
+			srv := redistest.Start(t)
+			observer := srv.Client(t)
+			s := openStoreOptions(t, redisstore.ClientConfig{URL: srv.URL}, redisstore.Options{Events: events})
+			calls := func(what string, want int64, do func()) {
+				t.Helper()
+				before := commandCalls(t, observer)
+				do()
+				if got := scripts(commandsSince(t, observer, before)); got != want {
+					t.Errorf("%s: %d script calls, want %d", what, got, want)
+				}
+			}
+			// The first call gives this Redis the library.
+			storetest.Acquire(t, s, "warm-up", "a", time.Minute)
+			var a lock.Lease
+			release := func() {
+				if _, err := s.Release(ctx, lock.LeaseRef{Lock: "plain", ID: a.ID}, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			calls("acquire", 1, func() { a = storetest.Acquire(t, s, "plain", "a", time.Minute) })
+			calls("refusal", 1, func() {
+				_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "plain", Owner: "b", TTL: time.Minute})
+				storetest.WantCode(t, err, lock.CodeHeld)
+			})
+			calls("second hold", 2, func() { storetest.Acquire(t, s, "plain", "a", time.Minute) })
+			calls("release of one of two holds", 2, release)
+			calls("release", 1, release)
+		})
 	}
 }
 

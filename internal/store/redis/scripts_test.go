@@ -4,42 +4,38 @@ import (
 	"context"
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
-// TestScripts_pinned pins every script's SHA-1, so that an edit cannot drift
-// silently: a changed script must change this table in the same commit, and
-// deployments running two versions side by side can see that they differ.
-// Redis itself must compute the same hash when it loads the script.
+// TestScripts_pinned pins the library of scripts (lib.lua and every entry
+// point, see library.go) by its name, which is a hash of its code, so that
+// an edit cannot drift silently: a changed script must change this table in
+// the same commit, and deployments running two versions side by side can
+// see that they differ. Redis must load the library, and each entry point
+// in its EVAL form (for Redis 6.2).
 func TestScripts_pinned(t *testing.T) {
 	pinned := []struct {
-		name   string
-		script *goredis.Script
-		sha    string
+		name      string
+		crossSlot bool
+		lib       string
 	}{
-		{"acquire.lua", plainScripts.acquire, "e438b8ed7bea20547f38ccc1c686e1b257e6a488"},
-		{"renew.lua", plainScripts.renew, "5d145e0ef535e90c1a8402d6d55592df28fd210c"},
-		{"release.lua", plainScripts.release, "b7a5dc2597f7973dfb7489030f0ed8534bf281d0"},
-		{"force_release.lua", plainScripts.forceRelease, "8c8871e4d1a0496806a372643aad9b4ca7143567"},
-		{"inspect.lua", plainScripts.inspect, "17b9915ddb2b07a7841fee36d36d4585837a0ab6"},
-		{"abandon.lua", plainScripts.abandon, "4a3b63da9819f815dd382fea5687fcba24fbd033"},
-		{"leave.lua", plainScripts.leave, "d3ce2ed1edc7d4cbdbfdc782b3f86360af237ebb"},
-		{"expire.lua", plainScripts.expire, "824453628393a0908c44912e65f1ce324a6c1ed0"},
+		{"plain", false, "lockapi_41a86d62c106c950"},
+		{"cluster", true, "lockapi_8e2298f3ee257150"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
 		t.Run(p.name, func(t *testing.T) {
-			if got := p.script.Hash(); got != p.sha {
-				t.Errorf("hash = %s, pinned %s: update the pin if the change is intended", got, p.sha)
+			set := newScriptSet(p.crossSlot)
+			if got := set.lib.name; got != p.lib {
+				t.Errorf("library = %s, pinned %s: update the pin if the change is intended", got, p.lib)
 			}
-			loaded, err := p.script.Load(context.Background(), rdb).Result()
-			if err != nil {
-				t.Fatalf("Redis refused the script: %v", err)
+			if err := set.lib.load(context.Background(), rdb); err != nil {
+				t.Fatalf("Redis refused the library: %v", err)
 			}
-			if loaded != p.sha {
-				t.Errorf("Redis hashed it as %s, pinned %s", loaded, p.sha)
+			for _, s := range set.lib.funcs {
+				if _, err := s.eval.Load(context.Background(), rdb).Result(); err != nil {
+					t.Errorf("Redis refused %s as a script: %v", s.fn, err)
+				}
 			}
 		})
 	}

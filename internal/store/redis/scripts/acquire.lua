@@ -6,7 +6,7 @@
 -- ARGV[2]  owner
 -- ARGV[3]  principal ("" when the server runs open)
 -- ARGV[4]  ttl in milliseconds
--- ARGV[5]  metadata, JSON, stored as given
+-- ARGV[5]  metadata, JSON, stored as given; "" for none
 -- ARGV[6]  unlock channel
 -- ARGV[7]  idempotency key, "" for none
 -- ARGV[8]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
@@ -16,7 +16,9 @@
 -- ARGV[12] waiter id, "" for a try (see lock.NewWaiterID)
 -- ARGV[13] events: see events_from in lib.lua ("0" to record none)
 --
--- Returns, when granted:
+-- Returns, for a fresh exclusive lease (the lease id is the request id, the
+-- rest is as asked), "<token> <acquired ms>" (a string costs Redis less
+-- than an array); for any other grant:
 --   {1, fresh (1|0), lease id, owner, principal, token, hold count, ttl ms,
 --    acquired ms, expires ms, metadata, request id, replayed (1|0),
 --    mode ("exclusive"|"shared"), limit}
@@ -34,7 +36,8 @@
 -- permits keep the same fields in their records.
 --
 -- A grant publishes "c:<ttl ms>" on the unlock channel, so that waiters time
--- the new holder's expiry.
+-- the new holder's expiry. A fresh grant leaves the fence's version (the
+-- blocking-query index) alone: the new token changes the index anyway.
 --
 -- Events: a fresh lease records granted, another hold reentered; a replay,
 -- a refusal or a queue place records nothing. A lease found expired on the
@@ -80,11 +83,14 @@ local function next_token()
 	return tok
 end
 
--- granted finishes every grant: the caller's queue place goes, the next head
--- learns it may go when it may be granted beside this one (a reader behind
--- a reader, a permit behind a permit), and the grant is recorded.
-local function granted(reply)
-	fence_set('ver', fmt(fence().ver + 1))
+-- granted finishes every grant of lease id (token, holds and expiry ms as
+-- now): the caller's queue place goes, the next head learns it may go when
+-- it may be granted beside this one (a reader behind a reader, a permit
+-- behind a permit), and the grant is recorded.
+local function granted(fresh, id, token, count, exp_ms)
+	if fresh == 0 then
+		fence_set('ver', fence().ver + 1)
+	end
 	fence_flush()
 	redis.call(publish, channel, 'c:' .. ARGV[4])
 	if waiter ~= '' and redis.call('ZREM', KEYS[6], waiter) == 1 then
@@ -95,11 +101,10 @@ local function granted(reply)
 		end
 	end
 	local event = 'reentered'
-	if reply[2] == 1 then
+	if fresh == 1 then
 		event = 'granted'
 	end
-	record(now, event, reply[3], reply[14], reply[6], reply[4], reply[5], reply[7], reply[10])
-	return reply
+	record(now, event, id, mode, token, owner, principal, count, exp_ms)
 end
 
 local function record_reply(id, rec, fresh, request, replayed)
@@ -175,12 +180,13 @@ elseif not shared then
 	-- 5. Exclusive.
 	if held[1] and held[2] == owner and held[3] == principal then
 		local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-		redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', fmt(exp), 'op', req)
+		redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', exp, 'op', req)
 		if idem ~= '' then
 			redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
 		end
 		redis.call('PEXPIRE', KEYS[1], ttl)
-		return granted({1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], fmt(exp), held[6], req, 0, mode, 0})
+		granted(0, held[1], held[4], count, exp)
+		return {1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], exp, held[6], req, 0, mode, 0}
 	end
 	if nshared > 0 and redis.call('HEXISTS', KEYS[4], my_owner_field) == 1 then
 		return {-3}
@@ -210,7 +216,8 @@ else
 		save_record(mine, rec)
 		redis.call('ZADD', KEYS[5], exp, mine)
 		keep_shared()
-		return granted(record_reply(mine, rec, 0, req, 0))
+		granted(0, mine, rec.token, rec.count, rec.exp)
+		return record_reply(mine, rec, 0, req, 0)
 	end
 	if held[1] then
 		if held[2] == owner and held[3] == principal then
@@ -277,15 +284,21 @@ if not tok then
 	return redis.error_reply('ERR fencing token space exhausted')
 end
 if not shared and limit == 0 then
+	-- Fields that would hold nothing are left out: 'meta' without
+	-- metadata, 'op' (the latest acquire) while it is the lease's own.
+	local acq = fmt(now)
 	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
-		'token', tok, 'count', 1, 'ttl', ARGV[4], 'acq', fmt(now),
-		'exp', fmt(exp), 'meta', ARGV[5], 'op', req)
+		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', fmt(exp))
+	if ARGV[5] ~= '' then
+		redis.call('HSET', KEYS[1], 'meta', ARGV[5])
+	end
 	if idem ~= '' then
 		redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
 	end
-	redis.call('PEXPIRE', KEYS[1], ttl)
+	redis.call('PEXPIRE', KEYS[1], ARGV[4])
 	track_exclusive(req, tok, owner, principal)
-	return granted({1, 1, req, owner, principal, tok, 1, ttl, fmt(now), fmt(exp), ARGV[5], req, 0, mode, 0})
+	granted(1, req, tok, 1, exp)
+	return tok .. ' ' .. acq
 end
 local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl = ARGV[4],
 	acq = fmt(now), exp = fmt(exp), meta = ARGV[5], op = req, idem = idem, idemop = req,
@@ -301,4 +314,5 @@ if idem ~= '' then
 	redis.call('HSET', KEYS[4], 'i:' .. idem, req)
 end
 keep_shared()
-return granted(record_reply(req, rec, 1, req, 0))
+granted(1, req, rec.token, 1, rec.exp)
+return record_reply(req, rec, 1, req, 0)

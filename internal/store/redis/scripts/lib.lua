@@ -1,7 +1,12 @@
--- lib.lua: shared by every script that reads shared leases, permits or the
--- queue; the store prepends it to those scripts (see scripts.go).
+-- lib.lua: the helpers every script shares. The store loads lib.lua and the
+-- scripts as one library of Redis Functions (Redis 7 and later), where each
+-- script is the body of a function, so the helpers are defined once per
+-- library load instead of once per call; on Redis 6.2 each script runs with
+-- EVAL, lib.lua prepended (see library.go). Either way a call starts with
+-- begin, which hands the helpers that call's keys and arguments and resets
+-- what they remember of the last call.
 --
--- Those scripts take the same nine keys, the first seven tagged {name}:
+-- The full scripts take the same nine keys, the first seven tagged {name}:
 --   KEYS[1] lock hash (the exclusive lease)   <prefix>{name}:lock
 --   KEYS[2] fence hash                        <prefix>{name}:fence
 --   KEYS[3] abandoned request ids (set)       <prefix>{name}:abandoned
@@ -13,8 +18,16 @@
 --   KEYS[9] lease expiries (sorted set)       <prefix>events:expiries
 --
 -- KEYS[8] and KEYS[9] are one per Redis, not per name: they are given only
--- when events are recorded outside Redis Cluster. Otherwise the store
--- passes KEYS[1] in their place, and events_from says where the log is.
+-- when events are recorded outside Redis Cluster. On Redis Cluster
+-- events_from says where the log is.
+--
+-- The fast scripts (acquire_fast.lua, release_fast.lua) serve the common
+-- case, a plain exclusive lock that nobody queues for, with fewer keys and
+-- arguments (each costs Redis about as much as a small command); their
+-- headers list them. They look for the keys only some locks have, and
+-- when they find one, or anything else they leave to the full scripts,
+-- they change nothing and answer FALLBACK, for the store to call the full
+-- script instead.
 --
 -- A shared lease or permit is one field of KEYS[4]: its lease id -> a JSON
 -- record {owner, principal, token, count, ttl, acq, exp, meta, op, idem,
@@ -24,16 +37,37 @@
 -- (reentrancy), 'i:<idempotency key>' -> lease id, 'r:<request id>' -> lease
 -- id of a lease's latest reentrant acquire (abandon), and 'limit'.
 --
--- Numbers go into records as strings formatted with '%.0f': cjson, like
--- Lua's own conversion, keeps 14 significant digits.
+-- Numbers go into records as strings written by fmt: cjson, like Lua's own
+-- conversion (tostring, ..), keeps 14 significant digits. A number given to
+-- redis.call as an argument, or returned, keeps all its digits, but costs
+-- Redis 7.0 more to write than fmt does.
 
 local QUEUE_TTL = 1000 -- ms a queue place lasts unless renewed (lock.QueueEntryTTL)
 
--- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded.
--- EV_LOG is the log (a stream), EV_EXP the expiries of live leases (a
--- sorted set), and an earliest expiry is announced with EV_PUB on EV_CHAN.
-local EVENTS_MAX = 0
-local EV_LOG, EV_EXP, EV_CHAN, EV_PUB = KEYS[8], KEYS[9], KEYS[9], 'PUBLISH'
+-- FALLBACK is a fast script's answer when the full script must run instead.
+local FALLBACK = -9
+
+-- The running call's keys and arguments, as begin set them.
+local KEYS, ARGV = nil, nil
+
+-- EVENTS_MAX is the event log's MAXLEN, 0 when events are not recorded
+-- (EV_MAXLEN as written: a number given to redis.call costs more). EV_LOG
+-- is the log (a stream), EV_EXP the expiries of live leases (a sorted set),
+-- and an earliest expiry is announced with EV_PUB on EV_CHAN.
+local EVENTS_MAX, EV_MAXLEN, EV_LOG, EV_EXP, EV_CHAN, EV_PUB = 0, '0', nil, nil, nil, 'PUBLISH'
+
+-- What the helpers below remember within one call.
+local FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
+
+-- begin starts a call: keys and args are its KEYS and ARGV, and the event
+-- log and its expiries are keys[ev] and keys[ev + 1] when given (8 in the
+-- full scripts).
+local function begin(keys, args, ev)
+	KEYS, ARGV = keys, args
+	EVENTS_MAX, EV_PUB = 0, 'PUBLISH'
+	EV_LOG, EV_EXP, EV_CHAN = keys[ev], keys[ev + 1], keys[ev + 1]
+	FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
+end
 
 -- events_from reads a script's events argument (its header says which
 -- ARGV), before the script changes anything: "<max>" records into KEYS[8]
@@ -44,12 +78,15 @@ local EV_LOG, EV_EXP, EV_CHAN, EV_PUB = KEYS[8], KEYS[9], KEYS[9], 'PUBLISH'
 -- and the first access below fails, before any change, on a master that
 -- does not serve that slot (the store's slot map was stale).
 local function events_from(arg)
-	local max, log, exp, chan = string.match(arg, '^(%d+)\n([^\n]+)\n([^\n]+)\n([^\n]+)$')
-	if not max then
-		EVENTS_MAX = tonumber(arg)
+	if arg == '0' then
 		return
 	end
-	EVENTS_MAX = tonumber(max)
+	if not string.find(arg, '\n', 1, true) then
+		EVENTS_MAX, EV_MAXLEN = tonumber(arg), arg
+		return
+	end
+	local max, log, exp, chan = string.match(arg, '^(%d+)\n([^\n]+)\n([^\n]+)\n([^\n]+)$')
+	EVENTS_MAX, EV_MAXLEN = tonumber(max), max
 	EV_LOG, EV_EXP, EV_CHAN, EV_PUB = log, exp, chan, 'SPUBLISH'
 	redis.call('EXISTS', EV_LOG)
 end
@@ -58,8 +95,6 @@ end
 -- index (ver) and the exclusive lease's events member (evx). fence reads
 -- the three in one call, once per script; fence_set queues a write and
 -- fence_flush makes the queued writes in one call.
-local FENCE, FENCE_W = nil, {}
-
 local function fence()
 	if not FENCE then
 		local v = redis.call('HMGET', KEYS[2], 'token', 'ver', 'evx')
@@ -84,8 +119,6 @@ end
 -- use: abandoned request ids (KEYS[3]), shared leases and permits (their
 -- expiries, KEYS[5]) or a queue (KEYS[6]). Most names have none, and one
 -- call then spares a look at each. A script that creates one sets it.
-local RARE = nil
-
 local function rare()
 	if RARE == nil then
 		RARE = redis.call('EXISTS', KEYS[3], KEYS[5], KEYS[6]) > 0
@@ -107,8 +140,20 @@ local function clock()
 	return us, math.floor(us / 1000)
 end
 
+-- fmt writes an integer (a token, a time in ms) in full. '%d' is less than
+-- half the work of '%.0f', where Lua's integer format holds 64 bits, as it
+-- does wherever Redis runs (checked at the first call: a library being
+-- loaded has no string functions).
+local INT_FORMAT = nil
+
 local function fmt(n)
-	return string.format('%.0f', n)
+	if not INT_FORMAT then
+		INT_FORMAT = '%.0f'
+		if string.format('%d', 2 ^ 53) == '9007199254740992' then
+			INT_FORMAT = '%d'
+		end
+	end
+	return string.format(INT_FORMAT, n)
 end
 
 local function load_record(id)
@@ -155,7 +200,6 @@ end
 -- announcement while the mark is pending. The sweeper that finds the mark
 -- due removes it and looks at EV_EXP again.
 
-local name_of_lock = nil
 local function lock_name()
 	if not name_of_lock then
 		-- KEYS[1] is <prefix>{<name>}:lock and the prefix holds no brace.
@@ -164,8 +208,15 @@ local function lock_name()
 	return name_of_lock
 end
 
+-- lease_member returns a lease's member; a script that records a lease
+-- it tracks asks twice, and builds it once (MEMBER: {id, member}).
 local function lease_member(id, mode, token, owner, principal)
-	return lock_name() .. '\n' .. id .. '\n' .. mode .. '\n' .. token .. '\n' .. owner .. '\n' .. principal
+	if MEMBER and MEMBER[1] == id then
+		return MEMBER[2]
+	end
+	local m = lock_name() .. '\n' .. id .. '\n' .. mode .. '\n' .. token .. '\n' .. owner .. '\n' .. principal
+	MEMBER = {id, m}
+	return m
 end
 
 -- record records event t of lease id: count is its holds left (0: the lease
@@ -190,9 +241,12 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by)
 			redis.call(EV_PUB, EV_CHAN, exp)
 		end
 	end
-	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EVENTS_MAX, '*', 't', t, 'l', lock_name(), 'k', id,
-		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count,
-		'q', queue_length(now))
+	local q = queue_length(now)
+	if q == 0 then
+		q = '0'
+	end
+	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
+		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q)
 end
 
 -- track_exclusive notes the member of a fresh exclusive lease in the fence.

@@ -13,7 +13,9 @@
 -- retry of the release that ended a lease finds the lease id in the fence
 -- hash's "released" field and succeeds again without touching anything.
 -- Records released with the holds left (0 when the lease ended); a retry
--- records nothing.
+-- records nothing. Only a release that leaves holds bumps the fence's
+-- version (the blocking-query index): a lease that ends changes the index
+-- anyway, and can never come back.
 
 local _, now = clock()
 local id, all, channel, principal, publish = ARGV[1], ARGV[2] == '1', ARGV[3], ARGV[4], ARGV[5]
@@ -31,10 +33,10 @@ if h[1] == id then
 	if principal ~= '' and h[2] ~= principal then
 		return {-1}
 	end
-	redis.call('HINCRBY', KEYS[2], 'ver', 1)
 	if not all then
 		local left = redis.call('HINCRBY', KEYS[1], 'count', -1)
 		if left > 0 then
+			redis.call('HINCRBY', KEYS[2], 'ver', 1)
 			redis.call(publish, channel, 'c')
 			record(now, 'released', id, 'exclusive', h[4], h[3], h[2], left)
 			return {1, left, 0, 0}
@@ -53,9 +55,9 @@ if rec then
 	if principal ~= '' and rec.principal ~= principal then
 		return {-1}
 	end
-	redis.call('HINCRBY', KEYS[2], 'ver', 1)
 	local left = tonumber(rec.count) - 1
 	if not all and left > 0 then
+		redis.call('HINCRBY', KEYS[2], 'ver', 1)
 		rec.count = fmt(left)
 		save_record(id, rec)
 		redis.call(publish, channel, 'c')

@@ -1,0 +1,67 @@
+-- acquire_fast.lua: acquire.lua for the common case, a plain exclusive try
+-- (no shared mode, limit, fairness, queue place or idempotency key) on a
+-- name without shared leases, permits, queue or abandoned requests.
+--
+-- KEYS[1] lock hash, KEYS[2] fence hash, KEYS[3] abandoned request ids,
+-- KEYS[4] expiries of shared leases and permits, KEYS[5] queue (KEYS[1],
+-- [2], [3], [5] and [6] of lib.lua), then the event log and its expiries
+-- when events are recorded outside Redis Cluster
+-- ARGV[1]  request id (ULID): the lease id of a fresh grant
+-- ARGV[2]  owner
+-- ARGV[3]  principal ("" when the server runs open)
+-- ARGV[4]  ttl in milliseconds
+-- ARGV[5]  metadata, JSON, stored as given; "" for none
+-- ARGV[6]  unlock channel
+-- ARGV[7]  publish command: PUBLISH, or SPUBLISH on Redis Cluster (sharded pub/sub)
+-- ARGV[8]  events: see events_from in lib.lua ("0" to record none)
+--
+-- Returns, for a fresh grant, "<token> <acquired ms>" (a string costs Redis
+-- less than an array), for a refusal what acquire.lua returns ({0, owner,
+-- token, look again in ms, 0, 0}), and FALLBACK for all it leaves to
+-- acquire.lua: a name with any of KEYS[3..5], a reentrant acquire, or an
+-- expired lease whose expiry is not recorded yet. It changes nothing then.
+
+local owner, principal = ARGV[2], ARGV[3]
+events_from(ARGV[8])
+if redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5]) > 0 then
+	return FALLBACK
+end
+RARE = false
+local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token')
+if held[1] then
+	if held[2] == owner and held[3] == principal then
+		return FALLBACK
+	end
+	return {0, held[2], held[4], redis.call('PTTL', KEYS[1]), 0, 0}
+end
+local f = redis.call('HMGET', KEYS[2], 'token', 'evx')
+if EVENTS_MAX > 0 and f[2] then
+	return FALLBACK
+end
+
+-- A fresh grant, as acquire.lua makes it (next_token, the lock hash).
+local now_us, now = clock()
+local token = (tonumber(f[1]) or 0) + 1
+if now_us > token then
+	token = now_us
+end
+if token > 9007199254740991 then
+	return redis.error_reply('ERR fencing token space exhausted')
+end
+local req, tok, acq, exp = ARGV[1], fmt(token), fmt(now), fmt(now + ARGV[4])
+if ARGV[5] == '' then
+	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
+		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', exp)
+else
+	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
+		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', exp, 'meta', ARGV[5])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if EVENTS_MAX > 0 then
+	redis.call('HSET', KEYS[2], 'token', tok, 'evx', lease_member(req, 'exclusive', tok, owner, principal))
+else
+	redis.call('HSET', KEYS[2], 'token', tok)
+end
+redis.call(ARGV[7], ARGV[6], 'c:' .. ARGV[4])
+record(now, 'granted', req, 'exclusive', tok, owner, principal, '1', exp)
+return tok .. ' ' .. acq
