@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,6 +141,9 @@ type bareProc struct {
 	url  string
 	pid  int
 	done chan error
+	// stderr keeps what the bare front wrote to its stderr when lockbench's
+	// log is not a file it can hand it: read once it exited.
+	stderr bytes.Buffer
 }
 
 // startBareFront starts a bare front on store ("redis" or "memory"),
@@ -153,7 +157,15 @@ func startBareFront(ctx context.Context, cfg *config, store string, events bool,
 	cmd := exec.Command(exe, "bare-front", "-listen", "127.0.0.1:0", "-store", store,
 		"-events="+strconv.FormatBool(events), "-redis", cfg.redisURL, "-key-prefix", bareKeyPrefix)
 	cmd.Env = append(os.Environ(), bareFrontEnv+"=1")
-	cmd.Stderr = log
+	p := &bareProc{cmd: cmd, done: make(chan error, 1)}
+	// A file (lockbench's stderr) goes to the child as it is; any other
+	// writer would be written by exec's copying goroutine while this one
+	// writes it too.
+	if f, ok := log.(*os.File); ok {
+		cmd.Stderr = f
+	} else {
+		cmd.Stderr = &p.stderr
+	}
 	dieWithParent(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -162,7 +174,7 @@ func startBareFront(ctx context.Context, cfg *config, store string, events bool,
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &bareProc{cmd: cmd, pid: cmd.Process.Pid, done: make(chan error, 1)}
+	p.pid = cmd.Process.Pid
 	line := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -181,12 +193,21 @@ func startBareFront(ctx context.Context, cfg *config, store string, events bool,
 			return p, nil
 		}
 		p.stop()
-		return nil, fmt.Errorf("bare front on %s did not start", store)
+		return nil, fmt.Errorf("bare front on %s did not start%s", store, p.said())
 	case <-time.After(10 * time.Second):
 	case <-ctx.Done():
 	}
 	p.stop()
-	return nil, fmt.Errorf("bare front on %s: no answer in 10 s", store)
+	return nil, fmt.Errorf("bare front on %s: no answer in 10 s%s", store, p.said())
+}
+
+// said is what a stopped bare front wrote to the stderr it kept, for an
+// error message.
+func (p *bareProc) said() string {
+	if p.stderr.Len() == 0 {
+		return ""
+	}
+	return ": " + snippet(p.stderr.Bytes())
 }
 
 // bareFrontEnv is set in a bare front's environment: a test binary that

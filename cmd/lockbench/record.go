@@ -350,7 +350,8 @@ server, and much less with the machine's mood. ` + "`redis_us_per_pair`" + ` and
 used_cpu_sys, every thread of redis-server, so that Redis must serve the run
 alone) and the server's (its /proc/<pid>/stat, in 10 ms ticks);
 ` + "`redis_cmds_per_pair`" + ` counts the commands Redis ran per pair, those the
-scripts run included, the script calls themselves not. The comparison modes
+scripts run included, the script calls themselves not, and
+` + "`redis_reads_per_pair`" + ` its socket reads (about one per pipeline). The comparison modes
 (` + "`cost`, `bare`" + `) run each setup once per round, alternating the order, and give
 each figure's median with every round's value (` + "`*_rounds`" + `). Latencies are in milliseconds
 (` + "`acq_*`" + `: the acquire alone; in ` + "`rate`" + `, from the cycle's scheduled start, and
@@ -421,6 +422,13 @@ kill %2
 
 LOCKAPI_ADDR=:8081 LOCKAPI_METRICS=false /tmp/lockapi &   # metrics off, beside the first
 /tmp/lockbench throughput -label metrics -against http://127.0.0.1:8081 -redis $R -record docs/BENCHMARKS.md
+
+# Redis and server CPU per pair (cost): the lockapi above (events on), one
+# with events off on the same Redis, one on the memory store; lockbench
+# starts the bare fronts itself.
+LOCKAPI_ADDR=:8082 LOCKAPI_EVENTS=false LOCKAPI_KEY_PREFIX=lockapi-noev: /tmp/lockapi &
+LOCKAPI_ADDR=:8083 LOCKAPI_REDIS_URL= /tmp/lockapi &
+/tmp/lockbench cost -rounds 5 -events-off http://127.0.0.1:8082 -memory http://127.0.0.1:8083 -redis $R -record docs/BENCHMARKS.md
 ` + "```" + `
 
 The idle mode needs about 10,300 open files in lockbench and in the server

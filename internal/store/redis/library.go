@@ -104,8 +104,19 @@ func registration(entries []entry, prefix string, crossSlot bool) string {
 }
 
 // load gives Redis the library; a Redis that has it already is fine. On
-// Redis Cluster every master gets it.
+// Redis Cluster every master gets it. A Redis that refuses FUNCTION LOAD
+// (renamed away, or not granted to lockapi's user) gets the scripts with
+// EVAL from then on, as a Redis without Functions does.
 func (l *library) load(ctx context.Context, rdb goredis.UniversalClient) error {
+	err := l.loadAll(ctx, rdb)
+	if refusesFunctions(err) {
+		l.mode.Store(modeEval)
+		return nil
+	}
+	return err
+}
+
+func (l *library) loadAll(ctx context.Context, rdb goredis.UniversalClient) error {
 	loadOn := func(ctx context.Context, c goredis.Cmdable) error {
 		err := c.FunctionLoad(ctx, l.code).Err()
 		if err != nil && strings.Contains(err.Error(), "already exists") {
@@ -144,7 +155,7 @@ func (l *library) noted(err error) (load, again bool) {
 	case isFunctionNotFound(err):
 		l.mode.CompareAndSwap(modeUnknown, modeFunctions)
 		return true, true
-	case isUnknownFCall(err):
+	case refusesFunctions(err):
 		l.mode.Store(modeEval)
 		return false, true
 	}
@@ -155,9 +166,16 @@ func isFunctionNotFound(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
 }
 
-// isUnknownFCall recognises the answer of a Redis older than 7.0 to FCALL.
-func isUnknownFCall(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "ERR unknown command") && strings.Contains(strings.ToLower(err.Error()), "fcall")
+// refusesFunctions recognises the answer to FCALL or FUNCTION of a Redis
+// older than 7.0, one where the command is renamed away, or one whose ACL
+// does not grant it to lockapi's user: nothing ran.
+func refusesFunctions(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return (strings.HasPrefix(msg, "err unknown command") || strings.HasPrefix(msg, "noperm")) &&
+		(strings.Contains(msg, "fcall") || strings.Contains(msg, "function"))
 }
 
 // queue adds a call of the script to a pipeline (or runs it on a client):

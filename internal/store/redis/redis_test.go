@@ -219,6 +219,27 @@ func TestRedis_plain_pair_runs_one_script_each(t *testing.T) {
 	}
 }
 
+// TestRedis_without_Functions_runs_EVAL: a Redis that refuses Functions
+// to lockapi's user (as one refuses FCALL that has none, 6.2) gets the
+// scripts with EVALSHA, and the store works as ever.
+func TestRedis_without_Functions_runs_EVAL(t *testing.T) {
+	srv := redistest.Start(t)
+	observer := srv.Client(t)
+	if err := observer.Do(ctx, "ACL", "SETUSER", "nofunctions", "on", ">pw", "~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	url := strings.Replace(srv.URL, "redis://", "redis://nofunctions:pw@", 1)
+	s := openStoreOptions(t, redisstore.ClientConfig{URL: url}, redisstore.Options{Events: true, Batch: true})
+	a := storetest.Acquire(t, s, "plain", "a", time.Minute)
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "plain", ID: a.ID}, false); err != nil {
+		t.Fatal(err)
+	}
+	calls := commandCalls(t, observer)
+	if calls["evalsha"]+calls["eval"] == 0 || calls["function|load"] != 0 {
+		t.Errorf("scripts ran as %v", calls)
+	}
+}
+
 // TestRedis_pubsub_reconnect_wakes_waiters: when the pub/sub connection drops,
 // the store redials and every waiter looks again, so a release made while the
 // connection was down is not missed until the holder's TTL.
