@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_41a86d62c106c950"},
-		{"cluster", true, "lockapi_8e2298f3ee257150"},
+		{"plain", false, "lockapi_43ce6cfdcb901ae6"},
+		{"cluster", true, "lockapi_0b2c95d2e0cd3237"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
