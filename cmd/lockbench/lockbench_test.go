@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
@@ -43,7 +44,11 @@ func openServer(t *testing.T, m *metrics.Metrics) (serverURL, redisURL string) {
 // serve runs lockapi in-process on st and returns its URL.
 func serve(t *testing.T, st lock.Store, m *metrics.Metrics) string {
 	t.Helper()
-	srv := lockhttp.NewServer(st, lockhttp.Config{MaxWaiters: 1000, MaxWaitersPerCaller: 1000, Metrics: m})
+	signer, err := auth.NewReleaseSigner(auth.RandomSecret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := lockhttp.NewServer(st, lockhttp.Config{MaxWaiters: 1000, MaxWaitersPerCaller: 1000, Metrics: m, Release: signer})
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

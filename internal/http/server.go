@@ -150,9 +150,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		cfg.EventsHeartbeat = DefaultEventsHeartbeat
 	}
 	if cfg.Release == nil {
-		// Only cmd/lockbench's test server still leaves Release out; it
-		// never uses a release URL. Once it sets one, this is a panic.
-		cfg.Release, _ = auth.NewReleaseSigner(auth.RandomSecret())
+		// cmd/lockapi chooses the secret (configured, kept in Redis, or
+		// random on the memory store); a server without one is a bug.
+		panic("lockhttp: Config.Release is nil")
 	}
 	s := &Server{store: store, cfg: cfg, log: cfg.Logger, waiters: newWaiterLimits(cfg.MaxWaitersPerCaller, cfg.MaxWaiters)}
 	if cfg.RateLimit > 0 {
