@@ -114,10 +114,23 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	req.WaiterID = ""
 	start := time.Now()
 	id := ulid.Make().String()
-	answers := s.acquire(ctx, req, id)
-	if first := answers[s.first(req.Lock)]; first.err != nil && !unknown(first.err) {
-		return lock.Grant{}, first.err // refused there: nothing was granted
+	// The name's first master is asked first: when many acquire a free
+	// lock at once, it grants one of them, and only that one asks the
+	// others. Asking all at once, each master could grant a different
+	// caller, and no caller would win a majority. When the first master
+	// refuses, nothing was granted; when it does not answer, the others
+	// must grant all but it.
+	first := s.masters[s.first(req.Lock)]
+	firstGrant, firstErr := first.AcquireAs(ctx, req, id)
+	if firstErr != nil && !unknown(firstErr) {
+		return lock.Grant{}, firstErr
 	}
+	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.Grant, error) {
+		if m == first {
+			return firstGrant, firstErr // asked already
+		}
+		return m.AcquireAs(ctx, req, id)
+	})
 
 	// The lease most masters granted: all of them name the same one,
 	// unless a master lost a lease that the others re-entered.
@@ -153,7 +166,7 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		raised := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
 			return m.RaiseToken(ctx, req.Lock, leaseID, g.Lease.Token)
 		})
-		if ok := count(raised, func(a answer[bool]) bool { return a.err == nil }); ok < s.quorum {
+		if _, ok := errsOf(raised); ok < s.quorum {
 			s.undo(ctx, req.Lock, id, answers)
 			return lock.Grant{}, &lock.Error{Code: lock.CodeUnavailable,
 				Detail: fmt.Sprintf("the fencing token reached %d of %d masters, fewer than a majority; the grant was undone", ok, len(s.masters))}
@@ -182,45 +195,6 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	g.RequestID = id
 	return g, nil
 }
-
-// acquire asks the masters for the lease, the name's first master first:
-// when many acquire a free lock at once, it grants one of them, and only
-// that one asks the others. Asking all at once instead, each master could
-// grant a different caller, and no caller would win a majority. When the
-// first master refuses, the others are not asked; when it does not answer,
-// they are, and must grant all but it.
-func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, id string) []answer[lock.Grant] {
-	first := s.first(req.Lock)
-	out := make([]answer[lock.Grant], len(s.masters))
-	g, err := s.masters[first].AcquireAs(ctx, req, id)
-	out[first] = answer[lock.Grant]{g, err}
-	if err != nil && !unknown(err) {
-		for i := range out {
-			if i != first {
-				out[i].err = errNotAsked
-			}
-		}
-		return out
-	}
-	var wg sync.WaitGroup
-	for i, m := range s.masters {
-		if i == first {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g, err := m.AcquireAs(ctx, req, id)
-			out[i] = answer[lock.Grant]{g, err}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// errNotAsked stands for the answer of a master that an acquire did not
-// ask, since the name's first master refused it.
-var errNotAsked = errors.New("not asked")
 
 // first is the master asked first for name: one per name, spread over the
 // masters.
@@ -263,14 +237,17 @@ func sameTokens(group []lock.Grant, token uint64) bool {
 	return true
 }
 
-func count[T any](answers []answer[T], ok func(answer[T]) bool) int {
-	n := 0
-	for _, a := range answers {
-		if ok(a) {
-			n++
+// errsOf returns the answers' errors, in master order, and how many
+// masters succeeded.
+func errsOf[T any](answers []answer[T]) (errs []error, ok int) {
+	errs = make([]error, len(answers))
+	for i, a := range answers {
+		errs[i] = a.err
+		if a.err == nil {
+			ok++
 		}
 	}
-	return n
+	return errs, ok
 }
 
 // undo abandons an acquire on the masters that granted it or whose answer
@@ -305,18 +282,14 @@ func unknown(err error) bool {
 // principal), the lock held when enough masters answered that no majority
 // is possible, and unavailable when too few answered.
 func (s *Store) refusal(name string, answers []answer[lock.Grant]) error {
-	errs := make([]error, len(answers))
-	for i, a := range answers {
-		errs[i] = a.err
-	}
+	errs, _ := errsOf(answers)
 	if err := s.agreed(errs); err != nil {
 		return err
 	}
 	var held *lock.Error
 	answered := 0
 	for _, err := range errs {
-		code := lock.ErrorCode(err)
-		if code == lock.CodeUnavailable || ctxErr(err) {
+		if unknown(err) {
 			continue
 		}
 		answered++
@@ -336,16 +309,14 @@ func (s *Store) refusal(name string, answers []answer[lock.Grant]) error {
 		// others): it resolves when those leases are abandoned or expire.
 		return lock.Held(name, lock.HeldBy{ExpiresIn: 50 * time.Millisecond})
 	}
-	for _, err := range errs {
-		if ctxErr(err) {
-			return err
-		}
-	}
-	return s.unavailable(errs)
+	return s.unreached(errs)
 }
 
+// ctxErr reports the caller's context ending (cancelled, or its deadline
+// passed), which a master's store returns as it is, not as its own error.
 func ctxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && lock.ErrorCode(err) == ""
+	var e *lock.Error
+	return (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && !errors.As(err, &e)
 }
 
 // agreed returns the error a majority of the masters gave, when it is one
@@ -354,7 +325,7 @@ func (s *Store) agreed(errs []error) error {
 	byCode := map[lock.Code]int{}
 	for _, err := range errs {
 		code := lock.ErrorCode(err)
-		if err == nil || code == lock.CodeHeld || code == lock.CodeUnavailable || code == "" {
+		if err == nil || code == lock.CodeHeld || unknown(err) {
 			continue
 		}
 		if byCode[code]++; byCode[code] >= s.quorum {
@@ -386,24 +357,28 @@ func (s *Store) failure(errs []error) error {
 	if err := s.agreed(errs); err != nil {
 		return err
 	}
+	// Some masters no longer know the lease and too few answered to say
+	// more: the lease may be lost, but that is not known.
+	return s.unreached(errs)
+}
+
+// unreached is the error of a call too few masters answered: the caller's
+// own context error when it ended, unavailable otherwise.
+func (s *Store) unreached(errs []error) error {
 	for _, err := range errs {
 		if ctxErr(err) {
 			return err
 		}
 	}
-	// Some masters no longer know the lease and too few answered to say
-	// more: the lease may be lost, but that is not known.
 	return s.unavailable(errs)
 }
 
-// quorumTime is the time until which a majority of the given times has not
-// passed: the quorum-th latest.
+// quorumTime is the time until which a majority of the given times (one
+// per master, at least a majority of them) has not passed: the quorum-th
+// latest.
 func (s *Store) quorumTime(times []time.Time) time.Time {
 	sorted := slices.Clone(times)
 	slices.SortFunc(sorted, func(a, b time.Time) int { return b.Compare(a) })
-	if len(sorted) < s.quorum {
-		return sorted[len(sorted)-1]
-	}
 	return sorted[s.quorum-1]
 }
 
@@ -413,15 +388,12 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.Lease, error) {
 		return m.Renew(ctx, ref, ttl)
 	})
-	var errs []error
+	errs, ok := errsOf(answers)
 	var lease lock.Lease
-	ok := 0
 	for _, a := range answers {
-		errs = append(errs, a.err)
 		if a.err != nil {
 			continue
 		}
-		ok++
 		holds := max(lease.HoldCount, a.v.HoldCount)
 		if a.v.Token > lease.Token {
 			lease = a.v
@@ -450,14 +422,12 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		return m.Release(ctx, ref, all)
 	})
 	out := lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID, Retried: true}
-	var errs []error
-	ok, released := 0, 0
+	errs, ok := errsOf(answers)
+	released := 0
 	for _, a := range answers {
-		errs = append(errs, a.err)
 		if a.err != nil {
 			continue
 		}
-		ok++
 		out.Retried = out.Retried && a.v.Retried
 		if a.v.Released {
 			released++
@@ -497,16 +467,14 @@ func (s *Store) inspectAll(ctx context.Context, name string) ([]*lock.State, err
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.State, error) {
 		return m.Inspect(ctx, name)
 	})
+	if errs, ok := errsOf(answers); ok < s.quorum {
+		return nil, s.failure(errs)
+	}
 	states := make([]*lock.State, len(answers))
-	var errs []error
 	for i, a := range answers {
-		errs = append(errs, a.err)
 		if a.err == nil {
 			states[i] = &a.v
 		}
-	}
-	if count(answers, func(a answer[lock.State]) bool { return a.err == nil }) < s.quorum {
-		return nil, s.failure(errs)
 	}
 	return states, nil
 }
@@ -594,11 +562,7 @@ func (s *Store) everywhere(ctx context.Context, f func(ctx context.Context, m *r
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (struct{}, error) {
 		return struct{}{}, f(ctx, m)
 	})
-	var errs []error
-	for _, a := range answers {
-		errs = append(errs, a.err)
-	}
-	if count(answers, func(a answer[struct{}]) bool { return a.err == nil }) < s.quorum {
+	if errs, ok := errsOf(answers); ok < s.quorum {
 		return s.failure(errs)
 	}
 	return nil
@@ -610,14 +574,12 @@ func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
 		return m.ForceRelease(ctx, name, principal)
 	})
-	var errs []error
+	if errs, ok := errsOf(answers); ok < s.quorum {
+		return false, s.failure(errs)
+	}
 	held := false
 	for _, a := range answers {
-		errs = append(errs, a.err)
 		held = held || a.err == nil && a.v
-	}
-	if count(answers, func(a answer[bool]) bool { return a.err == nil }) < s.quorum {
-		return false, s.failure(errs)
 	}
 	return held, nil
 }
