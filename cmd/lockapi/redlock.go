@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -46,16 +44,9 @@ func openRedlock(ctx context.Context, c serveConfig, m *metrics.Metrics, log zer
 			return nil, nil, err
 		}
 		opened = append(opened, rdb)
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err = redisstore.CheckTopology(pctx, rdb, c.MinReplicas)
-		cancel()
-		var bad *redisstore.TopologyError
-		if errors.As(err, &bad) {
+		// A master down is not fatal: a minority of them may be.
+		if err := checkTopology(ctx, c, rdb, log); err != nil {
 			return nil, nil, err
-		}
-		if err != nil {
-			// Not fatal: a minority of masters may be down.
-			log.Warn().Err(err).Str("redis", rdb.Target()).Msg("a Redlock master does not answer yet")
 		}
 		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedlockTimeout, MinReplicas: c.MinReplicas}
 		if m != nil {

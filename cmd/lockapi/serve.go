@@ -237,6 +237,24 @@ func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
+// checkTopology checks at startup that Redis is the deployment c says
+// (redisstore.CheckTopology), and returns the mismatch, which is fatal.
+// Redis not answering yet is not: it is logged, and /readyz says 503 until
+// Redis answers.
+func checkTopology(ctx context.Context, c serveConfig, rdb *redisstore.Client, log zerolog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	err := redisstore.CheckTopology(ctx, rdb, c.MinReplicas)
+	var bad *redisstore.TopologyError
+	if errors.As(err, &bad) {
+		return err
+	}
+	if err != nil {
+		log.Warn().Err(err).Str("redis", rdb.Target()).Msg("Redis does not answer yet")
+	}
+	return nil
+}
+
 // storeCounters exports the counters of a Redis-backed store.
 func storeCounters(m *metrics.Metrics, s interface {
 	Reconnects() int64
@@ -337,17 +355,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer rdb.Close()
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err = redisstore.CheckTopology(pctx, rdb, c.MinReplicas)
-		cancel()
-		var bad *redisstore.TopologyError
-		if errors.As(err, &bad) {
+		if err := checkTopology(ctx, c, rdb, log); err != nil {
 			log.Error().Err(err).Str("mode", c.RedisMode).Msg("bad Redis configuration")
 			return 2
-		}
-		if err != nil {
-			// Not fatal: /readyz says 503 until Redis answers.
-			log.Warn().Err(err).Msg("Redis does not answer yet")
 		}
 		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas,
 			Events: c.Events, EventsMax: c.EventsMax, EventsRetention: c.EventsRetention}
