@@ -2,7 +2,6 @@ package http
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -146,7 +145,7 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
-	if err := json.NewEncoder(w).Encode(p); err != nil {
+	if err := encodeJSON(w, p); err != nil {
 		zerolog.Ctx(r.Context()).Debug().Err(err).Msg("write problem")
 	}
 }

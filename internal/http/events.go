@@ -2,7 +2,6 @@ package http
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -228,7 +227,7 @@ type eventStream struct {
 // event writes one event: its id, its type as the event name, and v as the
 // JSON data (one line: encoding/json escapes every newline).
 func (st *eventStream) event(id, name string, v any) error {
-	data, err := json.Marshal(v)
+	data, err := marshalJSON(v)
 	if err != nil {
 		return err
 	}

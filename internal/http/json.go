@@ -1,7 +1,9 @@
 package http
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"time"
 
@@ -22,9 +24,28 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	if err := encodeJSON(w, v); err != nil {
 		zerolog.Ctx(r.Context()).Debug().Err(err).Msg("write response")
 	}
+}
+
+// encodeJSON writes v as one line of JSON without HTML escaping: the answers
+// are application/json, never HTML, and a release_url's '&' written as
+// \u0026 only puzzles whoever reads it. (U+2028 and U+2029 are still
+// escaped, so a value stays on one line.)
+func encodeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// marshalJSON is json.Marshal without HTML escaping (see encodeJSON).
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := encodeJSON(&b, v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Lease is the JSON form of lock.Lease.
