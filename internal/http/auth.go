@@ -108,9 +108,13 @@ func (s *Server) handleSignedRelease(w http.ResponseWriter, r *http.Request) {
 	name, leaseID, fields := leasePath(r)
 	q := parseQuery(r)
 	// A URL that lacks its parameters was cut, not tampered with.
-	exp, _ := q.str("exp")
+	exp, given := q.str("exp")
 	if _, err := strconv.ParseInt(exp, 10, 64); err != nil {
-		q.fail("exp", "is required: the URL's expiry, an integer of Unix seconds")
+		if given && exp != "" {
+			q.fail("exp", "must be an integer of Unix seconds (the URL's expiry)")
+		} else {
+			q.fail("exp", "is required: the URL's expiry, an integer of Unix seconds")
+		}
 	}
 	sig, _ := q.str("sig")
 	if sig == "" {
