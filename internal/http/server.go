@@ -312,9 +312,27 @@ func waitError(ctx context.Context, err error) error {
 	return err
 }
 
-// handleNotFound answers requests for routes that do not exist.
+// handleNotFound answers requests for routes that do not exist. A path under
+// /v1/locks/ whose second segment is not "leases" carries a lock name with a
+// '/' in it ("team/deploy"): that caller needs the lock-name rule, not a bare
+// "no route". (/v1/locks/busy/leases/L/extend is an unknown route on a good
+// name, and stays a 404.)
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
-	Error(w, r, &httpError{kindNotFound, fmt.Sprintf("there is no route %s", r.URL.EscapedPath())})
+	path := r.URL.EscapedPath()
+	if rest, ok := strings.CutPrefix(path, "/v1/locks/"); ok && slashInName(rest) {
+		rule := lock.CheckName("name", "/").Detail
+		Error(w, r, lock.Invalid(lock.FieldError{Field: "name",
+			Detail: rule + "; '/' separates the path's segments, so a name cannot hold one (write team:deploy rather than team/deploy)"}))
+		return
+	}
+	Error(w, r, &httpError{kindNotFound, fmt.Sprintf("there is no route %s", path)})
+}
+
+// slashInName reports whether the rest of a /v1/locks/ path that matched no
+// route is a lock name with a '/' rather than a known route shape.
+func slashInName(rest string) bool {
+	segs := strings.Split(rest, "/")
+	return len(segs) > 1 && segs[1] != "leases" && segs[1] != ""
 }
 
 // allMethods are the methods checked for the Allow header of a 405.
