@@ -227,7 +227,7 @@ type AcquireRequest struct {
 
 	// MinReplicas How many Redis replicas must confirm a grant (WAIT) before it is answered. If fewer confirm in time, the grant is released and the answer is 503 `unavailable`. Default and maximum: the server's `LOCKAPI_MIN_REPLICAS` (default 0, no confirmation); a request may ask for fewer, to trade durability for latency.
 	//
-	// Example: 1
+	// Example: 0
 	MinReplicas *int64 `json:"min_replicas,omitempty"`
 
 	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.

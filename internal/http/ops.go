@@ -3,6 +3,7 @@ package http
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/lockapi/lockapi"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -31,8 +32,15 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleOpenAPI handles the "GET /openapi.yaml" route: the API's contract.
+// It is application/yaml, or text/plain for a client that accepts only
+// that: many generators (openapi-python-client among them) read no YAML
+// media type and would decode the text as JSON, so the spec offers both.
 func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
-	writeDocument(w, "application/yaml", lockapi.OpenAPI)
+	ct := "application/yaml"
+	if accept := r.Header.Get("Accept"); strings.Contains(accept, "text/plain") && !strings.Contains(accept, "yaml") {
+		ct = "text/plain; charset=utf-8"
+	}
+	writeDocument(w, ct, lockapi.OpenAPI)
 }
 
 // handleOpenAPIJSON handles the "GET /openapi.json" route: the same
