@@ -371,10 +371,10 @@ func keysFileValue(p *string) value {
 // secretsValue is the release URL secrets, never echoed.
 func secretsValue(p *string) value {
 	return value{arg: "SECRETS", secret: true, set: func(s string) error {
-		*p = s
 		if _, err := releaseSigner(serveConfig{ReleaseSecrets: s}); err != nil {
 			return wantf("comma-separated secrets of 16 bytes or more")
 		}
+		*p = s
 		return nil
 	}}
 }
