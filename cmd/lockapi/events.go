@@ -40,7 +40,7 @@ unavailable, failed or records no events; 77 the server refused the API key.
 // eventsCmd implements `lockapi events`.
 func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("events", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported below, with the usage
+	fs.SetOutput(io.Discard) // errors are reported below
 	fs.Usage = func() {}
 	server := fs.String("server", defaultServer(), "")
 	var opts client.EventsOptions
@@ -53,15 +53,15 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprint(stdout, eventsUsage)
 		return 0
 	} else if err != nil {
-		fmt.Fprintf(stderr, "lockapi events: %v\n\n%s", err, eventsUsage)
+		reportUsage(stderr, "events", err)
 		return exitUsage
 	}
 	switch {
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "lockapi events: unexpected argument %q\n\n%s", fs.Arg(0), eventsUsage)
+		reportUsage(stderr, "events", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 		return exitUsage
 	case opts.Lock != "" && opts.Prefix != "":
-		fmt.Fprintf(stderr, "lockapi events: --lock and --prefix do not go together\n\n%s", eventsUsage)
+		reportUsage(stderr, "events", errors.New("--lock and --prefix do not go together"))
 		return exitUsage
 	}
 	if *types != "" {

@@ -11,42 +11,63 @@ import (
 	"github.com/lockapi/lockapi/internal/auth"
 )
 
-const keysUsage = `usage: lockapi keys new --principal NAME [--scopes locks:read,locks:write] [--patterns '*']
+const keysUsage = `usage: lockapi keys new --principal NAME [flags]
 
 Prints a fresh API key and the line that configures it. Give the key to the
 client; put only the line (it holds the key's SHA-256, not the key) into
 LOCKAPI_API_KEYS or the file named by LOCKAPI_API_KEYS_FILE.
+
+Flags:
+  --principal NAME   who the key belongs to (recorded on the leases it
+                     acquires); required
+  --scopes S,...     comma-separated: locks:read, locks:write, admin
+                     (default locks:read,locks:write)
+  --patterns P,...   comma-separated lock-name patterns the key may use,
+                     e.g. ci:*,deploy:* (default *)
+
+Output: two lines, "key:  " and the key, "line: " and the line.
+
+Exit status: 0 printed; 2 usage error, or a scope or pattern that is not
+one.
 `
 
 // keys handles "lockapi keys new".
 func keys(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "new" {
-		fmt.Fprint(stderr, keysUsage)
-		return 2
+	switch {
+	case len(args) > 0 && isHelp(args[0]):
+		fmt.Fprint(stdout, keysUsage)
+		return 0
+	case len(args) == 0 || args[0] != "new":
+		reportUsage(stderr, "keys", errors.New("want the subcommand new: lockapi keys new --principal NAME"))
+		return exitUsage
 	}
-	fs := flag.NewFlagSet("keys new", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	principal := fs.String("principal", "", "who the key belongs to (recorded on the leases it acquires)")
-	scopes := fs.String("scopes", "locks:read,locks:write", "comma-separated: locks:read, locks:write, admin")
-	patterns := fs.String("patterns", "*", "comma-separated lock-name patterns the key may use, e.g. ci:*,deploy:*")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	f := newFlags("keys new")
+	var principal, scopes, patterns string
+	f.bind("principal", stringValue(&principal, ""))
+	f.bind("scopes", stringValue(&scopes, "locks:read,locks:write"))
+	f.bind("patterns", stringValue(&patterns, "*"))
+	err := f.parse(args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, keysUsage)
+		return 0
+	case err == nil && f.fs.NArg() > 0:
+		err = fmt.Errorf("unexpected argument %q", f.fs.Arg(0))
+	case err == nil && principal == "":
+		err = errors.New("missing --principal NAME, who the key belongs to")
 	}
-	if *principal == "" || fs.NArg() > 0 {
-		fmt.Fprint(stderr, keysUsage)
-		return 2
+	if err != nil {
+		reportUsage(stderr, "keys new", err)
+		return exitUsage
 	}
 	var ss []auth.Scope
-	for _, s := range strings.Split(*scopes, ",") {
+	for _, s := range strings.Split(scopes, ",") {
 		ss = append(ss, auth.Scope(strings.TrimSpace(s)))
 	}
-	key, line, err := auth.NewKey(*principal, ss, strings.Split(*patterns, ","))
+	key, line, err := auth.NewKey(principal, ss, strings.Split(patterns, ","))
 	if err != nil {
 		fmt.Fprintf(stderr, "lockapi keys new: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	fmt.Fprintf(stdout, "key:  %s\nline: %s\n", key, line)
 	return 0

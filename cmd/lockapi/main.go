@@ -1,6 +1,7 @@
 // Command lockapi is the lock service and its command-line tools.
 //
 //	lockapi [serve] [flags]   run the server (the default)
+//	lockapi -h                the commands, and where to read on
 //
 // Every serve flag can also be set with a LOCKAPI_* environment variable;
 // `lockapi serve -h` lists them.
@@ -32,6 +33,15 @@ func main() {
 // its context, arguments and output so that tests can run the whole program
 // in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// Plain lockapi, or lockapi with flags only, is lockapi serve: the
+	// README's first command (go run ./cmd/lockapi) and the Docker image's
+	// ENTRYPOINT, which names no command, start the server that way. Asking
+	// for help is the exception: -h and --help alone print the overview,
+	// not the server's flags.
+	if len(args) == 1 && isHelp(args[0]) {
+		fmt.Fprint(stdout, overview)
+		return 0
+	}
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -47,25 +57,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return eventsCmd(ctx, args, stdout, stderr)
 	case "keys":
 		return keys(ctx, args, stdout, stderr)
+	case "version":
+		return versionCmd(args, stdout, stderr)
 	case "help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, overview)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "lockapi: unknown command %q\n\n%s", cmd, usage)
-		return 2
+		fmt.Fprintf(stderr, "lockapi: unknown command %q (lockapi -h lists the commands)\n", cmd)
+		return exitUsage
 	}
 }
-
-const usage = `usage: lockapi <command> [flags]
-
-commands:
-  serve    run the lock server (the default); lockapi serve -h lists its flags
-  run      run a command while holding a lock: lockapi run [flags] NAME -- COMMAND...
-           (exit 75: lock still held after --wait, 70: lease lost, 69: server
-           unavailable, 2: usage; lockapi run -h says more)
-  status   print a lock's state: lockapi status [--json] NAME
-  events   print lock events as they happen: lockapi events [--prefix P | --lock NAME]
-           [--types T,...] [--after ID] [--json]
-  keys     create an API key: lockapi keys new --principal NAME [--scopes …] [--patterns …]
-  help     print this text
-`

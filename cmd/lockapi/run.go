@@ -81,49 +81,52 @@ type runConfig struct {
 
 func parseRunFlags(args []string) (runConfig, error) {
 	var c runConfig
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // runCmd reports errors, with the usage
-	fs.Usage = func() {}
-	fs.StringVar(&c.server, "server", defaultServer(), "")
-	fs.DurationVar(&c.ttl, "ttl", 30*time.Second, "")
-	fs.DurationVar(&c.wait, "wait", 5*time.Minute, "")
-	fs.StringVar(&c.owner, "owner", "", "")
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "")
-	fs.BoolVar(&c.shared, "shared", false, "")
-	fs.IntVar(&c.limit, "limit", 0, "")
-	fs.BoolVar(&c.fair, "fair", false, "")
-	if err := fs.Parse(args); err != nil {
+	f := newFlags("run")
+	f.bind("server", stringValue(&c.server, defaultServer()))
+	f.bind("ttl", durationValue(&c.ttl, 30*time.Second, positive))
+	f.bind("wait", durationValue(&c.wait, 5*time.Minute, notNegative))
+	f.bind("owner", stringValue(&c.owner, ""))
+	f.bind("grace", durationValue(&c.grace, 10*time.Second, notNegative))
+	f.fs.BoolVar(&c.shared, "shared", false, "")
+	f.bind("limit", limitValue(&c.limit))
+	f.fs.BoolVar(&c.fair, "fair", false, "")
+	if err := f.parse(args); err != nil {
 		return c, err
 	}
-	if fs.NArg() == 0 {
+	if f.fs.NArg() == 0 {
 		return c, errors.New("missing the lock NAME")
 	}
-	c.name, c.command = fs.Arg(0), fs.Args()[1:]
+	c.name, c.command = f.fs.Arg(0), f.fs.Args()[1:]
 	switch {
 	case len(c.command) > 0 && c.command[0] == "--":
 		c.command = c.command[1:]
 	case len(c.command) > 0 && strings.HasPrefix(c.command[0], "-"):
 		// Flags after NAME, before the command.
-		if err := fs.Parse(c.command); err != nil {
+		if err := f.parse(c.command); err != nil {
 			return c, err
 		}
-		c.command = fs.Args()
+		c.command = f.fs.Args()
 	}
 	switch {
 	case len(c.command) == 0:
 		return c, errors.New("missing the COMMAND to run")
-	case c.ttl <= 0:
-		return c, errors.New("--ttl must be positive")
-	case c.wait < 0:
-		return c, errors.New("--wait must not be negative")
-	case c.limit < 0 || c.limit > 10000:
-		return c, errors.New("--limit is 1 to 10000 permits")
 	case c.limit > 0 && c.shared:
 		return c, errors.New("--limit and --shared do not go together: a semaphore's permits are not shared")
-	case c.grace < 0:
-		return c, errors.New("--grace must not be negative")
 	}
 	return c, nil
+}
+
+// limitValue is the permits of a semaphore, 1 to 10000; 0 is a plain lock.
+func limitValue(p *int) value {
+	v := intValue(p, 0, notNegative)
+	set := v.set
+	v.set = func(s string) error {
+		if n, err := strconv.Atoi(s); err != nil || n < 0 || n > 10000 {
+			return wantf("a number of permits from 1 to 10000")
+		}
+		return set(s)
+	}
+	return v
 }
 
 func defaultServer() string {
@@ -150,7 +153,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "lockapi run: %v\n\n%s", err, runUsage)
+		reportUsage(stderr, "run", err)
 		return exitUsage
 	}
 	cl, err := newClient(c.server)

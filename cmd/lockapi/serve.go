@@ -6,11 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"crypto/tls"
@@ -24,203 +20,10 @@ import (
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
-	"github.com/lockapi/lockapi/internal/store/redlock"
 	"github.com/lockapi/lockapi/internal/webhook"
 	"github.com/lockapi/lockapi/internal/webhook/memstate"
 	"github.com/lockapi/lockapi/internal/webhook/redisstate"
 )
-
-// serveConfig is everything `lockapi serve` can be told. Each field has a
-// flag and a LOCKAPI_* environment variable; a flag wins over the variable.
-type serveConfig struct {
-	Addr            string
-	RedisURL        string
-	RedisMode       string
-	KeyPrefix       string
-	DefaultTTL      time.Duration
-	MaxTTL          time.Duration
-	MaxWait         time.Duration
-	LogLevel        string
-	LogFormat       string
-	ShutdownTimeout time.Duration
-
-	APIKeys        string
-	APIKeysFile    string
-	ReleaseSecrets string
-
-	MaxWaiters          int
-	MaxWaitersPerCaller int
-	RateLimit           float64
-	RateBurst           int
-
-	Metrics      bool
-	AdminAddr    string
-	RedisBatch   bool
-	RedisTimeout time.Duration
-	MinReplicas  int
-	// RedlockTimeout bounds each master's part of a call in redlock mode.
-	RedlockTimeout time.Duration
-
-	Events          bool
-	EventsMax       int
-	EventsRetention time.Duration
-
-	TLSCert, TLSKey                       string
-	RedisTLSCA, RedisTLSCert, RedisTLSKey string
-
-	WebhooksFile         string
-	WebhooksAllowPrivate bool
-	WebhooksTimeout      time.Duration
-	WebhooksRetryFor     time.Duration
-	WebhooksBackoffMin   time.Duration
-	WebhooksBackoffMax   time.Duration
-}
-
-func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
-	var c serveConfig
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	str := func(p *string, name, env, def, help string) {
-		fs.StringVar(p, name, envOr(env, def), help+" ($"+env+")")
-	}
-	// A variable that does not parse is fatal, unless its flag is given.
-	badEnv := map[string]string{} // by flag name: why its variable does not parse
-	dur := func(p *time.Duration, name, env string, def time.Duration, help string) {
-		fs.DurationVar(p, name, fromEnv(badEnv, name, env, def, time.ParseDuration, "a duration such as 500ms, 30s or 1h"), help+" ($"+env+")")
-	}
-	num := func(p *int, name, env string, def int, help string) {
-		fs.IntVar(p, name, fromEnv(badEnv, name, env, def, strconv.Atoi, "an integer"), help+" ($"+env+")")
-	}
-	str(&c.Addr, "addr", "LOCKAPI_ADDR", ":8080", "address to listen on")
-	str(&c.RedisURL, "redis-url", "LOCKAPI_REDIS_URL", "", "Redis URL, redis:// or rediss://; empty runs on the embedded memory store")
-	str(&c.RedisMode, "redis-mode", "LOCKAPI_REDIS_MODE", "single", "single, sentinel (URL names sentinels and ?master_name=), cluster (URL names seed nodes, more with &addr=) or redlock (URL names 3, 5, ... independent masters: redis://a,b,c or &addr=)")
-	str(&c.KeyPrefix, "key-prefix", "LOCKAPI_KEY_PREFIX", redisstore.DefaultPrefix, "prefix of every Redis key and channel")
-	dur(&c.DefaultTTL, "default-ttl", "LOCKAPI_DEFAULT_TTL", 30*time.Second, "lease TTL when a request gives none")
-	dur(&c.MaxTTL, "max-ttl", "LOCKAPI_MAX_TTL", lockhttp.DefaultMaxTTL, fmt.Sprintf("largest TTL a request may ask for, at most %v", lockhttp.MaxTTLCeiling))
-	dur(&c.MaxWait, "max-wait", "LOCKAPI_MAX_WAIT", 60*time.Second, "longest wait of a long-poll; longer waits are clamped")
-	str(&c.LogLevel, "log-level", "LOCKAPI_LOG_LEVEL", "info", "debug, info, warn or error")
-	str(&c.LogFormat, "log-format", "LOCKAPI_LOG_FORMAT", "json", "json or console")
-	dur(&c.RedisTimeout, "redis-timeout", "LOCKAPI_REDIS_TIMEOUT", redisstore.DefaultCallTimeout, "deadline of every Redis call; a call that runs out is answered 503 and never sent again")
-	dur(&c.RedlockTimeout, "redlock-timeout", "LOCKAPI_REDLOCK_TIMEOUT", redlock.DefaultTimeout, "redlock mode: deadline of each master's part of a call, much shorter than any TTL")
-	dur(&c.ShutdownTimeout, "shutdown-timeout", "LOCKAPI_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
-	str(&c.APIKeys, "api-keys", "LOCKAPI_API_KEYS", "", "API key lines, as lockapi keys new prints them, separated by newlines or ;; none: the server runs open")
-	str(&c.APIKeysFile, "api-keys-file", "LOCKAPI_API_KEYS_FILE", "", "file of API key lines, added to -api-keys")
-	str(&c.ReleaseSecrets, "release-secrets", "LOCKAPI_RELEASE_SECRETS", "", "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: one kept in Redis for every instance (a random one per process on the memory store)")
-	num(&c.MaxWaiters, "max-waiters", "LOCKAPI_MAX_WAITERS", lockhttp.DefaultMaxWaiters, "most requests waiting at once (long-poll acquires and blocking queries)")
-	num(&c.MaxWaitersPerCaller, "max-waiters-per-caller", "LOCKAPI_MAX_WAITERS_PER_CALLER", lockhttp.DefaultMaxWaitersPerCaller, "most waiting requests of one principal (or client address on an open server)")
-	parseRate := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
-	fs.Float64Var(&c.RateLimit, "rate-limit", fromEnv(badEnv, "rate-limit", "LOCKAPI_RATE_LIMIT", 0, parseRate, "a number of requests per second"),
-		"requests per second per principal (or client address); 0: no limit ($LOCKAPI_RATE_LIMIT)")
-	num(&c.MinReplicas, "min-replicas", "LOCKAPI_MIN_REPLICAS", 0, "replicas that must confirm a grant (Redis WAIT) before it is answered; a request may ask for fewer")
-	num(&c.RateBurst, "rate-burst", "LOCKAPI_RATE_BURST", 0, "burst of the rate limit; 0: one second's worth")
-	batchOn := envOr("LOCKAPI_REDIS_BATCH", "true")
-	str(&batchOn, "redis-batch", "LOCKAPI_REDIS_BATCH", batchOn, "send concurrent script calls to Redis together in pipelines (true or false)")
-	metricsOn := envOr("LOCKAPI_METRICS", "true")
-	str(&metricsOn, "metrics", "LOCKAPI_METRICS", metricsOn, "serve Prometheus metrics at /metrics (true or false)")
-	eventsOn := envOr("LOCKAPI_EVENTS", "true")
-	str(&eventsOn, "events", "LOCKAPI_EVENTS", eventsOn, "record every lock change in the event log (true or false)")
-	num(&c.EventsMax, "events-max", "LOCKAPI_EVENTS_MAX", redisstore.DefaultEventsMax, "about how many events the event log keeps at most")
-	dur(&c.EventsRetention, "events-retention", "LOCKAPI_EVENTS_RETENTION", redisstore.DefaultEventsRetention, "how long the event log keeps events at least, within -events-max")
-	str(&c.AdminAddr, "admin-addr", "LOCKAPI_ADMIN_ADDR", "", "address of a separate admin listener with pprof and /metrics; empty: off")
-	str(&c.TLSCert, "tls-cert", "LOCKAPI_TLS_CERT", "", "PEM certificate file: serve HTTPS (with -tls-key)")
-	str(&c.TLSKey, "tls-key", "LOCKAPI_TLS_KEY", "", "PEM private key file for -tls-cert")
-	str(&c.RedisTLSCA, "redis-tls-ca", "LOCKAPI_REDIS_TLS_CA", "", "PEM CA bundle that signs the Redis server's certificate (rediss://)")
-	str(&c.RedisTLSCert, "redis-tls-cert", "LOCKAPI_REDIS_TLS_CERT", "", "PEM client certificate for Redis (rediss://)")
-	str(&c.RedisTLSKey, "redis-tls-key", "LOCKAPI_REDIS_TLS_KEY", "", "PEM client key for -redis-tls-cert")
-	str(&c.WebhooksFile, "webhooks-file", "LOCKAPI_WEBHOOKS_FILE", "", "JSON file of webhook subscriptions, beside those created over /v1/webhooks (see the README)")
-	allowPrivate := envOr("LOCKAPI_WEBHOOKS_ALLOW_PRIVATE", "false")
-	str(&allowPrivate, "webhooks-allow-private", "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE", allowPrivate, "let webhooks reach loopback, link-local and private addresses, and use http (true or false)")
-	dur(&c.WebhooksTimeout, "webhooks-timeout", "LOCKAPI_WEBHOOKS_TIMEOUT", webhook.DefaultTimeout, "time limit of one webhook delivery attempt")
-	dur(&c.WebhooksRetryFor, "webhooks-retry-for", "LOCKAPI_WEBHOOKS_RETRY_FOR", webhook.DefaultRetryFor, "how long after an event its webhook delivery is retried before it becomes a dead letter")
-	dur(&c.WebhooksBackoffMin, "webhooks-backoff-min", "LOCKAPI_WEBHOOKS_BACKOFF_MIN", webhook.DefaultBackoff.Min, "ceiling of the first wait between webhook attempts; it doubles per failure (full jitter)")
-	dur(&c.WebhooksBackoffMax, "webhooks-backoff-max", "LOCKAPI_WEBHOOKS_BACKOFF_MAX", webhook.DefaultBackoff.Max, "largest ceiling of the wait between webhook attempts")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true; delete(badEnv, f.Name) })
-	if len(badEnv) > 0 {
-		var msgs []string
-		for _, name := range slices.Sorted(maps.Keys(badEnv)) {
-			msgs = append(msgs, badEnv[name])
-		}
-		return c, errors.New(strings.Join(msgs, "; "))
-	}
-	for _, b := range []struct {
-		p              *bool
-		flag, env, val string
-	}{
-		{&c.RedisBatch, "redis-batch", "LOCKAPI_REDIS_BATCH", batchOn},
-		{&c.Events, "events", "LOCKAPI_EVENTS", eventsOn},
-		{&c.Metrics, "metrics", "LOCKAPI_METRICS", metricsOn},
-		{&c.WebhooksAllowPrivate, "webhooks-allow-private", "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE", allowPrivate},
-	} {
-		var err error
-		if *b.p, err = strconv.ParseBool(b.val); err != nil {
-			from := "$" + b.env
-			if given[b.flag] {
-				from = "-" + b.flag
-			}
-			return c, fmt.Errorf("%s %q: want true or false", from, b.val)
-		}
-	}
-	if !(c.RateLimit >= 0) { // also NaN
-		return c, fmt.Errorf("-rate-limit %v: want a number of requests per second, 0 for none", c.RateLimit)
-	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return c, errors.New("-tls-cert and -tls-key go together")
-	}
-	if (c.RedisTLSCert == "") != (c.RedisTLSKey == "") {
-		return c, errors.New("-redis-tls-cert and -redis-tls-key go together")
-	}
-	switch {
-	case c.MaxTTL > lockhttp.MaxTTLCeiling:
-		return c, fmt.Errorf("-max-ttl %v is over the ceiling of every server, %v", c.MaxTTL, lockhttp.MaxTTLCeiling)
-	case c.DefaultTTL < lock.MinTTL || c.DefaultTTL > c.MaxTTL:
-		return c, fmt.Errorf("-default-ttl must lie between %v and -max-ttl (%v)", lock.MinTTL, c.MaxTTL)
-	case c.MaxWait < 0:
-		return c, errors.New("-max-wait must not be negative")
-	case c.RedisTimeout <= 0 || c.RedlockTimeout <= 0:
-		return c, errors.New("-redis-timeout and -redlock-timeout must be positive")
-	case c.EventsMax <= 0 || c.EventsRetention <= 0:
-		return c, errors.New("-events-max and -events-retention must be positive")
-	case c.MinReplicas < 0:
-		return c, errors.New("-min-replicas must not be negative")
-	case c.MinReplicas > 0 && c.RedisURL == "":
-		return c, errors.New("-min-replicas needs Redis with replicas; the embedded memory store has none")
-	case c.WebhooksTimeout <= 0 || c.WebhooksRetryFor <= 0 || c.WebhooksBackoffMin <= 0:
-		return c, errors.New("-webhooks-timeout, -webhooks-retry-for and -webhooks-backoff-min must be positive")
-	case c.WebhooksBackoffMax < c.WebhooksBackoffMin:
-		return c, errors.New("-webhooks-backoff-max must be at least -webhooks-backoff-min")
-	}
-	return c, nil
-}
-
-// fromEnv returns the value of the variable env, or def when it is unset.
-// A value that does not parse is recorded in bad under the flag's name,
-// with what was wanted, and def stands in.
-func fromEnv[T any](bad map[string]string, flagName, env string, def T, parse func(string) (T, error), want string) T {
-	s := os.Getenv(env)
-	if s == "" {
-		return def
-	}
-	v, err := parse(s)
-	if err != nil {
-		bad[flagName] = fmt.Sprintf("$%s %q: want %s", env, s, want)
-		return def
-	}
-	return v
-}
-
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
 
 func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 	level, err := zerolog.ParseLevel(c.LogLevel)
@@ -276,135 +79,54 @@ func openRedis(c serveConfig) (*redisstore.Client, error) {
 	})
 }
 
+// serve implements `lockapi serve`: it reads the configuration, opens the
+// store and serves until ctx ends.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, err := parseServeFlags(args, stderr)
+	c, err := parseServeConfig(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, serveHelp())
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "lockapi serve: %v\n", err)
-		return 2
+		reportUsage(stderr, "serve", err)
+		return exitUsage
 	}
 	log, err := newLogger(c, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "lockapi serve: %v\n", err)
-		return 2
+		return exitUsage
 	}
-
-	keys, err := loadKeys(c)
+	keys, signer, tlsConfig, err := loadSecurity(c, log)
 	if err != nil {
-		log.Error().Err(err).Msg("bad API key configuration")
-		return 2
+		log.Error().Err(err).Msg("bad security configuration")
+		return exitUsage
 	}
-	if keys.Len() == 0 {
-		log.Warn().Msg("NO API KEYS CONFIGURED: the server runs open; any client can acquire, release and force-release any lock. Set LOCKAPI_API_KEYS or LOCKAPI_API_KEYS_FILE (see `lockapi keys new`)")
-	} else {
-		log.Info().Int("keys", keys.Len()).Msg("API keys required on /v1 routes")
-	}
-	signer, err := releaseSigner(c)
-	if err != nil {
-		log.Error().Err(err).Msg("bad release secret configuration")
-		return 2
-	}
-	tlsConfig, err := serverTLS(c)
-	if err != nil {
-		log.Error().Err(err).Msg("bad TLS configuration")
-		return 2
-	}
-
-	// go-redis logs dial failures and the like on its own; send them
-	// through our logger (debug: the failures that matter are logged with
-	// the request that met them).
-	redis.SetLogger(redisLogger{log})
 
 	var m *metrics.Metrics
 	if c.Metrics {
 		m = metrics.New()
 	}
-
-	var st lock.Store
-	var hookState webhook.State
-	if c.RedisURL == "" {
-		st = memory.NewWithOptions(memory.Options{MaxEvents: c.EventsMax, EventRetention: c.EventsRetention, NoEvents: !c.Events})
-		hookState = memstate.New()
-		log.Warn().Msg("no Redis configured (LOCKAPI_REDIS_URL): running on the embedded memory store; locks live only as long as this process")
-	} else if c.RedisMode == modeRedlock {
-		rl, clients, err := openRedlock(ctx, c, m, log)
-		if err != nil {
-			log.Error().Err(err).Msg("bad Redis configuration")
-			return 2
-		}
-		defer func() {
-			for _, c := range clients {
-				_ = c.Close()
-			}
-		}()
-		st = rl
-		hookState = memstate.New() // no events in redlock mode: no webhooks either
-		if signer == nil {
-			if signer, err = sharedReleaseSigner(ctx, c, clients[0], log); err != nil {
-				log.Error().Err(err).Msg("bad release secret in Redis")
-				_ = rl.Close()
-				return 2
-			}
-		}
-	} else {
-		rdb, err := openRedis(c)
-		if err != nil {
-			log.Error().Err(err).Msg("bad Redis configuration")
-			return 2
-		}
-		defer rdb.Close()
-		if err := checkTopology(ctx, c, rdb, log); err != nil {
-			log.Error().Err(err).Str("mode", c.RedisMode).Msg("bad Redis configuration")
-			return 2
-		}
-		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas,
-			Events: c.Events, EventsMax: c.EventsMax, EventsRetention: c.EventsRetention}
-		if m != nil {
-			opts.ObserveScript = m.Script
-		}
-		rs, err := redisstore.New(rdb, opts)
-		if err != nil {
-			log.Error().Err(err).Msg("bad Redis configuration")
-			return 2
-		}
-		storeCounters(m, rs)
-		m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
-			func() float64 { return float64(rs.MasterSwitches()) })
-		st = rs
-		hookState = redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
-		if signer == nil {
-			if signer, err = sharedReleaseSigner(ctx, c, rdb, log); err != nil {
-				log.Error().Err(err).Msg("bad release secret in Redis")
-				_ = rs.Close()
-				return 2
-			}
-		}
-		log.Info().Str("redis", rdb.Target()).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
-	}
-	defer st.Close()
-	if signer == nil {
-		signer, _ = auth.NewReleaseSigner(auth.RandomSecret())
-		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS and no Redis: release URLs are signed with a random secret and stop working when this process restarts")
-	}
-
-	hooks, err := openWebhooks(c, st, hookState, m, log)
+	b, err := openBackend(ctx, c, m, log)
 	if err != nil {
-		log.Error().Err(err).Msg("bad webhooks configuration")
-		return 2
+		log.Error().Err(err).Str("mode", c.RedisMode).Str("setting", c.source("redis-url")).Msg("bad Redis configuration")
+		return exitUsage
 	}
-	hooksDone := make(chan struct{})
-	if hooks != nil {
-		go func() {
-			defer close(hooksDone)
-			hooks.Run(ctx)
-		}()
-	} else {
-		close(hooksDone)
+	defer b.close()
+	if signer == nil {
+		if signer, err = unconfiguredSigner(ctx, c, b, log); err != nil {
+			log.Error().Err(err).Msg("bad release secret in Redis")
+			return exitUsage
+		}
 	}
 
-	srv := lockhttp.NewServer(st, lockhttp.Config{
+	hooks, err := openWebhooks(c, b.store, b.hookState, m, log)
+	if err != nil {
+		log.Error().Err(err).Str("setting", c.source("webhooks-file")).Msg("bad webhooks configuration")
+		return exitUsage
+	}
+	hooksDone := runWebhooks(ctx, hooks)
+
+	srv := lockhttp.NewServer(b.store, lockhttp.Config{
 		DefaultTTL:  c.DefaultTTL,
 		MaxTTL:      c.MaxTTL,
 		MaxWait:     c.MaxWait,
@@ -422,21 +144,38 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Webhooks:            webhooksAPI(hooks),
 	})
 	if err := srv.Open(c.Addr); err != nil {
-		log.Error().Err(err).Str("addr", c.Addr).Msg("cannot listen")
+		log.Error().Err(err).Str("addr", c.Addr).Str("setting", c.source("addr")).Msg("cannot listen")
 		return 1
 	}
 	log.Info().Str("addr", c.Addr).Str("url", srv.URL()).Msg("lockapi listening")
-	if c.AdminAddr != "" {
-		admin, err := openAdmin(c.AdminAddr, m)
-		if err != nil {
-			log.Error().Err(err).Str("admin_addr", c.AdminAddr).Msg("cannot listen")
-			return 1
-		}
-		defer admin.Close()
-		log.Info().Str("admin_addr", admin.Addr).Msg("admin listener (pprof) open")
+	closeAdmin, err := openAdminFor(c, m, log)
+	if err != nil {
+		return 1
 	}
+	defer closeAdmin()
 
 	<-ctx.Done()
+	return shutdown(c, srv, hooksDone, log)
+}
+
+// openAdminFor opens the admin listener if c asks for one, and returns
+// what closes it; an error is logged.
+func openAdminFor(c serveConfig, m *metrics.Metrics, log zerolog.Logger) (func(), error) {
+	if c.AdminAddr == "" {
+		return func() {}, nil
+	}
+	admin, err := openAdmin(c.AdminAddr, m)
+	if err != nil {
+		log.Error().Err(err).Str("admin_addr", c.AdminAddr).Str("setting", c.source("admin-addr")).Msg("cannot listen")
+		return nil, err
+	}
+	log.Info().Str("admin_addr", admin.Addr).Msg("admin listener (pprof) open")
+	return func() { _ = admin.Close() }, nil
+}
+
+// shutdown lets in-flight requests and the webhook workers finish within
+// the shutdown timeout, and returns the exit status.
+func shutdown(c serveConfig, srv *lockhttp.Server, hooksDone <-chan struct{}, log zerolog.Logger) int {
 	log.Info().Dur("timeout", c.ShutdownTimeout).Msg("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
@@ -453,6 +192,120 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// unconfiguredSigner signs release URLs when no secrets are configured:
+// with the secret kept in Redis for every instance, else with a random one.
+func unconfiguredSigner(ctx context.Context, c serveConfig, b *backend, log zerolog.Logger) (*auth.ReleaseSigner, error) {
+	if b.secrets != nil {
+		return sharedReleaseSigner(ctx, c, b.secrets, log)
+	}
+	log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS and no Redis: release URLs are signed with a random secret and stop working when this process restarts")
+	return auth.NewReleaseSigner(auth.RandomSecret())
+}
+
+// runWebhooks runs the webhook workers, if any, until ctx ends; the channel
+// closes once they have stopped.
+func runWebhooks(ctx context.Context, hooks *webhook.Service) <-chan struct{} {
+	done := make(chan struct{})
+	if hooks == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		hooks.Run(ctx)
+	}()
+	return done
+}
+
+// loadSecurity reads the API keys, the release URL secrets and the HTTPS
+// certificate, which the configuration has checked, and says whether the
+// server runs open. A nil signer: none configured.
+func loadSecurity(c serveConfig, log zerolog.Logger) (*auth.Keyring, *auth.ReleaseSigner, *tls.Config, error) {
+	keys, err := loadKeys(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if keys.Len() == 0 {
+		log.Warn().Msg("NO API KEYS CONFIGURED: the server runs open; any client can acquire, release and force-release any lock. Set LOCKAPI_API_KEYS or LOCKAPI_API_KEYS_FILE (see `lockapi keys new`)")
+	} else {
+		log.Info().Int("keys", keys.Len()).Msg("API keys required on /v1 routes")
+	}
+	signer, err := releaseSigner(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tlsConfig, err := serverTLS(c)
+	return keys, signer, tlsConfig, err
+}
+
+// backend is the store serve runs on, with what goes with it.
+type backend struct {
+	store     lock.Store
+	hookState webhook.State
+	// secrets is the Redis that keeps the release URL secret every
+	// instance shares; nil on the memory store.
+	secrets *redisstore.Client
+	close   func()
+}
+
+// openBackend opens the store c configures: the memory store without a
+// Redis URL, else Redis in c's mode.
+func openBackend(ctx context.Context, c serveConfig, m *metrics.Metrics, log zerolog.Logger) (*backend, error) {
+	// go-redis logs dial failures and the like on its own; send them
+	// through our logger (debug: the failures that matter are logged with
+	// the request that met them).
+	redis.SetLogger(redisLogger{log})
+	switch {
+	case c.RedisURL == "":
+		st := memory.NewWithOptions(memory.Options{MaxEvents: c.EventsMax, EventRetention: c.EventsRetention, NoEvents: !c.Events})
+		log.Warn().Msg("no Redis configured (LOCKAPI_REDIS_URL): running on the embedded memory store; locks live only as long as this process")
+		return &backend{store: st, hookState: memstate.New(), close: func() { _ = st.Close() }}, nil
+	case c.RedisMode == modeRedlock:
+		rl, clients, err := openRedlock(ctx, c, m, log)
+		if err != nil {
+			return nil, err
+		}
+		return &backend{store: rl, hookState: memstate.New(), secrets: clients[0], close: func() {
+			_ = rl.Close()
+			for _, c := range clients {
+				_ = c.Close()
+			}
+		}}, nil // no events in redlock mode: no webhooks either
+	}
+	return openRedisBackend(ctx, c, m, log)
+}
+
+// openRedisBackend opens the store on one Redis deployment: single,
+// Sentinel or Cluster.
+func openRedisBackend(ctx context.Context, c serveConfig, m *metrics.Metrics, log zerolog.Logger) (*backend, error) {
+	rdb, err := openRedis(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTopology(ctx, c, rdb, log); err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas,
+		Events: c.Events, EventsMax: c.EventsMax, EventsRetention: c.EventsRetention}
+	if m != nil {
+		opts.ObserveScript = m.Script
+	}
+	rs, err := redisstore.New(rdb, opts)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	storeCounters(m, rs)
+	m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
+		func() float64 { return float64(rs.MasterSwitches()) })
+	log.Info().Str("redis", rdb.Target()).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
+	return &backend{store: rs, hookState: redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout), secrets: rdb, close: func() {
+		_ = rs.Close()
+		_ = rdb.Close()
+	}}, nil
 }
 
 // openWebhooks returns the webhook service, or nil when the store records

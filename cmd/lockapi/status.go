@@ -36,7 +36,7 @@ key.
 // statusCmd implements `lockapi status`.
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported below, with the usage
+	fs.SetOutput(io.Discard) // errors are reported below
 	fs.Usage = func() {}
 	server := fs.String("server", defaultServer(), "")
 	asJSON := fs.Bool("json", false, "")
@@ -47,7 +47,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprint(stdout, statusUsage)
 			return 0
 		} else if err != nil {
-			fmt.Fprintf(stderr, "lockapi status: %v\n\n%s", err, statusUsage)
+			reportUsage(stderr, "status", err)
 			return exitUsage
 		}
 		if fs.NArg() == 0 {
@@ -57,7 +57,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		rest = fs.Args()[1:]
 	}
 	if len(names) != 1 {
-		fmt.Fprintf(stderr, "lockapi status: want one lock NAME, got %d\n\n%s", len(names), statusUsage)
+		reportUsage(stderr, "status", fmt.Errorf("want one lock NAME, got %d", len(names)))
 		return exitUsage
 	}
 	name := names[0]
