@@ -36,7 +36,8 @@ type HeldError struct {
 	Lock string
 	// Owner, Token and ExpiresIn describe the lease in the way; Owner is ""
 	// when only queued waiters are (a fair queue, or a writer that readers
-	// keep out).
+	// keep out), or, in redlock mode with QueueLength 0, when the masters
+	// do not all name one granted lease (docs/TOPOLOGIES.md).
 	Owner       string
 	Token       uint64        // the holder's fencing token
 	ExpiresIn   time.Duration // until the holder's lease ends unless renewed
@@ -45,6 +46,9 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
+	if e.Owner == "" && e.QueueLength == 0 {
+		return fmt.Sprintf("lockapi: lock %q is not free; the holder is not named", e.Lock)
+	}
 	if e.Owner == "" {
 		return fmt.Sprintf("lockapi: lock %q is free but %d queued waiters come first", e.Lock, e.QueueLength)
 	}

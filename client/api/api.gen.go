@@ -688,7 +688,7 @@ type Problem struct {
 	// Errors The offending inputs of an `invalid-request` problem.
 	Errors *[]FieldError `json:"errors,omitempty"`
 
-	// Holder The lease in the way of a `lock-held`; absent when no lease is in the way but queued waiters come first.
+	// Holder The lease in the way of a `lock-held`; absent when no lease is in the way but queued waiters come first, and in redlock mode when the masters do not all name one granted lease (a grant in flight or being undone, or a master down; see docs/TOPOLOGIES.md, "What redlock's answers promise").
 	Holder *HeldBy `json:"holder,omitempty"`
 
 	// Instance The request path of this occurrence.

@@ -186,7 +186,7 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 						FencingToken: by.Token,
 						ExpiresInMs:  max(by.ExpiresIn.Milliseconds(), 0),
 					}
-				} else {
+				} else if !by.Unconfirmed {
 					p.Detail = queuedDetail(p.Lock, by.Queue)
 				}
 			}

@@ -97,6 +97,25 @@ func TestConflicts(t *testing.T) {
 		}
 	})
 
+	t.Run("UnconfirmedHolder409", func(t *testing.T) {
+		// Redlock mode, masters that do not all name one granted lease:
+		// the store's detail stays, no holder and no queue are invented.
+		e := e.For(t)
+		refuse(&lock.Error{Code: lock.CodeHeld, Detail: `lock "split" is not free on a majority`,
+			HeldBy: &lock.HeldBy{ExpiresIn: 1500 * time.Millisecond, Unconfirmed: true}})
+		resp := e.Do("POST", "/v1/locks/split/leases", `{"owner":"late"}`)
+		p := WantProblem(t, resp, http.StatusConflict, "lock-held")
+		if p.Holder != nil || strings.Contains(string(resp.Body), `"holder"`) {
+			t.Fatalf("a holder was invented: %s", resp.Body)
+		}
+		if p.QueueLength == nil || *p.QueueLength != 0 || p.Detail != `lock "split" is not free on a majority` {
+			t.Fatalf("problem %+v", p)
+		}
+		if ra := resp.Header.Get("Retry-After"); ra != "2" {
+			t.Errorf("Retry-After = %q, want 2", ra)
+		}
+	})
+
 	t.Run("HeldWithQueue409", func(t *testing.T) {
 		e := e.For(t)
 		refuse(lock.Held("busy", lock.HeldBy{Owner: "w", Token: 7, ExpiresIn: 2500 * time.Millisecond, Queue: 2}))

@@ -56,6 +56,11 @@ type HeldBy struct {
 	// Queued is true when the acquire holds a place in the queue, which its
 	// waiter must keep renewing (see QueueRenewal).
 	Queued bool
+	// Unconfirmed is true when something is in the way but the store cannot
+	// name a granted lease (redlock mode, when its masters do not agree on
+	// one): Owner is "" and Token 0, and the refusal promises only that
+	// this acquire took no effect.
+	Unconfirmed bool
 }
 
 // FieldError names one invalid input.

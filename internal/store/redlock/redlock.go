@@ -19,6 +19,11 @@
 //     majority shares a master with that one, whose counter is then at
 //     least this token, so every later token is larger (README,
 //     "Guarantees").
+//   - A refusal names the lease in the way only when every master shows
+//     it with one token (heldRefusal): one master's view may be a grant
+//     still in flight, with a token proposal that is not the grant's.
+//   - Hold counts are the name's first master's, which runs the name's
+//     acquires and releases in one order (see first).
 //   - Renew and release go to every master and succeed with a majority.
 //   - Waiters watch every master: a release notice from any of them wakes
 //     them.
@@ -120,10 +125,11 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	// caller, and no caller would win a majority. When the first master
 	// refuses, nothing was granted; when it does not answer, the others
 	// must grant all but it.
-	first := s.masters[s.first(req.Lock)]
+	firstIdx := s.first(req.Lock)
+	first := s.masters[firstIdx]
 	firstGrant, firstErr := first.AcquireAs(ctx, req, id)
 	if firstErr != nil && !unknown(firstErr) {
-		return lock.Grant{}, firstErr
+		return lock.Grant{}, s.confirmRefusal(ctx, req.Lock, firstIdx, firstErr)
 	}
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.Grant, error) {
 		if m == first {
@@ -162,6 +168,10 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		group = append(group, a.v)
 	}
 	g := mergeGrants(group)
+	if a := answers[firstIdx]; a.err == nil && a.v.Lease.ID == leaseID {
+		// The first master's count, not the largest: see first.
+		g.Lease.HoldCount = a.v.Lease.HoldCount
+	}
 	if g.Fresh || !sameTokens(group, g.Lease.Token) {
 		raised := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
 			return m.RaiseToken(ctx, req.Lock, leaseID, g.Lease.Token)
@@ -198,6 +208,18 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 
 // first is the master asked first for name: one per name, spread over the
 // masters.
+//
+// Its hold counts are the ones answered (acquire, renew, release,
+// inspect) whenever it answered. Every master counts a lease's holds, but
+// concurrent acquires and releases of one lease reach the masters in
+// different orders, so the largest count can repeat: two acquires that
+// each came last on some master both get it. One master runs every
+// acquire and release of the name atomically and in one order, whichever
+// lockapi instance sent them, so its counts are distinct and fit that
+// order; the first master is the one every acquire asks before any other.
+// (Serialising an owner's acquires in this process would not order those
+// of other instances.) Where it did not answer, the largest count of the
+// others is answered, and promises nothing more.
 func (s *Store) first(name string) int {
 	h := fnv.New32a()
 	h.Write([]byte(name))
@@ -207,7 +229,8 @@ func (s *Store) first(name string) int {
 // mergeGrants makes one grant of the masters' grants of one lease. A lease
 // re-entered keeps the token the masters that held it agree on (a master
 // that had lost it proposed a new one); a fresh lease takes the largest
-// proposal.
+// proposal. Its hold count is the largest, which the caller replaces with
+// the first master's when that one granted (see first).
 func mergeGrants(group []lock.Grant) lock.Grant {
 	g := group[0]
 	g.Fresh, g.Replayed = true, true
@@ -280,36 +303,108 @@ func unknown(err error) bool {
 // refusal is the error of an acquire that no majority granted: what a
 // majority answered when it agrees (an upgrade refused, a forbidden
 // principal), the lock held when enough masters answered that no majority
-// is possible, and unavailable when too few answered.
+// is possible, and unavailable when too few answered. The lease in the way
+// is named only when every master names it (see heldRefusal).
 func (s *Store) refusal(name string, answers []answer[lock.Grant]) error {
 	errs, _ := errsOf(answers)
 	if err := s.agreed(errs); err != nil {
 		return err
 	}
-	var held *lock.Error
+	sightings := make([]*lock.HeldBy, len(errs))
 	answered := 0
-	for _, err := range errs {
+	for i, err := range errs {
 		if unknown(err) {
 			continue
 		}
 		answered++
 		var e *lock.Error
-		if errors.As(err, &e) && e.Code == lock.CodeHeld && e.HeldBy != nil {
-			// Look again when the longest lease in the way ends.
-			if held == nil || e.HeldBy.ExpiresIn > held.HeldBy.ExpiresIn {
-				held = e
+		if errors.As(err, &e) && e.Code == lock.CodeHeld && e.HeldBy != nil && e.HeldBy.Owner != "" {
+			sightings[i] = e.HeldBy
+		}
+	}
+	if answered >= s.quorum {
+		return heldRefusal(name, sightings)
+	}
+	return s.unreached(errs)
+}
+
+// confirmRefusal is the answer to an acquire the first master refused: as
+// it is, unless it names a lease in the way, which is then named only when
+// every other master holds that lease with that token too (read, not
+// asked to grant: asking would let the others grant what the first
+// refused). The first master alone may show a lease whose grant is still
+// in flight: with its own token proposal, before the grant's token (the
+// largest proposal) is written back, or one that a majority will refuse.
+func (s *Store) confirmRefusal(ctx context.Context, name string, firstIdx int, err error) error {
+	var e *lock.Error
+	if !errors.As(err, &e) || e.Code != lock.CodeHeld || e.HeldBy == nil || e.HeldBy.Owner == "" {
+		return err
+	}
+	by := e.HeldBy
+	states := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.State, error) {
+		if m == s.masters[firstIdx] {
+			return lock.State{}, nil // it answered already
+		}
+		return m.Inspect(ctx, name)
+	})
+	sightings := make([]*lock.HeldBy, len(s.masters))
+	sightings[firstIdx] = by
+	for i, a := range states {
+		if i == firstIdx || a.err != nil {
+			continue
+		}
+		for _, h := range a.v.Holders {
+			if h.Owner == by.Owner && h.Token == by.Token {
+				sightings[i] = &lock.HeldBy{Owner: h.Owner, Token: h.Token, ExpiresIn: h.ExpiresIn}
 			}
 		}
 	}
-	if answered >= s.quorum && held != nil {
-		return held
+	if named := heldRefusal(name, sightings); lock.AsError(named).HeldBy.Unconfirmed {
+		return named
 	}
-	if answered >= s.quorum {
-		// The masters disagree (a lease granted on some, another on
-		// others): it resolves when those leases are abandoned or expire.
-		return lock.Held(name, lock.HeldBy{ExpiresIn: 50 * time.Millisecond})
+	return err
+}
+
+// heldRefusal is the lock-held error of a refused acquire, given what each
+// master showed in its way (nil: no answer, or no lease). It names the
+// lease only when every master shows the same owner and token. Each master
+// holds a grant's lease either with its own proposal or, once written back,
+// with the grant's token, the largest proposal of the masters that granted
+// it. When all N show one token, either one of them was written back, so it
+// is the grant's token, or all proposed it, so the largest is it too; and a
+// lease on every master has its majority, so its acquire is answered as
+// that grant unless it then fails as unavailable (too slow, or the
+// write-back reached too few masters). A majority agreeing proves neither:
+// the master left out may have proposed more, or not granted at all. So
+// with a master down nothing is named. Otherwise the refusal says only
+// that this acquire took no effect (lock.HeldBy.Unconfirmed), and to look
+// again when the longest lease seen ends.
+func heldRefusal(name string, sightings []*lock.HeldBy) error {
+	var agreed *lock.HeldBy
+	same := true
+	var longest time.Duration
+	for _, by := range sightings {
+		if by == nil {
+			same = false
+			continue
+		}
+		longest = max(longest, by.ExpiresIn)
+		if agreed == nil {
+			agreed = by
+		}
+		same = same && by.Owner == agreed.Owner && by.Token == agreed.Token
 	}
-	return s.unreached(errs)
+	if same && agreed != nil {
+		return lock.Held(name, lock.HeldBy{Owner: agreed.Owner, Token: agreed.Token, ExpiresIn: longest})
+	}
+	if longest == 0 {
+		// Nothing seen for long: the masters disagree (a lease granted on
+		// some, another on others), which resolves when those acquires are
+		// abandoned or expire.
+		longest = 50 * time.Millisecond
+	}
+	return &lock.Error{Code: lock.CodeHeld, HeldBy: &lock.HeldBy{ExpiresIn: longest, Unconfirmed: true},
+		Detail: fmt.Sprintf("lock %q is not free on a majority of the redlock masters, and they do not all name one granted lease in the way (a grant in flight or being undone, or a master down): the holder is not named", name)}
 }
 
 // ctxErr reports the caller's context ending (cancelled, or its deadline
@@ -400,6 +495,9 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 		}
 		lease.HoldCount = holds
 	}
+	if a := answers[s.first(ref.Lock)]; a.err == nil {
+		lease.HoldCount = a.v.HoldCount // see first
+	}
 	if ok < s.quorum {
 		return lock.Lease{}, s.failure(errs)
 	}
@@ -437,6 +535,9 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	}
 	if ok < s.quorum {
 		return lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID}, s.failure(errs)
+	}
+	if a := answers[s.first(ref.Lock)]; a.err == nil && !a.v.Released {
+		out.HoldCount = a.v.HoldCount // see first
 	}
 	if released >= s.quorum {
 		out.Released, out.HoldCount = true, 0
@@ -481,19 +582,22 @@ func (s *Store) inspectAll(ctx context.Context, name string) ([]*lock.State, err
 
 // merge makes one state of the masters' states (nil: no answer). Holders
 // are matched by mode, principal and owner, which name a lease; its token
-// and hold count are the largest a master reports.
+// is the largest a master reports, and its hold count the first master's
+// (see first), or the largest where that one does not show it.
 func (s *Store) merge(name string, states []*lock.State) lock.State {
 	type seen struct {
-		h    lock.Holder
-		n    int
-		exps []time.Time
-		ins  []time.Time // now + ExpiresIn, on this process's clock
+		h          lock.Holder
+		n          int
+		exps       []time.Time
+		ins        []time.Time // now + ExpiresIn, on this process's clock
+		firstHolds int         // the first master's count; 0 if it shows none
 	}
+	firstIdx := s.first(name)
 	now := time.Now()
 	st := lock.State{Lock: name}
 	var order []string
 	byKey := map[string]*seen{}
-	for _, m := range states {
+	for i, m := range states {
 		if m == nil {
 			continue
 		}
@@ -510,6 +614,9 @@ func (s *Store) merge(name string, states []*lock.State) lock.State {
 			x.n++
 			x.h.Token = max(x.h.Token, h.Token)
 			x.h.HoldCount = max(x.h.HoldCount, h.HoldCount)
+			if i == firstIdx {
+				x.firstHolds = h.HoldCount
+			}
 			x.exps = append(x.exps, h.ExpiresAt)
 			x.ins = append(x.ins, now.Add(h.ExpiresIn))
 		}
@@ -520,6 +627,9 @@ func (s *Store) merge(name string, states []*lock.State) lock.State {
 			continue // a remnant: an undone acquire, a master that lost data
 		}
 		h := x.h
+		if x.firstHolds > 0 {
+			h.HoldCount = x.firstHolds
+		}
 		h.ExpiresAt = s.quorumTime(x.exps)
 		h.ExpiresIn = s.quorumTime(x.ins).Sub(now)
 		st.Holders = append(st.Holders, h)
