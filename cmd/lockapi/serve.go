@@ -19,12 +19,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/force"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/redlock"
+	"github.com/lockapi/lockapi/internal/ui"
 	"github.com/lockapi/lockapi/internal/webhook"
 	"github.com/lockapi/lockapi/internal/webhook/memstate"
 	"github.com/lockapi/lockapi/internal/webhook/redisstate"
@@ -421,6 +423,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Metrics:             m,
 		Webhooks:            webhooksAPI(hooks),
 	})
+	// The admin dashboard, beside the API and a client of its rules: its
+	// live feed asks the API for /v1/events, and its force release is the
+	// API's, counted alike.
+	srv.Mount("/ui", ui.New(ui.Config{Store: st, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(st, m), Webhooks: webhooksAPI(hooks)}))
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Msg("cannot listen")
 		return 1
