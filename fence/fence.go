@@ -55,15 +55,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/fencing"
 )
 
 // MaxToken is the largest token lockapi issues: 2^53-1, exact in a JSON
 // number read by JavaScript and in a Lua number in Redis. It is the
-// service's own limit (lock.MaxToken, where the token rule lives), passed on
+// service's own limit (internal/fencing, where the token rule lives), passed on
 // as an untyped constant, so that there is one definition and code outside
 // this module can still use it.
-const MaxToken = lock.MaxToken
+const MaxToken = fencing.MaxToken
 
 // SQLStateStale is the SQLSTATE that the SQL function lockapi_fence_check
 // raises for a stale token.
