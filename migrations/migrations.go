@@ -1,5 +1,8 @@
-// Package migrations holds lockapi's versioned PostgreSQL schema and a small
-// runner for it.
+// Package migrations is the schema of the PostgreSQL fencing guard
+// (package github.com/lockapi/lockapi/fence/postgres: the lockapi_fence
+// table and the lockapi_fence_admit and lockapi_fence_check functions),
+// versioned, and a small runner for it. lockapi itself keeps nothing in
+// PostgreSQL: only resources guarded with fence/postgres need it.
 //
 // Each migration is a pair of files NNNN_name.up.sql and NNNN_name.down.sql,
 // embedded in the binary. Up applies the missing ones in version order, Down

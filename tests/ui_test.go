@@ -37,8 +37,9 @@ const screenshotEnv = "LOCKAPI_UI_SCREENSHOT"
 // TestUI_dashboard drives the dashboard in a real headless Chromium: an
 // admin signs in, sees a lock granted through the API appear within 1 s,
 // watches its TTL count down and force-releases it through the
-// confirmation; a read-only key sees no force-release button and is
-// refused when it posts one anyway with its session's CSRF token.
+// confirmation, which lockapi_releases_total{kind="force"} counts; a
+// read-only key sees no force-release button and is refused when it posts
+// one anyway with its session's CSRF token.
 func TestUI_dashboard(t *testing.T) {
 	chromium := lookChromium(t)
 	adminKey, adminLine := uiKey(t, "ops", auth.ScopeAdmin)
@@ -91,6 +92,10 @@ func TestUI_dashboard(t *testing.T) {
 	}
 	if st := uiState(t, s, adminKey, "deploy:prod"); st.Held {
 		t.Fatalf("the lock is still held: %+v", st)
+	}
+	// Counted as one through DELETE /v1/locks/{name} is.
+	if got := scrape(t, newAPI(t, s))[`lockapi_releases_total{kind="force"}`]; got != 1 {
+		t.Fatalf(`lockapi_releases_total{kind="force"} = %v after the dashboard's force release, want 1`, got)
 	}
 	if status := eventsStatus(t, s, adminKey); status != http.StatusOK {
 		t.Fatalf("GET /v1/events answers %d", status)

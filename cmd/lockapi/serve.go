@@ -15,11 +15,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/force"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
+	"github.com/lockapi/lockapi/internal/ui"
 	"github.com/lockapi/lockapi/internal/webhook"
 	"github.com/lockapi/lockapi/internal/webhook/memstate"
 	"github.com/lockapi/lockapi/internal/webhook/redisstate"
@@ -143,6 +145,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Metrics:             m,
 		Webhooks:            webhooksAPI(hooks),
 	})
+	// The admin dashboard, beside the API and a client of its rules: its
+	// live feed asks the API for /v1/events, and its force release is the
+	// API's, counted alike.
+	srv.Mount("/ui", ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks)}))
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Str("setting", c.source("addr")).Msg("cannot listen")
 		return 1

@@ -58,6 +58,58 @@ func FuzzMatch(f *testing.F) {
 	})
 }
 
+// TestKey_Allow is the one authorization rule of the API and the
+// dashboard: the answers both give.
+func TestKey_Allow(t *testing.T) {
+	writer := &Key{Principal: "ci", Scopes: []Scope{ScopeWrite}, Patterns: []string{"ci:*"}}
+	admin := &Key{Principal: "ops", Scopes: []Scope{ScopeAdmin}, Patterns: []string{"team-a:*", "x*y"}}
+	var open *Key // the caller of a server without keys
+	for _, tc := range []struct {
+		name  string
+		key   *Key
+		scope Scope
+		lock  string
+		want  string // "" when allowed, else the Detail
+	}{
+		{"OK_open", open, ScopeAdmin, "anything", ""},
+		{"OK_scope_and_name", writer, ScopeWrite, "ci:1", ""},
+		{"OK_no_name", writer, ScopeWrite, "", ""},
+		{"OK_admin_implies_read", admin, ScopeRead, "team-a:1", ""},
+		{"ErrScope", writer, ScopeAdmin, "ci:1", "this API key lacks the admin scope"},
+		{"ErrScope_before_name", writer, ScopeAdmin, "other", "this API key lacks the admin scope"},
+		{"ErrName", writer, ScopeWrite, "other", `this API key may not use lock "other"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.key.Allow(tc.scope, tc.lock)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("err = %v, want nil", err)
+				}
+				return
+			}
+			if e := lock.AsError(err); e.Code != lock.CodeForbidden || e.Detail != tc.want {
+				t.Fatalf("err = %v, want forbidden %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("AllowPrefix", func(t *testing.T) {
+		if err := open.AllowPrefix(ScopeAdmin, ""); err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		if err := admin.AllowPrefix(ScopeAdmin, "team-a:web:"); err != nil {
+			t.Fatalf("covered prefix: %v", err)
+		}
+		for _, prefix := range []string{"", "team-b:", "x"} {
+			if err := admin.AllowPrefix(ScopeAdmin, prefix); lock.ErrorCode(err) != lock.CodeForbidden || !strings.Contains(err.Error(), "do not cover") {
+				t.Fatalf("prefix %q: %v, want forbidden", prefix, err)
+			}
+		}
+		if err := writer.AllowPrefix(ScopeAdmin, "ci:"); lock.ErrorCode(err) != lock.CodeForbidden || !strings.Contains(err.Error(), "lacks the admin scope") {
+			t.Fatalf("no admin scope: %v", err)
+		}
+	})
+}
+
 func TestParseKeys(t *testing.T) {
 	key, line, err := NewKey("ci", []Scope{ScopeRead, ScopeWrite}, []string{"ci:*", "deploy:*"})
 	if err != nil {

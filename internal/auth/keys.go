@@ -59,6 +59,42 @@ func (k *Key) MayUse(name string) bool {
 	return false
 }
 
+// Allow is the authorization rule of every front door, the API and the
+// dashboard alike: it reports whether the key may use scope on lock name
+// ("": on no lock in particular), with the answer both give when it may
+// not. A nil key is the caller of a server without keys, which runs open:
+// everything is allowed.
+func (k *Key) Allow(scope Scope, name string) error {
+	if k == nil {
+		return nil
+	}
+	if !k.Has(scope) {
+		return &lock.Error{Code: lock.CodeForbidden, Detail: fmt.Sprintf("this API key lacks the %s scope", scope)}
+	}
+	if name != "" && !k.MayUse(name) {
+		return &lock.Error{Code: lock.CodeForbidden, Detail: fmt.Sprintf("this API key may not use lock %q", name)}
+	}
+	return nil
+}
+
+// AllowPrefix is Allow for every lock whose name starts with prefix, which
+// a webhook subscription needs: it delivers the events of every lock it
+// selects to whoever runs the receiver. The key's patterns must cover the
+// whole range: one of them is a literal followed by one '*', the literal a
+// prefix of prefix.
+func (k *Key) AllowPrefix(scope Scope, prefix string) error {
+	if err := k.Allow(scope, ""); err != nil || k == nil {
+		return err
+	}
+	for _, p := range k.Patterns {
+		lit, ok := strings.CutSuffix(p, "*")
+		if ok && !strings.Contains(lit, "*") && strings.HasPrefix(prefix, lit) {
+			return nil
+		}
+	}
+	return &lock.Error{Code: lock.CodeForbidden, Detail: "this API key's lock-name patterns do not cover every lock under prefix \"" + prefix + "\", whose events the webhook would deliver"}
+}
+
 // Keyring is the set of configured keys. A nil or empty Keyring means the
 // server runs open.
 type Keyring struct {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/metrics"
 )
 
 // List limits of GET /v1/locks.
@@ -62,24 +61,14 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleForceRelease handles the "DELETE /v1/locks/{name}" route: it frees
-// the lock whoever holds it.
+// the lock whoever holds it. The dashboard's force release is the same
+// service (internal/force), which checks and counts it.
 func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request) {
 	name := pathParam(r, "name")
-	if fe := lock.CheckName("name", name); fe != nil {
-		Error(w, r, lock.Invalid(*fe))
-		return
-	}
-	if err := authorize(callerOf(r), auth.ScopeAdmin, name); err != nil {
-		Error(w, r, err)
-		return
-	}
-	released, err := s.store.ForceRelease(r.Context(), name, callerOf(r).principal)
+	released, err := s.force.Release(r.Context(), callerOf(r).key, name)
 	if err != nil {
 		Error(w, r, err)
 		return
-	}
-	if released {
-		s.cfg.Metrics.Release(metrics.ReleaseForce)
 	}
 	writeJSON(w, r, http.StatusOK, ForceReleaseResult{Lock: name, Released: released})
 }

@@ -21,9 +21,9 @@ import (
 	"github.com/lockapi/lockapi"
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/force"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
-	"github.com/lockapi/lockapi/internal/ui"
 )
 
 // Defaults for the zero fields of Config.
@@ -119,6 +119,8 @@ type Server struct {
 	rates   *rateLimits // nil: no rate limit
 	// events feeds GET /v1/events; nil when the store records no events.
 	events *events.Feed
+	// force serves DELETE /v1/locks/{name}.
+	force *force.Releaser
 
 	// closing is cancelled when Close begins, which ends every wait.
 	closing   context.Context
@@ -154,7 +156,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		// random on the memory store); a server without one is a bug.
 		panic("lockhttp: Config.Release is nil")
 	}
-	s := &Server{store: store, cfg: cfg, log: cfg.Logger, waiters: newWaiterLimits(cfg.MaxWaitersPerCaller, cfg.MaxWaiters)}
+	s := &Server{store: store, cfg: cfg, log: cfg.Logger, waiters: newWaiterLimits(cfg.MaxWaitersPerCaller, cfg.MaxWaiters),
+		force: force.NewReleaser(store, cfg.Metrics)}
 	if cfg.RateLimit > 0 {
 		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
 	}
@@ -199,14 +202,18 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.Get("/openapi.yaml", s.handleOpenAPI)
 	lockapi.OpenAPIJSON() // converted now, rather than by the first request
 	r.Get("/openapi.json", s.handleOpenAPIJSON)
-	// The admin dashboard; its live feed asks this router for /v1/events.
-	r.Mount("/ui", ui.New(store, cfg.Keys, r, cfg.Webhooks))
 	s.router = r
 	return s
 }
 
 // Handler returns the API's handler, with all middleware.
 func (s *Server) Handler() http.Handler { return s.router }
+
+// Mount serves h under pattern beside the API, behind the same middleware
+// (request ids, logs, request metrics, panics): cmd/lockapi mounts the
+// dashboard at /ui. The API does not know what is mounted. Mount before
+// serving.
+func (s *Server) Mount(pattern string, h http.Handler) { s.router.Mount(pattern, h) }
 
 // Open listens on addr (":0" picks a free port) and serves in the
 // background.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -108,30 +107,10 @@ type ReplayResult struct {
 
 var errWebhooksOff = &httpError{kindWebhooksOff, "this server delivers no webhooks: its store records no lock events (LOCKAPI_EVENTS=false, or redlock mode)"}
 
-// webhookCaller authorizes the caller for webhooks: an admin key whose
-// patterns cover every lock under prefix, since a subscription delivers
-// events of every lock it selects to whoever runs the receiver.
+// webhookCaller authorizes the caller for a webhook under prefix: an admin
+// key whose patterns cover every lock under it.
 func webhookCaller(c caller, prefix string) error {
-	if err := authorize(c, auth.ScopeAdmin, ""); err != nil {
-		return err
-	}
-	if c.key == nil || coversPrefix(c.key, prefix) {
-		return nil
-	}
-	return &lock.Error{Code: lock.CodeForbidden, Detail: "this API key's lock-name patterns do not cover every lock under prefix \"" + prefix + "\", whose events the webhook would deliver"}
-}
-
-// coversPrefix reports whether every name starting with prefix matches a
-// pattern of key: a pattern that is a literal followed by one '*', the
-// literal being a prefix of prefix.
-func coversPrefix(key *auth.Key, prefix string) bool {
-	for _, p := range key.Patterns {
-		lit, ok := strings.CutSuffix(p, "*")
-		if ok && !strings.Contains(lit, "*") && strings.HasPrefix(prefix, lit) {
-			return true
-		}
-	}
-	return false
+	return c.key.AllowPrefix(auth.ScopeAdmin, prefix)
 }
 
 // webhookFor reads the {id} of a webhook route, checks the caller may

@@ -250,15 +250,14 @@ func (h *Handler) handleConfirm(w http.ResponseWriter, r *http.Request, s sessio
 // API's "DELETE /v1/locks/{name}": it frees the lock whoever holds it.
 func (h *Handler) handleForceRelease(w http.ResponseWriter, r *http.Request, s session) {
 	name := r.PathValue("name")
+	// The session's check first: to the session, a nil key is an open
+	// server only when the server is open. The service checks again by the
+	// same rule, and counts the release as the API's does.
 	if err := authorize(s, auth.ScopeAdmin, name); err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	principal := ""
-	if s.key != nil {
-		principal = s.key.Principal
-	}
-	released, err := h.store.ForceRelease(r.Context(), name, principal)
+	released, err := h.force.Release(r.Context(), s.key, name)
 	if err != nil {
 		h.failErr(w, r, err)
 		return
@@ -288,13 +287,7 @@ func authorize(s session, scope auth.Scope, name string) error {
 	if fe := lock.CheckName("name", name); fe != nil {
 		return lock.Invalid(*fe)
 	}
-	if !s.may(scope, "") {
-		return &lock.Error{Code: lock.CodeForbidden, Detail: fmt.Sprintf("This API key lacks the %s scope.", scope)}
-	}
-	if !s.may(scope, name) {
-		return &lock.Error{Code: lock.CodeForbidden, Detail: fmt.Sprintf("This API key may not use lock %q.", name)}
-	}
-	return nil
+	return s.allow(scope, name)
 }
 
 // fragment answers a script's refresh: 204 when the client has version

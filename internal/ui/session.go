@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/lock"
 )
 
 // cookieName is the session cookie. It holds a random session id and, when
@@ -31,13 +32,22 @@ type session struct {
 	open   bool
 }
 
-// may reports whether the session may use scope on name ("": on no name in
-// particular), as the API's authorization decides for the key.
-func (s session) may(scope auth.Scope, name string) bool {
-	if s.open {
-		return true
+// allow applies the API's authorization rule (auth.Key.Allow) to the
+// session: the dashboard is a client of the same rules, with the same
+// answers. On an open server the key is nil and everything is allowed.
+func (s session) allow(scope auth.Scope, name string) error {
+	if s.key == nil && !s.open {
+		// Not reached: a session on a server with keys always has one.
+		// Refuse rather than let a nil key read as an open server.
+		return &lock.Error{Code: lock.CodeForbidden, Detail: "sign in first: this server needs an API key"}
 	}
-	return s.key != nil && s.key.Has(scope) && (name == "" || s.key.MayUse(name))
+	return s.key.Allow(scope, name)
+}
+
+// may reports whether the session may use scope on name ("": on no name
+// in particular), for what a page shows or offers.
+func (s session) may(scope auth.Scope, name string) bool {
+	return s.allow(scope, name) == nil
 }
 
 // csrf is the token every state-changing form of the session carries:

@@ -5,9 +5,11 @@
 // forbids it) counts TTLs down, refreshes the pages and follows the live
 // event feed. Templates, script and stylesheet are embedded in the binary.
 //
-// The dashboard reads the lock.Store directly and applies the API's keys
-// with the API's rules: a key's scopes and name patterns decide what it
-// shows and does. The key a user signs in with is kept in a session cookie;
+// The dashboard is a client of the API's rules: it reads the lock.Store,
+// authorizes with the API's keys by the API's rule (auth.Key.Allow), and
+// force-releases through the API's service (internal/force), so a key's
+// scopes and name patterns decide what it shows and does, and a release
+// is counted, as on the API. cmd/lockapi mounts it beside the API. The key a user signs in with is kept in a session cookie;
 // on a server without keys the dashboard is open, as the API is.
 package ui
 
@@ -21,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/force"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -39,18 +42,40 @@ type Handler struct {
 	// api serves the JSON API: the live feed is its GET /v1/events, asked
 	// with the session's key.
 	api http.Handler
+	// force is the API's force release: the confirmation form calls it,
+	// and it checks and counts the release as DELETE /v1/locks/{name}
+	// does.
+	force *force.Releaser
 	// webhooks serves the webhooks page; nil: no webhooks.
 	webhooks Webhooks
 	pages    map[string]*template.Template
 	next     http.Handler
 }
 
-// New returns the dashboard of store. keys are the API's keys (none: the
-// dashboard is open); api is the API's handler, which serves the event
-// stream the live feed shows; webhooks, when not nil, is the webhook
-// service whose subscriptions the webhooks page lists.
-func New(store lock.Store, keys *auth.Keyring, api http.Handler, webhooks Webhooks) *Handler {
-	h := &Handler{store: store, keys: keys, api: api, webhooks: webhooks, pages: map[string]*template.Template{}}
+// Config is what the dashboard is a client of. Store, API and Force are
+// required.
+type Config struct {
+	// Store is what the pages read: locks and their state.
+	Store lock.Store
+	// Keys are the API's keys; none: the dashboard is open, as the API is.
+	Keys *auth.Keyring
+	// API is the API's handler, which serves the event stream the live
+	// feed shows.
+	API http.Handler
+	// Force is the force release the API serves, shared so that both
+	// fronts answer and count it alike.
+	Force *force.Releaser
+	// Webhooks, when not nil, is the webhook service whose subscriptions
+	// the webhooks page lists.
+	Webhooks Webhooks
+}
+
+// New returns the dashboard of cfg.
+func New(cfg Config) *Handler {
+	if cfg.Store == nil || cfg.API == nil || cfg.Force == nil {
+		panic("ui: Config needs Store, API and Force")
+	}
+	h := &Handler{store: cfg.Store, keys: cfg.Keys, api: cfg.API, force: cfg.Force, webhooks: cfg.Webhooks, pages: map[string]*template.Template{}}
 	for _, name := range []string{"signin", "locks", "lock", "confirm", "error", "webhooks", "deadletters"} {
 		h.pages[name] = template.Must(template.New("").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}

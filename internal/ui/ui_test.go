@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/force"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
@@ -23,7 +25,8 @@ type dash struct {
 	h                    *Handler
 	store                lock.Store
 	admin, reader, teamA string
-	api                  *http.Request // the last request the API handler got
+	api                  *http.Request    // the last request the API handler got
+	metrics              *metrics.Metrics // what the dashboard's force releases report to
 }
 
 func newDash(t *testing.T, store lock.Store) *dash {
@@ -51,12 +54,35 @@ func newDashWith(t *testing.T, store lock.Store, webhooks Webhooks) *dash {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.h = New(store, keys, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d.api = r
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(w, ": the API\n\n")
-	}), webhooks)
+	d.metrics = metrics.New()
+	d.h = New(Config{
+		Store: store,
+		Keys:  keys,
+		API: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d.api = r
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, ": the API\n\n")
+		}),
+		Force:    force.NewReleaser(store, d.metrics),
+		Webhooks: webhooks,
+	})
 	return d
+}
+
+// forceReleases reads lockapi_releases_total{kind="force"} as GET /metrics
+// serves it.
+func (d *dash) forceReleases(t *testing.T) string {
+	t.Helper()
+	w := httptest.NewRecorder()
+	d.metrics.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	const series = `lockapi_releases_total{kind="force"} `
+	for line := range strings.Lines(w.Body.String()) {
+		if v, ok := strings.CutPrefix(line, series); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in:\n%s", series, w.Body)
+	return ""
 }
 
 func (d *dash) grant(t *testing.T, name, owner string) {
@@ -221,6 +247,33 @@ func TestForceRelease(t *testing.T) {
 	})
 }
 
+// TestForceRelease_counted: a force release through the confirmation form
+// is counted in lockapi_releases_total{kind="force"}, as one through
+// DELETE /v1/locks/{name} is; a refused one, or one of a free lock, is not.
+func TestForceRelease_counted(t *testing.T) {
+	d := newDash(t, memory.New())
+	admin, adminCSRF := d.signIn(t, d.admin)
+	reader, readerCSRF := d.signIn(t, d.reader)
+	d.grant(t, "a", "x")
+
+	serve(d.h, "POST", "/ui/locks/a/release", reader, url.Values{"csrf": {readerCSRF}})
+	if got := d.forceReleases(t); got != "0" || !d.held(t, "a") {
+		t.Fatalf("after a refused force release: %s counted, held %v", got, d.held(t, "a"))
+	}
+	if w := serve(d.h, "POST", "/ui/locks/a/release", admin, url.Values{"csrf": {adminCSRF}}); w.Code != http.StatusSeeOther || d.held(t, "a") {
+		t.Fatalf("force release: %d %s", w.Code, w.Body)
+	}
+	if got := d.forceReleases(t); got != "1" {
+		t.Fatalf("after the dashboard's force release: %s counted, want 1", got)
+	}
+	if w := serve(d.h, "POST", "/ui/locks/a/release", admin, url.Values{"csrf": {adminCSRF}}); w.Header().Get("Location") != "/ui/?free=a" {
+		t.Fatalf("force release of a free lock: %d %v", w.Code, w.Header())
+	}
+	if got := d.forceReleases(t); got != "1" {
+		t.Fatalf("after a force release of a free lock: %s counted, want 1", got)
+	}
+}
+
 func TestList(t *testing.T) {
 	d := newDash(t, memory.New())
 	for _, name := range []string{"team-a:1", "team-a:2", "team-b:1"} {
@@ -273,7 +326,7 @@ func TestList(t *testing.T) {
 
 func TestOpenServer(t *testing.T) {
 	store := memory.New()
-	h := New(store, nil, http.NotFoundHandler(), nil)
+	h := New(Config{Store: store, API: http.NotFoundHandler(), Force: force.NewReleaser(store, nil)})
 	w := serve(h, "GET", "/ui/", "", nil)
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "Open server") || len(w.Result().Cookies()) != 1 {
 		t.Fatalf("%d %v\n%s", w.Code, w.Result().Cookies(), w.Body)

@@ -85,8 +85,8 @@ type webhooksPage struct {
 // handleWebhooks handles the "GET /ui/webhooks" route: every subscription
 // the session may manage, with its delivery health.
 func (h *Handler) handleWebhooks(w http.ResponseWriter, r *http.Request, s session) {
-	if !s.may(auth.ScopeAdmin, "") {
-		h.failErr(w, r, errNotAdmin)
+	if err := s.allow(auth.ScopeAdmin, ""); err != nil {
+		h.failErr(w, r, err)
 		return
 	}
 	p := webhooksPage{chrome: h.chrome(s, "Webhooks"), Enabled: h.webhooks != nil}
@@ -257,23 +257,9 @@ func (h *Handler) eventLog() (lock.EventLog, error) {
 }
 
 // mayManage reports whether the session may manage a subscription under
-// prefix, as the API decides: the admin scope, and patterns that cover
-// every lock under prefix (a literal followed by one '*' that is a prefix
-// of prefix).
+// prefix, as the API decides (auth.Key.AllowPrefix).
 func mayManage(s session, prefix string) bool {
-	if !s.may(auth.ScopeAdmin, "") {
-		return false
-	}
-	if s.key == nil {
-		return true
-	}
-	for _, p := range s.key.Patterns {
-		lit, ok := strings.CutSuffix(p, "*")
-		if ok && !strings.Contains(lit, "*") && strings.HasPrefix(prefix, lit) {
-			return true
-		}
-	}
-	return false
+	return s.may(auth.ScopeAdmin, "") && s.key.AllowPrefix(auth.ScopeAdmin, prefix) == nil
 }
 
 // deadLettersPage is the data of a subscription's dead letters page.
@@ -301,8 +287,8 @@ type deadLetterView struct {
 // replays them).
 func (h *Handler) handleDeadLetters(w http.ResponseWriter, r *http.Request, s session) {
 	id := r.PathValue("id")
-	if !s.may(auth.ScopeAdmin, "") {
-		h.failErr(w, r, errNotAdmin)
+	if err := s.allow(auth.ScopeAdmin, ""); err != nil {
+		h.failErr(w, r, err)
 		return
 	}
 	if fe := webhook.CheckID("id", id); fe != nil {
@@ -349,7 +335,3 @@ func (h *Handler) handleDeadLetters(w http.ResponseWriter, r *http.Request, s se
 	}
 	h.render(w, r, http.StatusOK, "deadletters", p)
 }
-
-// errNotAdmin answers a session without the admin scope, which the API's
-// /v1/webhooks routes need.
-var errNotAdmin = &lock.Error{Code: lock.CodeForbidden, Detail: "Webhooks need the admin scope, as /v1/webhooks does."}

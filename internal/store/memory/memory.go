@@ -19,6 +19,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/lockapi/lockapi/internal/fencing"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/notify"
 )
@@ -401,7 +402,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		return lock.Grant{}, nil, m.refuse(n, f, req, now, inTheWay, joins)
 	}
 
-	token, err := lock.NextToken(f.token, now)
+	token, err := fencing.Next(f.token, now)
 	if err != nil {
 		return lock.Grant{}, nil, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
 	}

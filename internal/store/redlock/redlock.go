@@ -12,10 +12,11 @@
 //     lease and the time spent, plus a clock-drift allowance, leaves the
 //     lease some validity; its expires_at is what is left. Otherwise every
 //     master abandons the request (undoing its hold where it ran).
-//   - Fencing tokens: each master's script proposes its own next token (its
-//     counter + 1, floored by its clock). A fresh grant's token is the
-//     largest proposal of the majority, and it is written back to a
-//     majority (RaiseToken) before the grant is answered. Any later
+//   - Fencing tokens (the rule is internal/fencing's): each master's script
+//     proposes its own next token (its counter + 1, floored by its clock).
+//     A fresh grant's token is the largest proposal of the majority
+//     (fencing.Majority), and it is written back to a majority
+//     (RaiseToken) before the grant is answered. Any later
 //     majority shares a master with that one, whose counter is then at
 //     least this token, so every later token is larger (README,
 //     "Guarantees").
@@ -45,6 +46,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/lockapi/lockapi/internal/fencing"
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 )
@@ -167,12 +169,12 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		}
 		group = append(group, a.v)
 	}
-	g := mergeGrants(group)
+	g, writeBack := mergeGrants(group)
 	if a := answers[firstIdx]; a.err == nil && a.v.Lease.ID == leaseID {
 		// The first master's count, not the largest: see first.
 		g.Lease.HoldCount = a.v.Lease.HoldCount
 	}
-	if g.Fresh || !sameTokens(group, g.Lease.Token) {
+	if writeBack {
 		raised := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
 			return m.RaiseToken(ctx, req.Lock, leaseID, g.Lease.Token)
 		})
@@ -226,38 +228,30 @@ func (s *Store) first(name string) int {
 	return int(h.Sum32() % uint32(len(s.masters)))
 }
 
-// mergeGrants makes one grant of the masters' grants of one lease. A lease
-// re-entered keeps the token the masters that held it agree on (a master
-// that had lost it proposed a new one); a fresh lease takes the largest
-// proposal. Its hold count is the largest, which the caller replaces with
-// the first master's when that one granted (see first).
-func mergeGrants(group []lock.Grant) lock.Grant {
+// mergeGrants makes one grant of the masters' grants of one lease, its
+// token as the fencing rule decides (fencing.Majority), and reports whether
+// that token must be written back to the masters. Its hold count is the
+// largest, which the caller replaces with the first master's when that one
+// granted (see first).
+func mergeGrants(group []lock.Grant) (lock.Grant, bool) {
+	proposals := make([]fencing.Proposal, len(group))
 	g := group[0]
-	g.Fresh, g.Replayed = true, true
-	for _, x := range group {
-		g.Fresh = g.Fresh && x.Fresh
-		g.Replayed = g.Replayed && x.Replayed
-	}
-	var token uint64
+	g.Replayed = true
 	holds := 0
-	for _, x := range group {
-		if x.Fresh == g.Fresh && x.Lease.Token > token {
-			token = x.Lease.Token
-			g.Lease = x.Lease
-		}
+	for i, x := range group {
+		proposals[i] = fencing.Proposal{Token: x.Lease.Token, Fresh: x.Fresh}
+		g.Replayed = g.Replayed && x.Replayed
 		holds = max(holds, x.Lease.HoldCount)
 	}
-	g.Lease.Token, g.Lease.HoldCount = token, holds
-	return g
-}
-
-func sameTokens(group []lock.Grant, token uint64) bool {
+	d := fencing.Majority(proposals)
 	for _, x := range group {
-		if x.Lease.Token != token {
-			return false
+		if x.Fresh == d.Fresh && x.Lease.Token == d.Token {
+			g.Lease = x.Lease
+			break
 		}
 	}
-	return true
+	g.Fresh, g.Lease.HoldCount = d.Fresh, holds
+	return g, d.WriteBack
 }
 
 // errsOf returns the answers' errors, in master order, and how many

@@ -1,4 +1,4 @@
-package fence_test
+package redis_test
 
 import (
 	"context"
@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/fence"
+	fenceredis "github.com/lockapi/lockapi/fence/redis"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
@@ -24,7 +27,7 @@ const admitLuaSHA1 = "5a30bbb4e9f0bf2901e1f0bebb0411bfa6f499df"
 
 // redisGuard returns a guard on a real Redis and a key prefix unique to t;
 // the test's keys are deleted when it ends, in case the server is shared.
-func redisGuard(t *testing.T) (fence.RedisGuard, *redis.Client, func(string) string) {
+func redisGuard(t *testing.T) (fenceredis.Guard, *redis.Client, func(string) string) {
 	t.Helper()
 	c := redistest.Start(t).Client(t)
 	prefix := "fence-test:" + t.Name() + ":"
@@ -38,7 +41,7 @@ func redisGuard(t *testing.T) (fence.RedisGuard, *redis.Client, func(string) str
 			t.Errorf("delete test keys: %v", err)
 		}
 	})
-	return fence.RedisGuard{Client: c}, c, func(name string) string { return prefix + name }
+	return fenceredis.Guard{Client: c}, c, func(name string) string { return prefix + name }
 }
 
 func get(t *testing.T, c *redis.Client, key string) string {
@@ -68,7 +71,7 @@ func TestAdmitLua_hash_pinned(t *testing.T) {
 	}
 }
 
-func TestRedisGuard_Admit(t *testing.T) {
+func TestGuard_Admit(t *testing.T) {
 	g, c, key := redisGuard(t)
 	ctx := context.Background()
 
@@ -147,7 +150,7 @@ func TestRedisGuard_Admit(t *testing.T) {
 	})
 }
 
-func TestRedisGuard_Write(t *testing.T) {
+func TestGuard_Write(t *testing.T) {
 	g, c, key := redisGuard(t)
 	ctx := context.Background()
 
@@ -204,10 +207,10 @@ func TestRedisGuard_Write(t *testing.T) {
 	})
 }
 
-// TestRedisGuard_Write_concurrent has many writers race with rising tokens.
+// TestGuard_Write_concurrent has many writers race with rising tokens.
 // Each write is either admitted or stale, and the fence ends at the highest
 // token with that token's value.
-func TestRedisGuard_Write_concurrent(t *testing.T) {
+func TestGuard_Write_concurrent(t *testing.T) {
 	g, c, key := redisGuard(t)
 	ctx := context.Background()
 	tk, dk := key("{acct}:fence"), key("{acct}:data")
@@ -293,4 +296,22 @@ func TestRedisGuard_Write_concurrent(t *testing.T) {
 		t.Errorf("data = %s, want the highest token's value %s", got, want)
 	}
 	t.Logf("%d of %d writes admitted", admitted, writers*each)
+}
+
+// TestImports_no_SQL: a program that guards only Redis resources pulls in
+// no SQL driver through this package.
+func TestImports_no_SQL(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "database/sql" || strings.HasPrefix(pkg, "github.com/jackc/") {
+			t.Errorf("fence/redis depends on %s", pkg)
+		}
+	}
 }

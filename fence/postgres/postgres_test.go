@@ -1,4 +1,4 @@
-package fence_test
+package postgres_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockapi/lockapi/fence"
+	"github.com/lockapi/lockapi/fence/postgres"
 	"github.com/lockapi/lockapi/internal/testkit/pgtest"
 	"github.com/lockapi/lockapi/migrations"
 )
@@ -45,7 +46,7 @@ func admitIn(t *testing.T, db *sql.DB, resource string, token uint64) error {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := fence.Admit(ctx, tx, resource, token); err != nil {
+	if err := postgres.Admit(ctx, tx, resource, token); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -90,7 +91,7 @@ func TestAdmit(t *testing.T) {
 		}
 		defer tx.Rollback()
 		for i := range 2 {
-			if err := fence.Admit(ctx, tx, "equal", 42); err != nil {
+			if err := postgres.Admit(ctx, tx, "equal", 42); err != nil {
 				t.Fatalf("token 42 in one transaction, time %d: %v", i+1, err)
 			}
 		}
@@ -102,7 +103,7 @@ func TestAdmit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := fence.Admit(ctx, tx, "rollback", 42); err != nil {
+		if err := postgres.Admit(ctx, tx, "rollback", 42); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Rollback(); err != nil {
@@ -152,7 +153,7 @@ func TestAdmitPgx(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		if err := fence.AdmitPgx(ctx, tx, "pgx", token); err != nil {
+		if err := postgres.AdmitPgx(ctx, tx, "pgx", token); err != nil {
 			return err
 		}
 		if err := tx.Commit(ctx); err != nil {
@@ -192,8 +193,8 @@ func TestCheck_raises_LA001(t *testing.T) {
 	}
 	_, err = tx.ExecContext(ctx, `SELECT lockapi_fence_check($1, $2)`, "check", 41)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != fence.SQLStateStale {
-		t.Fatalf("check with token 41: err = %v, want SQLSTATE %s", err, fence.SQLStateStale)
+	if !errors.As(err, &pgErr) || pgErr.Code != postgres.SQLStateStale {
+		t.Fatalf("check with token 41: err = %v, want SQLSTATE %s", err, postgres.SQLStateStale)
 	}
 	t.Logf("stale check says: %s (hint: %s)", pgErr.Message, pgErr.Hint)
 	// The transaction is aborted: the stale writer can't write.
@@ -229,7 +230,7 @@ func begin(t *testing.T, db *sql.DB, token uint64) *writer {
 // w must not be used until it has.
 func (w *writer) admitAsync(resource string) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- fence.Admit(context.Background(), w.tx, resource, w.token) }()
+	go func() { done <- postgres.Admit(context.Background(), w.tx, resource, w.token) }()
 	return done
 }
 
@@ -308,7 +309,7 @@ func TestAdmit_race_stale_holds_fence_first(t *testing.T) {
 	}
 
 	w41 := begin(t, db, 41)
-	if err := fence.Admit(context.Background(), w41.tx, resource, 41); err != nil {
+	if err := postgres.Admit(context.Background(), w41.tx, resource, 41); err != nil {
 		t.Fatal(err)
 	}
 	w42 := begin(t, db, 42)
@@ -354,7 +355,7 @@ func TestAdmit_race_fresh_holds_fence_first(t *testing.T) {
 	}
 
 	w42 := begin(t, db, 42)
-	if err := fence.Admit(context.Background(), w42.tx, resource, 42); err != nil {
+	if err := postgres.Admit(context.Background(), w42.tx, resource, 42); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w42.write(id); err != nil {
@@ -399,7 +400,7 @@ func TestAdmit_race_free(t *testing.T) {
 			return result{err: err}
 		}
 		defer tx.Rollback()
-		if err := fence.Admit(ctx, tx, fmt.Sprintf("accounts/%d", id), token); errors.Is(err, fence.ErrStale) {
+		if err := postgres.Admit(ctx, tx, fmt.Sprintf("accounts/%d", id), token); errors.Is(err, fence.ErrStale) {
 			return result{}
 		} else if err != nil {
 			return result{err: err}
