@@ -354,3 +354,26 @@ func TestRedis_reentry_marks_die_with_the_lease(t *testing.T) {
 		t.Fatalf("'r:' fields after the lease ended: %v", got)
 	}
 }
+
+// TestRedis_abandon_reads_a_lease_written_before_the_marks: a lock hash
+// that the previous library re-entered names its latest re-entry in 'op'
+// only (a rolling upgrade); abandon.lua still undoes that hold, once.
+func TestRedis_abandon_reads_a_lease_written_before_the_marks(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	s := openEvents(t, srv, prefix)
+	rdb := srv.Client(t)
+	acquire(t, s, lock.AcquireRequest{Lock: "x", Owner: "o"})
+	old := acquire(t, s, lock.AcquireRequest{Lock: "x", Owner: "o"})
+	key := prefix + "{x}:lock"
+	rdb.HDel(ctx, key, "s:"+old.RequestID)
+	rdb.HSet(ctx, key, "op", old.RequestID)
+	for range 2 {
+		if err := s.Abandon(ctx, "x", old.RequestID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rdb.HGet(ctx, key, "count").Val(); n != "1" {
+		t.Fatalf("holds after abandoning the old re-entry twice = %s, want 1", n)
+	}
+}
