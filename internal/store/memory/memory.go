@@ -60,15 +60,26 @@ type memName struct {
 }
 
 // memLease is a current lease with what the Redis store's scripts keep beside
-// it: the lease's latest acquire (op), the last idempotency key and the
-// acquire that used it, and which acquires' answers were claimed by a replay
-// ('c') or abandoned ('x').
+// it: the last idempotency key and the acquire that used it, and a mark per
+// acquire that added a hold (see the mark constants).
 type memLease struct {
 	lock.Lease
-	op, idem, idemOp string
-	settled          map[string]byte
-	slot             int // index in Store.due; -1 once the lease ended
+	idem, idemOp string
+	// marks holds, by request id, each re-entry's hold (markAdded) and
+	// every acquire whose answer was settled (markClaimed, markAbandoned).
+	// A fresh grant needs no mark until it is settled: its request id is
+	// the lease id. The marks die with the lease; none is ever pruned
+	// before, as the Redis store prunes none (docs/LOCK_KINDS.md, "Abandon").
+	marks map[string]byte
+	slot  int // index in Store.due; -1 once the lease ended
 }
+
+// The marks of a lease's acquires, as the Redis store's scripts write them.
+const (
+	markAdded     = 'g' // added a hold, answer not settled
+	markClaimed   = 'c' // answer claimed by an idempotent replay
+	markAbandoned = 'x' // hold undone by Abandon
+)
 
 // memFence is what outlives a lease: the last token, the last lease that
 // fully released (for idempotent release), a change counter, and the last
@@ -260,7 +271,7 @@ func (n *memName) replay(req lock.AcquireRequest) *memLease {
 		return nil
 	}
 	for l := range n.leases {
-		if l.idem == req.IdempotencyKey && l.ownedBy(req) && l.settled[l.idemOp] != 'x' {
+		if l.idem == req.IdempotencyKey && l.ownedBy(req) && l.marks[l.idemOp] != markAbandoned {
 			return l
 		}
 	}
@@ -330,7 +341,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		m.names[req.Lock] = n
 	}
 	if l := n.replay(req); l != nil { // 3
-		l.settle(l.idemOp, 'c')
+		l.settle(l.idemOp, markClaimed)
 		return lock.Grant{Lease: copyLease(&l.Lease), Fresh: l.idemOp == l.ID, RequestID: l.idemOp, Replayed: true}, nil, nil
 	}
 	if held := n.limit(); held != req.Limit && (held > 0 || n.held()) { // 4
@@ -388,7 +399,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		l.HoldCount++
 		l.TTL = req.TTL
 		m.reschedule(l, now.Add(req.TTL))
-		l.op = requestID
+		l.mark(requestID, markAdded)
 		if req.IdempotencyKey != "" {
 			l.idem, l.idemOp = req.IdempotencyKey, requestID
 		}
@@ -421,7 +432,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		AcquiredAt: now,
 		ExpiresAt:  now.Add(req.TTL),
 		Metadata:   maps.Clone(req.Metadata),
-	}, op: requestID}
+	}}
 	if req.IdempotencyKey != "" {
 		l.idem, l.idemOp = req.IdempotencyKey, requestID
 	}
@@ -646,24 +657,36 @@ func holder(l *memLease, now time.Time) lock.Holder {
 	}
 }
 
-// settle marks requestID's answer claimed ('c') or abandoned ('x') and
-// reports whether it was unsettled.
+func (l *memLease) mark(requestID string, how byte) {
+	if l.marks == nil {
+		l.marks = make(map[string]byte)
+	}
+	l.marks[requestID] = how
+}
+
+// added reports whether requestID's acquire added a hold to l: it granted l,
+// or re-entered it.
+func (l *memLease) added(requestID string) bool {
+	_, ok := l.marks[requestID]
+	return ok || l.ID == requestID
+}
+
+// settle marks requestID's answer claimed or abandoned and reports whether
+// it was unsettled: its hold is still one Abandon may undo.
 func (l *memLease) settle(requestID string, how byte) bool {
-	if _, done := l.settled[requestID]; done {
+	if was, ok := l.marks[requestID]; ok && was != markAdded {
 		return false
 	}
-	if l.settled == nil {
-		l.settled = make(map[string]byte)
-	}
-	l.settled[requestID] = how
+	l.mark(requestID, how)
 	return true
 }
 
 // Abandon implements lock.Store as the Redis store's abandon.lua does, for
-// leases of every mode: the acquire added a hold to the lease it granted
-// (the request id is the lease id) or to the lease it last re-entered. Memory
-// calls never end with an unknown outcome, so no acquire can arrive after its
-// abandon.
+// leases of every mode: it undoes the hold requestID's acquire added, to the
+// lease it granted (the request id is the lease id) or to any lease it
+// re-entered, whatever acquires came after it, if that lease lives and the
+// answer was not settled (docs/LOCK_KINDS.md, "Abandon"). Memory calls never
+// end with an unknown outcome, so no acquire can arrive after its abandon.
 func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	m.mu.Lock()
 	now := time.Now()
@@ -671,13 +694,13 @@ func (m *Store) Abandon(ctx context.Context, name, requestID string) error {
 	var l *memLease
 	if n != nil {
 		for x := range n.leases {
-			if x.ID == requestID || x.op == requestID {
+			if x.added(requestID) {
 				l = x
 				break
 			}
 		}
 	}
-	if l == nil || !l.settle(requestID, 'x') {
+	if l == nil || !l.settle(requestID, markAbandoned) {
 		m.mu.Unlock()
 		return nil
 	}

@@ -10,8 +10,8 @@
 // which touch the lock hash and its fence hash together, run unchanged on
 // Redis Cluster:
 //
-//	<prefix>{<name>}:lock       hash: the current lease, its latest acquire (op), the last
-//	                            idempotency key, settled requests (s:<id>); expires with it
+//	<prefix>{<name>}:lock       hash: the current lease, the last idempotency key, a mark per
+//	                            re-entry and settled request (s:<id>); expires with it
 //	<prefix>{<name>}:fence      hash: last token, last released lease, version; never expires
 //	<prefix>{<name>}:abandoned  set: request ids abandoned after an unknown outcome; expires
 //	                            after abandonMemory

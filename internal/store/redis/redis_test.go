@@ -303,3 +303,77 @@ func TestRedis_unavailable(t *testing.T) {
 	}
 	storetest.Acquire(t, s, "u", "a", time.Second)
 }
+
+// TestRedis_reentry_marks_die_with_the_lease: every re-entry marks its
+// request in the lease (abandon.lua), and the marks go with the lease: the
+// lock hash of an exclusive lease, a shared record and all of its 'r:'
+// fields, while another reader keeps the shared hash alive.
+func TestRedis_reentry_marks_die_with_the_lease(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	s := openEvents(t, srv, prefix)
+	rdb := srv.Client(t)
+
+	x := acquire(t, s, lock.AcquireRequest{Lock: "x", Owner: "o"})
+	x2 := acquire(t, s, lock.AcquireRequest{Lock: "x", Owner: "o"})
+	if v := rdb.HGet(ctx, prefix+"{x}:lock", "s:"+x2.RequestID).Val(); v != "g" {
+		t.Fatalf("re-entry's mark = %q, want g", v)
+	}
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "x", ID: x.Lease.ID}, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, prefix+"{x}:lock").Val(); n != 0 {
+		t.Fatalf("the lock hash outlived its lease")
+	}
+
+	sh := acquire(t, s, lock.AcquireRequest{Lock: "s", Owner: "o", Mode: lock.Shared})
+	var reentries []string
+	for range 3 {
+		reentries = append(reentries, acquire(t, s, lock.AcquireRequest{Lock: "s", Owner: "o", Mode: lock.Shared}).RequestID)
+	}
+	acquire(t, s, lock.AcquireRequest{Lock: "s", Owner: "p", Mode: lock.Shared})
+	if err := s.Abandon(ctx, "s", reentries[0]); err != nil {
+		t.Fatal(err)
+	}
+	rFields := func() []string {
+		var out []string
+		for _, f := range rdb.HKeys(ctx, prefix+"{s}:lock:shared").Val() {
+			if strings.HasPrefix(f, "r:") {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if got := rFields(); len(got) != len(reentries) {
+		t.Fatalf("'r:' fields while the lease lives = %v, want one per re-entry %v", got, reentries)
+	}
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "s", ID: sh.Lease.ID}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := rFields(); len(got) != 0 {
+		t.Fatalf("'r:' fields after the lease ended: %v", got)
+	}
+}
+
+// TestRedis_abandon_reads_a_lease_written_before_the_marks: a lock hash
+// that the previous library re-entered names its latest re-entry in 'op'
+// only (a rolling upgrade); abandon.lua still undoes that hold, once.
+func TestRedis_abandon_reads_a_lease_written_before_the_marks(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	s := openEvents(t, srv, prefix)
+	rdb := srv.Client(t)
+	acquire(t, s, lock.AcquireRequest{Lock: "x", Owner: "o"})
+	old := acquire(t, s, lock.AcquireRequest{Lock: "x", Owner: "o"})
+	key := prefix + "{x}:lock"
+	rdb.HDel(ctx, key, "s:"+old.RequestID)
+	rdb.HSet(ctx, key, "op", old.RequestID)
+	for range 2 {
+		if err := s.Abandon(ctx, "x", old.RequestID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rdb.HGet(ctx, key, "count").Val(); n != "1" {
+		t.Fatalf("holds after abandoning the old re-entry twice = %s, want 1", n)
+	}
+}

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_43ce6cfdcb901ae6"},
-		{"cluster", true, "lockapi_0b2c95d2e0cd3237"},
+		{"plain", false, "lockapi_f4e76d882df6b4f9"},
+		{"cluster", true, "lockapi_5195d3d33266b850"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -651,6 +651,133 @@ var coreBehaviours = []behaviour{
 			}
 		})
 	}},
+	// Abandon undoes the hold its own acquire added, whatever the owner did
+	// since: a later re-entry of the same lease does not hide it (issue 25),
+	// in either reentrant mode. It never undoes a hold twice, one a replay
+	// claimed, or one of a lease that has ended since.
+	{"Abandon_undoes_its_hold_after_later_reentries", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		for _, mode := range []lock.Mode{lock.Exclusive, lock.Shared} {
+			t.Run(string(mode), func(t *testing.T) {
+				name := "ab:later:" + string(mode)
+				req := lock.AcquireRequest{Lock: name, Owner: "w", Mode: mode}
+				fresh := tryAcquire(t, s, req)
+				holdsNow := func() int {
+					t.Helper()
+					st := Inspect(t, s, name)
+					if !st.Held {
+						return 0
+					}
+					return holderOf(t, st, fresh.Lease.Token).HoldCount
+				}
+				r1 := tryAcquire(t, s, req)
+				r2 := tryAcquire(t, s, req)
+				if n := holdsNow(); n != 3 || r1.Fresh || r2.Fresh {
+					t.Fatalf("holds after two re-entries = %d (%+v, %+v), want 3", n, r1, r2)
+				}
+				abandon(t, s, name, r1.RequestID)
+				if n := holdsNow(); n != 2 {
+					t.Fatalf("holds after abandoning the earlier re-entry = %d, want 2", n)
+				}
+				abandon(t, s, name, r1.RequestID)
+				if n := holdsNow(); n != 2 {
+					t.Fatalf("holds after abandoning it again = %d, want 2", n)
+				}
+				// A replay claims its answer: an abandon of it, after a
+				// later re-entry, leaves its hold alone.
+				keyed := req
+				keyed.IdempotencyKey = "k"
+				claimed := tryAcquire(t, s, keyed)
+				if r := tryAcquire(t, s, keyed); !r.Replayed {
+					t.Fatalf("not a replay of %s: %+v", claimed.RequestID, r)
+				}
+				tryAcquire(t, s, req)
+				abandon(t, s, name, claimed.RequestID)
+				if n := holdsNow(); n != 4 {
+					t.Fatalf("holds after abandoning a claimed re-entry = %d, want 4", n)
+				}
+				// Each hold goes once: the two re-entries left, then the
+				// fresh grant's, which ends the lease.
+				abandon(t, s, name, r2.RequestID)
+				release(t, s, name, fresh.Lease.ID, false)
+				release(t, s, name, fresh.Lease.ID, false)
+				abandon(t, s, name, fresh.RequestID)
+				if n := holdsNow(); n != 0 {
+					t.Fatalf("holds after abandoning the fresh grant last = %d, want 0", n)
+				}
+				// A re-entry of an ended lease added nothing to the next one.
+				next := tryAcquire(t, s, req)
+				again := tryAcquire(t, s, req)
+				if _, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: next.Lease.ID}, true); err != nil {
+					t.Fatal(err)
+				}
+				last := tryAcquire(t, s, req)
+				abandon(t, s, name, again.RequestID)
+				if st := Inspect(t, s, name); !st.Held || holderOf(t, st, last.Lease.Token).HoldCount != 1 {
+					t.Fatalf("an abandon of an ended lease's re-entry touched the next: %+v", st)
+				}
+			})
+		}
+	}},
+	// A refused multi-lock gives back exactly the holds it took, while the
+	// same owner re-enters one of its names at the same time (issue 25):
+	// afterwards the owner holds as many holds as it was granted, and
+	// releasing each of them frees the lock.
+	{"Refused_multi_locks_give_back_exactly_their_holds", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		for _, mode := range []lock.Mode{lock.Exclusive, lock.Shared} {
+			t.Run(string(mode), func(t *testing.T) {
+				a, b := "ml:"+string(mode)+":a", "ml:"+string(mode)+":b"
+				mine := lock.AcquireRequest{Lock: a, Owner: "alice", Mode: mode, TTL: time.Minute}
+				first := tryAcquire(t, s, mine)
+				Acquire(t, s, b, "bob", time.Minute)
+				const rounds = 50
+				var wg sync.WaitGroup
+				var granted atomic.Int64
+				errs := make(chan error, 2*rounds)
+				for range rounds {
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						both := []lock.AcquireRequest{mine, {Lock: b, Owner: "alice", TTL: time.Minute}}
+						if _, err := lock.AcquireAll(ctx, s, both, 0); lock.ErrorCode(err) != lock.CodeHeld {
+							errs <- fmt.Errorf("multi-lock of %s and %s: %v, want held", a, b, err)
+						}
+					}()
+					go func() {
+						defer wg.Done()
+						g, err := s.TryAcquire(ctx, mine)
+						switch {
+						case err != nil:
+							errs <- fmt.Errorf("re-entry: %v", err)
+						case g.Fresh || g.Lease.ID != first.Lease.ID:
+							errs <- fmt.Errorf("re-entry granted %+v, want a hold of %s", g, first.Lease.ID)
+						default:
+							granted.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+				want := 1 + int(granted.Load())
+				if h := holderOf(t, Inspect(t, s, a), first.Lease.Token); h.HoldCount != want {
+					t.Fatalf("%s's holds = %d, want the %d granted", a, h.HoldCount, want)
+				}
+				for i := range want {
+					res := release(t, s, a, first.Lease.ID, false)
+					if res.Released != (i == want-1) {
+						t.Fatalf("release %d of %d = %+v", i+1, want, res)
+					}
+				}
+				if st := Inspect(t, s, a); st.Held {
+					t.Fatalf("%s is still held after every granted hold was released: %+v", a, st)
+				}
+			})
+		}
+	}},
 }
 
 // readings returns the ways a cursor might be read: as it is, and decoded

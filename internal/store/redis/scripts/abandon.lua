@@ -12,12 +12,30 @@
 -- on its way (in a socket buffer of a paused Redis, say) and runs after this
 -- script finds it there and grants nothing.
 --
--- The acquire added a hold if the lease is the one it granted (the request
--- id is the lease id) or it was the lease's latest acquire ('op'). That hold
--- is dropped once: the request is marked abandoned ('x'), and an idempotent
--- replay that claimed the answer first ('c') keeps it. The exclusive lease
--- keeps these marks in 's:<request id>' fields, a shared lease or permit in
--- its record.
+-- The acquire added a hold to a live lease if that lease is the one it
+-- granted (the request id is the lease id) or one it re-entered: every
+-- re-entry marks its request id in the lease ('g', see acquire.lua), so the
+-- hold is found whatever acquires, releases or abandons came after it. A
+-- multi-lock that re-entered one of its owner's leases and was refused on
+-- another name gives that hold back while the owner may re-enter the same
+-- lease at the same time: looking only at the lease's latest acquire would
+-- leave the hold behind, and the lease held after the owner released every
+-- hold it was granted. That hold is dropped once: the request is marked
+-- abandoned ('x'), and an idempotent replay that claimed the answer first
+-- ('c') keeps it. The exclusive lease keeps these marks in 's:<request id>'
+-- fields, a shared lease in its record, found through 'r:<request id>'. A
+-- lease written before the marks names its latest re-entry only: 'op' in
+-- the lock hash, the one 'r:' field of a record.
+--
+-- The marks die with the lease (its hash or record, and drop_record takes
+-- its 'r:' fields) and none goes sooner, so a lease holds one mark per
+-- re-entry it had. Holds are counted, not named: a release does not say
+-- which hold it drops, so while the lease lives any unsettled re-entry may
+-- still be abandoned rightly (by the reaper, after an outage, say), and no
+-- mark can be proven unneeded before the lease ends. A lease kept for long
+-- and re-entered very often grows by a field (exclusive) or a record entry
+-- and an 'r:' field (shared: each script that reads the record decodes its
+-- marks) per re-entry until it ends.
 --
 -- Returns 0 when there was nothing to undo, 1 when a hold was dropped and
 -- the lease lives on, 2 when the lease ended. A dropped hold records
@@ -29,23 +47,26 @@ events_from(ARGV[5])
 redis.call('SADD', KEYS[3], req)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 
-local h = redis.call('HMGET', KEYS[1], 'lease', 'op', 'owner', 'principal', 'token')
+local mark = 's:' .. req
+local h = redis.call('HMGET', KEYS[1], 'lease', mark, 'op', 'owner', 'principal', 'token')
 settle_exclusive(now, h[1])
-if h[1] and (h[1] == req or h[2] == req) then
-	if redis.call('HSETNX', KEYS[1], 's:' .. req, 'x') == 0 then
+if h[1] and (h[2] or h[1] == req or h[3] == req) then
+	-- The request granted or re-entered the exclusive lease.
+	if h[2] and h[2] ~= 'g' then
 		return 0
 	end
+	redis.call('HSET', KEYS[1], mark, 'x')
 	redis.call('HINCRBY', KEYS[2], 'ver', 1)
 	local left = redis.call('HINCRBY', KEYS[1], 'count', -1)
 	if left > 0 then
 		redis.call(publish, channel, 'c')
-		record(now, 'released', h[1], 'exclusive', h[5], h[3], h[4], left)
+		record(now, 'released', h[1], 'exclusive', h[6], h[4], h[5], left)
 		return 1
 	end
 	redis.call('DEL', KEYS[1])
 	untrack_exclusive()
 	lease_ended(now, channel, publish)
-	record(now, 'released', h[1], 'exclusive', h[5], h[3], h[4], 0)
+	record(now, 'released', h[1], 'exclusive', h[6], h[4], h[5], 0)
 	return 2
 end
 
@@ -56,7 +77,9 @@ if not rec then
 	id = redis.call('HGET', KEYS[4], 'r:' .. req)
 	rec = id and load_record(id)
 end
-if not rec or (id ~= req and rec.op ~= req) or rec.st[req] then
+-- Found by its id, the request granted the lease; through 'r:', it
+-- re-entered it.
+if not rec or (rec.st[req] and rec.st[req] ~= 'g') then
 	return 0
 end
 rec.st[req] = 'x'

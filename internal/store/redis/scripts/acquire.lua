@@ -28,12 +28,16 @@
 -- {-1} when this request was abandoned before it ran (see abandon.lua),
 -- {-2, the held limit} on a limit mismatch, {-3} for an upgrade.
 --
--- The exclusive lease keeps the lock hash of the plain lock: every acquire
--- records its request id there ('op') for abandon.lua, and an idempotency
--- key with the request that used it ('idem', 'idemop'); a repeat of that key
--- by the same owner is answered with the lease as it is and marks the
--- request's answer as claimed ('s:<request id>' = 'c'). Shared leases and
--- permits keep the same fields in their records.
+-- The exclusive lease keeps the lock hash of the plain lock: every re-entry
+-- marks its request id there as having added a hold ('s:<request id>' =
+-- 'g'), so that abandon.lua can undo exactly that hold whatever acquires
+-- came after it; a fresh grant needs no mark, its request id being the lease
+-- id (acquire_fast.lua writes none). The hash also keeps an idempotency key
+-- with the request that used it ('idem', 'idemop'); a repeat of that key by
+-- the same owner is answered with the lease as it is and marks the request's
+-- answer as claimed ('c'). A shared lease keeps the marks in its record
+-- (st), each re-entry also indexed by 'r:<request id>' in the shared hash.
+-- The marks die with the lease (see abandon.lua for why none goes sooner).
 --
 -- A grant publishes "c:<ttl ms>" on the unlock channel, so that waiters time
 -- the new holder's expiry. A fresh grant leaves the fence's version (the
@@ -180,7 +184,7 @@ elseif not shared then
 	-- 5. Exclusive.
 	if held[1] and held[2] == owner and held[3] == principal then
 		local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-		redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', exp, 'op', req)
+		redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', exp, 's:' .. req, 'g')
 		if idem ~= '' then
 			redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
 		end
@@ -204,10 +208,7 @@ else
 		local rec = load_record(mine)
 		rec.count = fmt(tonumber(rec.count) + 1)
 		rec.ttl, rec.exp = ARGV[4], fmt(exp)
-		if rec.op ~= mine then
-			redis.call('HDEL', KEYS[4], 'r:' .. rec.op)
-		end
-		rec.op = req
+		rec.st[req] = 'g'
 		redis.call('HSET', KEYS[4], 'r:' .. req, mine)
 		if idem ~= '' then
 			rec.idem, rec.idemop = idem, req
@@ -285,7 +286,7 @@ if not tok then
 end
 if not shared and limit == 0 then
 	-- Fields that would hold nothing are left out: 'meta' without
-	-- metadata, 'op' (the latest acquire) while it is the lease's own.
+	-- metadata, and the grant's mark (its request id is the lease id).
 	local acq = fmt(now)
 	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
 		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', fmt(exp))
@@ -301,7 +302,7 @@ if not shared and limit == 0 then
 	return tok .. ' ' .. acq
 end
 local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl = ARGV[4],
-	acq = fmt(now), exp = fmt(exp), meta = ARGV[5], op = req, idem = idem, idemop = req,
+	acq = fmt(now), exp = fmt(exp), meta = ARGV[5], idem = idem, idemop = req,
 	limit = ARGV[10], st = {_ = ''}}
 save_record(req, rec)
 redis.call('ZADD', KEYS[5], exp, req)

@@ -30,12 +30,14 @@
 -- script instead.
 --
 -- A shared lease or permit is one field of KEYS[4]: its lease id -> a JSON
--- record {owner, principal, token, count, ttl, acq, exp, meta, op, idem,
--- idemop, st}, where st maps request ids to 'c' (answer claimed by a
--- replay) or 'x' (abandoned), as the lock hash's 's:<id>' fields do. Index
--- fields beside them: 'o:<principal>\n<owner>' -> the owner's shared lease
--- (reentrancy), 'i:<idempotency key>' -> lease id, 'r:<request id>' -> lease
--- id of a lease's latest reentrant acquire (abandon), and 'limit'.
+-- record {owner, principal, token, count, ttl, acq, exp, meta, idem,
+-- idemop, st}, where st maps request ids to 'g' (a re-entry that added a
+-- hold), 'c' (answer claimed by a replay) or 'x' (abandoned), as the lock
+-- hash's 's:<id>' fields do. Index fields beside them: 'o:<principal>\n
+-- <owner>' -> the owner's shared lease (reentrancy), 'i:<idempotency key>'
+-- -> lease id, 'r:<request id>' -> lease id of each of a lease's re-entries
+-- (abandon), and 'limit'. A record written before the marks has 'op', its
+-- latest re-entry, the only one with an 'r:' field.
 --
 -- Numbers go into records as strings written by fmt: cjson, like Lua's own
 -- conversion (tostring, ..), keeps 14 significant digits. A number given to
@@ -303,8 +305,19 @@ local function drop_record(id, rec)
 		if rec.idem ~= '' and redis.call('HGET', KEYS[4], 'i:' .. rec.idem) == id then
 			redis.call('HDEL', KEYS[4], 'i:' .. rec.idem)
 		end
-		if rec.op ~= id then
-			redis.call('HDEL', KEYS[4], 'r:' .. rec.op)
+		-- Every re-entry's 'r:' field: st names each (the lease's own
+		-- request, its id, has none), 'op' the one of an older record.
+		local fields = {}
+		for r in pairs(rec.st) do
+			if r ~= id and r ~= '_' then
+				fields[#fields + 1] = 'r:' .. r
+			end
+		end
+		if rec.op and rec.op ~= id then
+			fields[#fields + 1] = 'r:' .. rec.op
+		end
+		for i = 1, #fields, 1000 do
+			redis.call('HDEL', KEYS[4], unpack(fields, i, math.min(i + 999, #fields)))
 		end
 	end
 	if redis.call('ZCARD', KEYS[5]) == 0 then
