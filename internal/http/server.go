@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -128,6 +129,7 @@ type Server struct {
 
 	ln     net.Listener
 	server *http.Server
+	fresh  freshConns
 }
 
 // NewServer returns a server for store.
@@ -238,7 +240,9 @@ func (s *Server) Open(addr string) (err error) {
 		Protocols:         protocols,
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
 		TLSConfig:         s.cfg.TLS,
+		ConnState:         s.fresh.track,
 	}
+	s.server.RegisterOnShutdown(s.fresh.closeAll)
 	go func(srv *http.Server, ln net.Listener) {
 		var err error
 		if srv.TLSConfig != nil {
@@ -288,6 +292,42 @@ func (s *Server) Close(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// freshConns are the connections that have not delivered a request yet.
+// An HTTP client dials a spare connection now and then (Go's transport
+// does, when another connection frees up first) and keeps it unused in its
+// pool. net/http's Shutdown counts such a connection as busy until it is 5
+// s old, so a Close with a shorter deadline failed although no request was
+// open. Shutdown closes them at once: they carry no request, and the
+// listener is already closed when it does.
+type freshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// track is the server's ConnState hook.
+func (f *freshConns) track(c net.Conn, st http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st != http.StateNew {
+		delete(f.conns, c)
+		return
+	}
+	if f.conns == nil {
+		f.conns = make(map[net.Conn]struct{})
+	}
+	f.conns[c] = struct{}{}
+}
+
+// closeAll closes every connection that has not delivered a request.
+func (f *freshConns) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		_ = c.Close()
+	}
+	clear(f.conns)
 }
 
 // beginWait admits a waiting request (a long-poll acquire or a blocking

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/lockapi/lockapi"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
 func TestOps(t *testing.T) {
@@ -298,5 +300,44 @@ func TestURL_Port0(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// A connection that never sent a request (a client's spare, dialled and
+// pooled unused) does not hold Close up: net/http's Shutdown would count it
+// busy until it is 5 s old. This was the flaky "close server: context
+// deadline exceeded" of the client tests.
+func TestClose_UnusedConnectionDoesNotHoldShutdown(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	srv := lockhttp.NewServer(mem, withRelease(lockhttp.Config{}))
+	if err := srv.Open("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(srv.URL(), "http://")
+	spare, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	// The server accepts in order and registers each connection before it
+	// accepts the next: once a later connection is answered, the spare one
+	// is registered as new.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(srv.URL() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Close(ctx); err != nil {
+		t.Fatalf("close with an unused connection open: %v", err)
+	}
+	// The spare connection was closed by the server, not left to its peer.
+	_ = spare.SetReadDeadline(time.Now().Add(promptly))
+	if _, err := spare.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read on the unused connection after Close: %v, want it closed", err)
 	}
 }
