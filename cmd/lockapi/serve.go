@@ -467,11 +467,8 @@ func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.
 			return nil, err
 		}
 	}
-	events, ok := st.(lock.EventLog)
-	if sw, has := st.(interface{ EventsEnabled() bool }); has && !sw.EventsEnabled() {
-		ok = false
-	}
-	if !ok {
+	events := st.Events()
+	if events == nil {
 		if len(file) > 0 {
 			return nil, fmt.Errorf("%s configures webhooks, but this store records no lock events to deliver", c.WebhooksFile)
 		}

@@ -60,11 +60,8 @@ func newEvent(e lock.Event, admin bool) Event {
 // newEventFeed returns the feed of store's event log, or nil when store
 // has none or records no events.
 func newEventFeed(store lock.Store, logger zerolog.Logger) *events.Feed {
-	log, ok := store.(lock.EventLog)
-	if !ok {
-		return nil
-	}
-	if sw, ok := store.(interface{ EventsEnabled() bool }); ok && !sw.EventsEnabled() {
+	log := store.Events()
+	if log == nil {
 		return nil
 	}
 	return events.New(log, events.Options{Logger: logger.With().Str("component", "events").Logger()})

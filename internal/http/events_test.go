@@ -446,9 +446,14 @@ func TestEvents_Gone(t *testing.T) {
 	}
 }
 
+// noEventLog is a store that keeps no event log.
+type noEventLog struct{ lock.Store }
+
+func (noEventLog) Events() lock.EventLog { return nil }
+
 func TestEvents_Disabled(t *testing.T) {
 	for name, st := range map[string]lock.Store{
-		"NoEventLog": struct{ lock.Store }{memory.New()},
+		"NoEventLog": noEventLog{memory.New()},
 		"EventsOff":  memory.NewWithOptions(memory.Options{NoEvents: true}),
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -100,7 +100,7 @@ func TestTopologies(t *testing.T) {
 	// its own, and a read merges them, each lock's events in order.
 	t.Run("cluster-one-event-log-per-master", func(t *testing.T) {
 		s := openStore(t, redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false)
-		if !s.EventsEnabled() {
+		if s.Events() == nil {
 			t.Fatal("events are off on Redis Cluster")
 		}
 		from, err := s.LastEventID(ctx)

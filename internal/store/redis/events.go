@@ -19,8 +19,14 @@ import (
 
 var _ lock.EventLog = (*Store)(nil)
 
-// EventsEnabled reports whether the store records events (Options.Events).
-func (s *Store) EventsEnabled() bool { return s.events }
+// Events implements lock.Store: the store's event log, or nil when it
+// records no events (Options.Events is false).
+func (s *Store) Events() lock.EventLog {
+	if !s.events {
+		return nil
+	}
+	return s
+}
 
 // eventsOff is the error of the EventLog methods while no events are
 // recorded.

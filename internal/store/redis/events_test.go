@@ -613,8 +613,8 @@ func TestEvents_off(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := newPrefix()
 	s := openEvents(t, srv, prefix, func(o *redisstore.Options) { o.Events = false })
-	if s.EventsEnabled() {
-		t.Fatal("EventsEnabled with Events off")
+	if s.Events() != nil {
+		t.Fatal("an event log with Events off")
 	}
 	x := acquire(t, s, lock.AcquireRequest{Lock: "a", Owner: "o", TTL: 50 * time.Millisecond}).Lease
 	acquire(t, s, lock.AcquireRequest{Lock: "b", Owner: "o", Mode: lock.Shared})
