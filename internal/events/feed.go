@@ -31,6 +31,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/clock"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -244,7 +245,7 @@ func (f *Feed) read(ctx context.Context, gen uint64, pos string) {
 		}
 		if err != nil {
 			f.opts.Logger.Warn().Err(err).Dur("retry_in", pause).Msg("read the event log")
-			if !sleep(ctx, pause) {
+			if !clock.Sleep(ctx, pause) {
 				return
 			}
 			pause = min(2*pause, f.opts.RetryPause)
@@ -286,17 +287,6 @@ func (f *Feed) deliverLocked(evs []lock.Event) {
 			delete(f.live, ib)
 			break
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -20,37 +21,10 @@ import (
 // stops reading is cut off then, rather than holding its handler forever.
 const eventsWriteTimeout = 30 * time.Second
 
-// Event is the JSON form of lock.Event, the data of each event of
-// GET /v1/events.
-type Event struct {
-	ID           string         `json:"id"`
-	Type         lock.EventType `json:"type"`
-	Lock         string         `json:"lock"`
-	Owner        string         `json:"owner"`
-	Principal    string         `json:"principal"`
-	Mode         lock.Mode      `json:"mode"`
-	FencingToken uint64         `json:"fencing_token"`
-	HoldCount    int            `json:"hold_count"`
-	QueueLength  *int           `json:"queue_length,omitempty"` // absent where the store did not know it
-	Time         string         `json:"time"`
-	LeaseID      string         `json:"lease_id,omitempty"` // to admins only: the lease's capability
-}
-
-func newEvent(e lock.Event, admin bool) Event {
-	out := Event{
-		ID:           e.ID,
-		Type:         e.Type,
-		Lock:         e.Lock,
-		Owner:        e.Owner,
-		Principal:    e.Principal,
-		Mode:         mode(e.Mode),
-		FencingToken: e.Token,
-		HoldCount:    e.HoldCount,
-		Time:         formatTime(e.Time),
-	}
-	if e.Queue >= 0 {
-		out.QueueLength = &e.Queue
-	}
+// newEvent returns the data of e's Server-Sent Event; admins also see the
+// lease id.
+func newEvent(e lock.Event, admin bool) event.Event {
+	out := events.Wire(e)
 	if admin {
 		out.LeaseID = e.LeaseID
 	}

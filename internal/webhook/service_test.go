@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/webhook"
@@ -37,7 +38,7 @@ type receiver struct {
 	mu       sync.Mutex
 	secrets  []string
 	attempts map[string]int // webhook-id -> requests
-	got      []webhook.Payload
+	got      []event.Event
 	ids      []string // webhook-id of each accepted request
 	arrived  chan struct{}
 }
@@ -74,7 +75,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(r.status)
 		return
 	}
-	var p webhook.Payload
+	var p event.Event
 	if err := json.Unmarshal(body, &p); err != nil {
 		r.t.Errorf("receiver: %v: %s", err, body)
 	}
@@ -95,7 +96,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 }
 
 // waitFor waits until the receiver accepted n requests.
-func (r *receiver) waitFor(n int) []webhook.Payload {
+func (r *receiver) waitFor(n int) []event.Event {
 	r.t.Helper()
 	deadline := time.After(promptly)
 	for {
@@ -113,7 +114,7 @@ func (r *receiver) waitFor(n int) []webhook.Payload {
 	}
 }
 
-func (r *receiver) payloads() []webhook.Payload {
+func (r *receiver) payloads() []event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.got)
@@ -202,7 +203,7 @@ func (f *fixture) cycle(name string) {
 	}
 }
 
-func locksOf(ps []webhook.Payload) []string {
+func locksOf(ps []event.Event) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.Lock
@@ -223,7 +224,7 @@ func TestService_delivers_selected_events_in_order(t *testing.T) {
 		t.Fatalf("delivered %v, want %v", locksOf(got), want)
 	}
 	for _, p := range got {
-		if p.Type != lock.EventReleased || p.Owner != "ci-7" || p.Principal != "ci" || p.Mode != lock.Exclusive || p.FencingToken == 0 || p.Time == "" {
+		if p.Type != string(lock.EventReleased) || p.Owner != "ci-7" || p.Principal != "ci" || p.Mode != string(lock.Exclusive) || p.FencingToken == 0 || p.Time == "" {
 			t.Fatalf("payload %+v", p)
 		}
 	}
@@ -273,7 +274,7 @@ func TestService_dead_letters_and_replay(t *testing.T) {
 	if d.Attempts < 2 || d.LastStatus != http.StatusInternalServerError || d.LastError == "" {
 		t.Fatalf("dead letter %+v", d)
 	}
-	var p webhook.Payload
+	var p event.Event
 	if err := json.Unmarshal(d.Payload, &p); err != nil || p.Lock != "dl:lost" || p.ID != d.EventID {
 		t.Fatalf("dead letter payload %s: %v", d.Payload, err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/clock"
+	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -214,7 +216,7 @@ func (w *worker) deliver(ctx context.Context) {
 				cursor = next
 				continue
 			}
-			if !w.deliverOne(ctx, e.ID, encode(NewPayload(e)), e.Time, true) {
+			if !w.deliverOne(ctx, e.ID, encode(events.Wire(e)), e.Time, true) {
 				return
 			}
 			cursor = next
@@ -333,7 +335,7 @@ func (w *worker) deliverOne(ctx context.Context, id string, body []byte, since t
 		wait := max(w.svc.cfg.Backoff.Delay(failures), min(a.RetryAfter, w.svc.cfg.Backoff.Max))
 		// The last attempt is made when the period ends, not after.
 		wait = min(wait, max(time.Until(deadline), 0))
-		if !sleep(ctx, wait) {
+		if !clock.Sleep(ctx, wait) {
 			return false
 		}
 	}
@@ -367,21 +369,6 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // retry spaces the tries of a failing store call: full jitter, doubling
 // from stateRetryMin to stateRetryMax.
 type retry struct{ failures int }
@@ -390,5 +377,5 @@ func newRetry() *retry  { return &retry{} }
 func (r *retry) reset() { r.failures = 0 }
 func (r *retry) sleep(ctx context.Context) bool {
 	r.failures++
-	return sleep(ctx, Backoff{Min: stateRetryMin, Max: stateRetryMax}.Delay(r.failures)+stateRetryMin/10)
+	return clock.Sleep(ctx, Backoff{Min: stateRetryMin, Max: stateRetryMax}.Delay(r.failures)+stateRetryMin/10)
 }

@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockapi/lockapi/internal/clock"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -222,7 +223,7 @@ func (s *Store) readClusterEvents(ctx context.Context, after string, limit int) 
 			return s.clusterEvents(after, r), nil
 		}
 		pos = r.pos
-		if !sleepCtx(ctx, clusterHold/4) {
+		if !clock.Sleep(ctx, clusterHold/4) {
 			return nil, ctx.Err()
 		}
 	}
@@ -243,7 +244,7 @@ func (s *Store) waitClusterEvents(ctx context.Context, after string, limit int) 
 		}
 		pos = r.pos
 		if r.held {
-			if !sleepCtx(ctx, clusterHold/4) {
+			if !clock.Sleep(ctx, clusterHold/4) {
 				return nil, ctx.Err()
 			}
 			continue
@@ -334,17 +335,6 @@ func (s *Store) lastClusterEventID(ctx context.Context) (string, error) {
 	}
 	s.cursors.put(newest, pos)
 	return newest, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // EventsHold is how long a read of the log holds back the newest events:
