@@ -219,27 +219,66 @@ func (c *clusterLogs) close() {
 	}
 }
 
-// eventsOf returns the events argument of name's scripts and the log they
-// record into (nil when events are not recorded).
-func (s *Store) eventsOf(ctx context.Context, name string) (string, *eventLog, error) {
+// recording is where the events of one script call on a lock go: the
+// script's events argument (events_from in scripts/lib.lua), which the
+// runner passes after the script's other arguments, and the log it names
+// (nil when events are not recorded).
+type recording struct {
+	lock string
+	arg  string
+	log  *eventLog
+}
+
+// recordingFor returns where the events of a script on name go.
+func (s *Store) recordingFor(ctx context.Context, name string) (*recording, error) {
 	switch {
 	case s.clusterLogs != nil:
 		l, err := s.clusterLogs.logFor(ctx, name)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
-		return l.arg, l, nil
+		return &recording{lock: name, arg: l.arg, log: l}, nil
 	case s.log != nil:
-		return s.log.arg, s.log, nil
+		return &recording{lock: name, arg: s.log.arg, log: s.log}, nil
 	}
-	return s.eventsArg, nil, nil
+	return &recording{lock: name, arg: s.eventsArg}, nil
+}
+
+// relocate points rec at the log that serves its lock now, after a script
+// was refused because the slot map changed (isNonLocal).
+func (s *Store) relocate(ctx context.Context, rec *recording) error {
+	if s.clusterLogs == nil {
+		return nil
+	}
+	if err := s.clusterLogs.load(ctx); err != nil {
+		return err
+	}
+	now, err := s.recordingFor(ctx, rec.lock)
+	if err != nil {
+		return err
+	}
+	*rec = *now
+	return nil
+}
+
+// clustered reports a recording into one of a cluster's logs, whose
+// master may change with the slot map.
+func (rec *recording) clustered() bool { return rec != nil && rec.log != nil && rec.log.slot >= 0 }
+
+// append returns args followed by the events argument; args alone for a
+// script that records no events (rec nil).
+func (rec *recording) append(args []any) []any {
+	if rec == nil {
+		return args
+	}
+	return append(slices.Clip(args), rec.arg)
 }
 
 // recorded tells the log's sweeper that a script recorded events, so that
 // it keeps the log's retention.
-func (l *eventLog) recorded() {
-	if l != nil && l.sweep != nil {
-		l.sweep.noteWrite()
+func (rec *recording) recorded() {
+	if rec != nil && rec.log != nil && rec.log.sweep != nil {
+		rec.log.sweep.noteWrite()
 	}
 }
 

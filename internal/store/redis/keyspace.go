@@ -31,9 +31,3 @@ func (k keyspace) nameOfChannel(ch string) (string, bool) {
 	}
 	return strings.CutSuffix(rest, "}:unlock")
 }
-
-// nameOfKey returns the name whose lock key is key.
-func (k keyspace) nameOfKey(key string) string {
-	name, _, _ := strings.Cut(strings.TrimPrefix(key, k.prefix+"{"), "}")
-	return name
-}

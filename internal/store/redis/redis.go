@@ -304,30 +304,27 @@ func (s *Store) withLog(keys ...string) []string {
 const movedAttempts = 3
 
 // run runs one script (EVALSHA, falling back to EVAL) within the store's call
-// deadline and reports its duration to the observer. A script is sent again
-// only when Redis refused it without running it (MOVED, ASK); nothing else is
-// ever retried.
-func (s *Store) run(ctx context.Context, name string, script *script, keys []string, args ...any) *goredis.Cmd {
+// deadline and reports its duration to the observer. rec, when the script
+// records events, is the log they go to: its argument follows args (see
+// events_from in lib.lua). A script is sent again only when Redis refused
+// it without running it (MOVED, ASK, or a log its master no longer serves);
+// nothing else is ever retried.
+func (s *Store) run(ctx context.Context, name string, script *script, keys []string, rec *recording, args ...any) *goredis.Cmd {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
 	var cmd *goredis.Cmd
 	for attempt := 1; ; attempt++ {
+		all := rec.append(args)
 		if s.batch != nil {
-			cmd = s.batch.run(script, keys, args)
+			cmd = s.batch.run(script, keys, all)
 		} else {
-			cmd = script.run(ctx, s.rdb, keys, args)
+			cmd = script.run(ctx, s.rdb, keys, all)
 		}
-		if s.clusterLogs != nil && isNonLocal(cmd.Err()) && attempt < movedAttempts {
+		if rec.clustered() && isNonLocal(cmd.Err()) && attempt < movedAttempts {
 			// The events argument named a log its master does not serve
 			// (the slot map changed): nothing ran; name the right one.
-			if err := s.clusterLogs.load(ctx); err == nil && len(args) > 0 {
-				if _, ok := args[len(args)-1].(string); ok {
-					if ev, _, err := s.eventsOf(ctx, s.nameOfKey(keys[0])); err == nil {
-						args[len(args)-1] = ev
-					}
-				}
-			}
+			_ = s.relocate(ctx, rec)
 			continue
 		}
 		if !s.refusedByCluster(cmd.Err()) || attempt == movedAttempts || ctx.Err() != nil {
@@ -409,16 +406,16 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 		}
 		meta = string(b)
 	}
-	ev, evlog, err := s.eventsOf(ctx, req.Lock)
+	rec, err := s.recordingFor(ctx, req.Lock)
 	if err != nil {
 		return lock.Grant{}, storeError(err)
 	}
-	cmd, confirmed := s.acquire(ctx, req, requestID, meta, ev)
+	cmd, confirmed := s.acquire(ctx, req, requestID, meta, rec)
 	if fresh, ok := cmd.Val().(string); ok && cmd.Err() == nil {
 		// A fresh exclusive lease: "<token> <acquired ms>".
 		g, err := freshGrant(req, requestID, fresh)
 		if err == nil {
-			evlog.recorded()
+			rec.recorded()
 		}
 		return s.confirmGrant(ctx, req, g, confirmed, err)
 	}
@@ -451,7 +448,7 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	lease.Mode, lease.Limit = lock.Mode(r.str(13)), int(r.int(14))
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
 	if !g.Replayed {
-		evlog.recorded()
+		rec.recorded()
 	}
 	return s.confirmGrant(ctx, req, g, confirmed, r.err)
 }
@@ -472,10 +469,10 @@ func (s *Store) confirmGrant(ctx context.Context, req lock.AcquireRequest, g loc
 // acquire runs the acquire script: the fast one when the request is a plain
 // exclusive try (see acquire_fast.lua), and the full one when the request
 // is anything else or the fast script leaves it to the full one.
-func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta, ev string) (*goredis.Cmd, int) {
+func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta string, rec *recording) (*goredis.Cmd, int) {
 	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" {
-		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas,
-			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish, ev)
+		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas, rec,
+			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish)
 		if !fellBack(cmd) {
 			return cmd, confirmed
 		}
@@ -487,9 +484,9 @@ func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID,
 	if req.Fair {
 		fair = "1"
 	}
-	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas,
+	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas, rec,
 		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID, ev)
+		mode, req.Limit, fair, req.WaiterID)
 }
 
 // fellBack reports a fast script's answer that the full script must run.
@@ -536,10 +533,11 @@ func unconfirmed(what string, got, n int, then string) error {
 // have every write its own connection made. That bypasses the batcher, whose
 // pipelines mix callers. confirmed is how many replicas acknowledged in time
 // (0 when n is 0).
-func (s *Store) write(ctx context.Context, name string, script *script, keys []string, n int, args ...any) (cmd *goredis.Cmd, confirmed int) {
+func (s *Store) write(ctx context.Context, name string, script *script, keys []string, n int, rec *recording, args ...any) (cmd *goredis.Cmd, confirmed int) {
 	if n <= 0 {
-		return s.run(ctx, name, script, keys, args...), 0
+		return s.run(ctx, name, script, keys, rec, args...), 0
 	}
+	args = rec.append(args)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
@@ -605,14 +603,14 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.recordingFor(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.run(ctx, "abandon", s.scripts.abandon, s.keys(name),
-		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish, ev).Int64()
+	n, err := s.run(ctx, "abandon", s.scripts.abandon, s.keys(name), rec,
+		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
 	if n > 0 {
-		evlog.recorded()
+		rec.recorded()
 	}
 	return n, err
 }
@@ -620,11 +618,11 @@ func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, err
 // Renew implements lock.Store.
 func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.recordingFor(ctx, name)
 	if err != nil {
 		return lock.Lease{}, storeError(err)
 	}
-	cmd, confirmed := s.write(ctx, "renew", s.scripts.renew, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish, ev)
+	cmd, confirmed := s.write(ctx, "renew", s.scripts.renew, s.keys(name), s.minReplicas, rec, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish)
 	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
@@ -636,7 +634,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	case -1:
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
-	evlog.recorded()
+	rec.recorded()
 	lease := r.lease(name, 1)
 	lease.Mode, lease.Limit = lock.Mode(r.str(10)), int(r.int(11))
 	if r.err == nil && confirmed < s.minReplicas {
@@ -654,20 +652,20 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.recordingFor(ctx, name)
 	if err != nil {
 		return out, storeError(err)
 	}
 	// The fast script ends the last hold of an exclusive lease; anything
 	// else it leaves to the full one.
-	cmd, confirmed := s.write(ctx, "release", s.scripts.releaseFast, s.releaseKeys(name), s.minReplicas, ref.ID, ref.Principal, s.channel(name), s.publish, ev)
+	cmd, confirmed := s.write(ctx, "release", s.scripts.releaseFast, s.releaseKeys(name), s.minReplicas, rec, ref.ID, ref.Principal, s.channel(name), s.publish)
 	if fellBack(cmd) {
-		cmd, confirmed = s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, ev)
+		cmd, confirmed = s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, rec, ref.ID, allArg, s.channel(name), ref.Principal, s.publish)
 	}
 	if n, err := cmd.Int64(); err == nil && n == 1 {
 		// The fast script ended the lease.
 		out.Released = true
-		evlog.recorded()
+		rec.recorded()
 		return out, s.confirmRelease(confirmed)
 	}
 	res, err := cmd.Slice()
@@ -685,7 +683,7 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	out.Released = r.int(2) == 1
 	out.Retried = r.int(3) == 1
 	if !out.Retried {
-		evlog.recorded()
+		rec.recorded()
 	}
 	if r.err != nil {
 		return out, r.err
@@ -705,7 +703,7 @@ func (s *Store) confirmRelease(confirmed int) error {
 
 // Inspect implements lock.Store.
 func (s *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
-	res, err := s.run(ctx, "inspect", s.scripts.inspect, s.keys(name)).Slice()
+	res, err := s.run(ctx, "inspect", s.scripts.inspect, s.keys(name), nil).Slice()
 	if err != nil {
 		return lock.State{}, storeError(err)
 	}
@@ -796,16 +794,16 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.recordingFor(ctx, name)
 	if err != nil {
 		return false, storeError(err)
 	}
-	n, err := s.run(ctx, "force_release", s.scripts.forceRelease, s.keys(name), s.channel(name), s.publish, principal, ev).Int()
+	n, err := s.run(ctx, "force_release", s.scripts.forceRelease, s.keys(name), rec, s.channel(name), s.publish, principal).Int()
 	if err != nil {
 		return false, storeError(err)
 	}
 	if n == 1 {
-		evlog.recorded()
+		rec.recorded()
 	}
 	return n == 1, nil
 }
@@ -1093,7 +1091,7 @@ func transientReply(err error) bool {
 
 // Leave implements lock.Store.
 func (s *Store) Leave(ctx context.Context, name, waiterID string) error {
-	if err := s.run(ctx, "leave", s.scripts.leave, s.keys(name), waiterID, s.channel(name), s.publish).Err(); err != nil {
+	if err := s.run(ctx, "leave", s.scripts.leave, s.keys(name), nil, waiterID, s.channel(name), s.publish).Err(); err != nil {
 		return storeError(err)
 	}
 	return nil
