@@ -34,20 +34,14 @@ func mustOpenWebhookEnv(t *testing.T, cfg lockhttp.Config, tune func(*webhook.Co
 	return mustOpenEnvOn(t, mem, &HookStore{Store: mem}, cfg)
 }
 
-// eventStore is a store with an event log, which webhooks need.
-type eventStore interface {
-	lock.Store
-	lock.EventLog
-}
-
 // mustRunWebhooks runs a webhook service on store until the test ends,
 // allowed to deliver to loopback and retrying fast; tune adjusts its
 // configuration.
-func mustRunWebhooks(t *testing.T, store eventStore, tune func(*webhook.Config)) *webhook.Service {
+func mustRunWebhooks(t *testing.T, store lock.Store, tune func(*webhook.Config)) *webhook.Service {
 	t.Helper()
 	wc := webhook.Config{
 		Store:   store,
-		Log:     store,
+		Log:     store.Events(),
 		State:   memstate.New(),
 		Policy:  webhook.Policy{AllowPrivate: true},
 		Backoff: webhook.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond},

@@ -103,7 +103,7 @@ func TestTopologies(t *testing.T) {
 		if s.Events() == nil {
 			t.Fatal("events are off on Redis Cluster")
 		}
-		from, err := s.LastEventID(ctx)
+		from, err := s.Events().LastEventID(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,8 +145,8 @@ func TestTopologies(t *testing.T) {
 		if busy < 2 {
 			t.Fatalf("events of %d names on %d master(s): %v", names, busy, perMaster)
 		}
-		time.Sleep(s.EventsHold())
-		evs, err := s.ReadEvents(ctx, from, 1000)
+		time.Sleep(redisstore.EventsHold(s))
+		evs, err := s.Events().ReadEvents(ctx, from, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

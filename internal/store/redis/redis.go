@@ -90,15 +90,13 @@ const DefaultPrefix = "lockapi:"
 // a hash slot).
 type Store struct {
 	keyspace
-	rdb         goredis.UniversalClient
-	scripts     *scriptSet
-	cluster     *goredis.ClusterClient // nil unless rdb is one
-	callTimeout time.Duration
-	observe     func(script string, d time.Duration)
-	batch       *batcher // nil: plain calls
-	hub         *notify.Hub
-	ghosts      *reaper
-	listener    listener
+	*topology
+	scripts  *scriptSet
+	observe  func(script string, d time.Duration)
+	batch    *batcher // nil: plain calls
+	hub      *notify.Hub
+	ghosts   *reaper
+	listener listener
 	// publish is the command the scripts publish notices with: SPUBLISH
 	// on Redis Cluster, so that a notice goes only to its lock's shard
 	// instead of to every node.
@@ -106,25 +104,8 @@ type Store struct {
 	// minReplicas: see Options.MinReplicas.
 	minReplicas int
 
-	// events is set while the scripts record events (Options.Events).
-	// eventsArg is the scripts' events argument outside Redis Cluster: the
-	// log's MAXLEN, or "0" to record none (see events_from in lib.lua).
-	events    bool
-	eventsArg string
-	eventsMax string // the logs' MAXLEN
-	retention time.Duration
-	// log is the event log of a single Redis; clusterLogs those of a
-	// cluster's masters. Both nil unless events.
-	log         *eventLog
-	clusterLogs *clusterLogs
-	// The connections blocking reads of the log wait on: blocking on a
-	// single Redis, nodeBlocking on a cluster (by master address).
-	blocking     *blockingConns
-	blockingMu   sync.Mutex
-	nodeBlocking map[string]*blockingConns
-	// cursors remembers where the latest cluster reads left each log
-	// (clusterevents.go).
-	cursors cursorCache
+	// journal is the event log; nil while no events are recorded.
+	journal *journal
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -183,8 +164,7 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		keyspace:    keyspace{prefix},
-		rdb:         rdb,
-		callTimeout: opts.CallTimeout,
+		topology:    &topology{rdb: rdb, callTimeout: opts.CallTimeout},
 		observe:     opts.ObserveScript,
 		minReplicas: opts.MinReplicas,
 	}
@@ -209,66 +189,15 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	} else {
 		s.listener = newClassicListener(rdb, s.keyspace, follow)
 	}
-	s.eventsArg = "0"
-	plain := plainClient(rdb)
-	if opts.Events && (s.cluster != nil || plain != nil) {
-		s.events = true
-		max := opts.EventsMax
-		if max <= 0 {
-			max = DefaultEventsMax
-		}
-		retention := opts.EventsRetention
-		if retention <= 0 {
-			retention = DefaultEventsRetention
-		}
-		s.eventsMax = strconv.Itoa(max)
-		s.retention = retention
-		if s.cluster != nil {
-			s.clusterLogs = &clusterLogs{s: s, bySlot: map[int]*eventLog{}}
-			s.nodeBlocking = map[string]*blockingConns{}
-		} else {
-			s.eventsArg = s.eventsMax
-			s.log = &eventLog{slot: -1, key: s.eventsKey(), exp: s.expiriesKey(), arg: s.eventsArg}
-			s.log.sweep = newSweeper(s, s.log, retention)
-			s.blocking = &blockingConns{client: plain}
-			s.listener.(*classicListener).announce(s.expiriesKey(), s.log.sweep.notice)
-		}
-	}
-	s.scripts = newScriptSet(s.clusterLogs != nil)
+	s.journal = newJournal(s.topology, s.keyspace, opts)
+	sweeperFor := func(l *eventLog) *sweeper { return newSweeper(s, l, s.journal.retention) }
+	s.journal.announce(s.listener, sweeperFor)
+	s.scripts = newScriptSet(s.journal.clustered())
 	s.hub = notify.New(s.listener)
 	s.listener.start(s.hub)
 	s.ghosts = newReaper(s)
-	if s.log != nil {
-		s.log.sweep.start()
-	}
-	if s.clusterLogs != nil {
-		// Each master's log gets its sweeper, and its announcements, once
-		// the slot map names it.
-		sharded := s.listener.(*shardedListener)
-		s.clusterLogs.onNew = func(l *eventLog) {
-			l.sweep = newSweeper(s, l, s.retention)
-			sharded.announce(l.announcer, l.sweep.notice)
-			l.sweep.start()
-		}
-		go func() {
-			// Load the slot map now, so that expiries left by earlier
-			// processes are swept without waiting for a first call.
-			_, _ = s.clusterLogs.all(context.Background())
-		}()
-	}
+	s.journal.startSweeping(s.listener, sweeperFor)
 	return s, nil
-}
-
-// plainClient returns the go-redis client of a single Redis or a Sentinel
-// master behind rdb, nil for a Cluster (or anything else).
-func plainClient(rdb goredis.UniversalClient) *goredis.Client {
-	switch c := rdb.(type) {
-	case *goredis.Client:
-		return c
-	case *Client:
-		return plainClient(c.UniversalClient)
-	}
-	return nil
 }
 
 // keys lists the keys every full script takes, in the order lib.lua names
@@ -292,8 +221,8 @@ func (s *Store) releaseKeys(name string) []string {
 // withLog adds the event log and the expiries set to a script's keys while
 // events are recorded outside Redis Cluster.
 func (s *Store) withLog(keys ...string) []string {
-	if s.log != nil {
-		keys = append(keys, s.log.key, s.log.exp)
+	if l := s.journal.singleLog(); l != nil {
+		keys = append(keys, l.key, l.exp)
 	}
 	return keys
 }
@@ -324,7 +253,7 @@ func (s *Store) run(ctx context.Context, name string, script *script, keys []str
 		if rec.clustered() && isNonLocal(cmd.Err()) && attempt < movedAttempts {
 			// The events argument named a log its master does not serve
 			// (the slot map changed): nothing ran; name the right one.
-			_ = s.relocate(ctx, rec)
+			_ = s.journal.relocate(ctx, rec)
 			continue
 		}
 		if !s.refusedByCluster(cmd.Err()) || attempt == movedAttempts || ctx.Err() != nil {
@@ -337,31 +266,6 @@ func (s *Store) run(ctx context.Context, name string, script *script, keys []str
 		s.observe(name, time.Since(start))
 	}
 	return cmd
-}
-
-// refusedByCluster reports a Redis Cluster redirection: the node did not run
-// the command because it does not serve the slot (any more).
-func (s *Store) refusedByCluster(err error) bool {
-	if s.cluster == nil || err == nil {
-		return false
-	}
-	msg := err.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "TRYAGAIN")
-}
-
-// noteFailure makes a cluster client reload its slot map as soon as a node
-// refuses connections, times out or redirects, instead of once a minute: a
-// master that was killed must not keep its shard's traffic after its replica
-// took over.
-func (s *Store) noteFailure(err error) {
-	if s.cluster == nil || err == nil {
-		return
-	}
-	var rerr goredis.Error
-	if errors.As(err, &rerr) && !s.refusedByCluster(err) && !strings.HasPrefix(err.Error(), "CLUSTERDOWN") {
-		return // a script's own error: the topology is fine
-	}
-	s.cluster.ReloadState(context.Background())
 }
 
 // outcomeUnknown reports whether a failed call may have run in Redis: the
@@ -406,7 +310,7 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 		}
 		meta = string(b)
 	}
-	rec, err := s.recordingFor(ctx, req.Lock)
+	rec, err := s.journal.recordingFor(ctx, req.Lock)
 	if err != nil {
 		return lock.Grant{}, storeError(err)
 	}
@@ -603,7 +507,7 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	rec, err := s.recordingFor(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return 0, err
 	}
@@ -618,7 +522,7 @@ func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, err
 // Renew implements lock.Store.
 func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	rec, err := s.recordingFor(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return lock.Lease{}, storeError(err)
 	}
@@ -652,7 +556,7 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	rec, err := s.recordingFor(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return out, storeError(err)
 	}
@@ -794,7 +698,7 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
-	rec, err := s.recordingFor(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return false, storeError(err)
 	}
@@ -1027,25 +931,13 @@ func (s *Store) clusterCovered(ctx context.Context) error {
 // Close stops the pub/sub connection, the reaper and the sweeper. It does
 // not close the Redis client.
 func (s *Store) Close() error {
-	if s.log != nil && s.log.sweep != nil {
-		s.log.sweep.close()
-	}
-	if s.clusterLogs != nil {
-		s.clusterLogs.close()
-	}
+	s.journal.stopSweeping()
 	if s.batch != nil {
 		s.batch.close()
 	}
 	err := s.listener.close()
 	s.ghosts.close()
-	if s.blocking != nil {
-		s.blocking.close()
-	}
-	s.blockingMu.Lock()
-	for _, b := range s.nodeBlocking {
-		b.close()
-	}
-	s.blockingMu.Unlock()
+	s.journal.closeReaders()
 	return err
 }
 
