@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/events"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
@@ -389,7 +390,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Warn().Msg("no LOCKAPI_RELEASE_SECRETS and no Redis: release URLs are signed with a random secret and stop working when this process restarts")
 	}
 
-	hooks, err := openWebhooks(c, st, hookState, m, log)
+	// One reader of the store's event log feeds the event streams and the
+	// webhook workers alike; it closes after both have stopped.
+	var feed *events.Feed
+	if el := st.Events(); el != nil {
+		feed = events.New(el, events.Options{Logger: log.With().Str("component", "events").Logger()})
+		defer feed.Close()
+	}
+	hooks, err := openWebhooks(c, st, feed, hookState, m, log)
 	if err != nil {
 		log.Error().Err(err).Msg("bad webhooks configuration")
 		return 2
@@ -420,6 +428,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		TLS:                 tlsConfig,
 		Metrics:             m,
 		Webhooks:            webhooksAPI(hooks),
+		Events:              feed,
 	})
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Msg("cannot listen")
@@ -458,7 +467,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // openWebhooks returns the webhook service, or nil when the store records
 // no events: then there is nothing to deliver, and a webhooks file is a
 // configuration error.
-func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.Metrics, log zerolog.Logger) (*webhook.Service, error) {
+func openWebhooks(c serveConfig, st lock.Store, feed *events.Feed, state webhook.State, m *metrics.Metrics, log zerolog.Logger) (*webhook.Service, error) {
 	policy := webhook.Policy{AllowPrivate: c.WebhooksAllowPrivate}
 	var file []webhook.Subscription
 	if c.WebhooksFile != "" {
@@ -467,8 +476,8 @@ func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.
 			return nil, err
 		}
 	}
-	events := st.Events()
-	if events == nil {
+	eventLog := st.Events()
+	if eventLog == nil {
 		if len(file) > 0 {
 			return nil, fmt.Errorf("%s configures webhooks, but this store records no lock events to deliver", c.WebhooksFile)
 		}
@@ -480,7 +489,8 @@ func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.
 	}
 	svc, err := webhook.New(webhook.Config{
 		Store:      st,
-		Log:        events,
+		Log:        eventLog,
+		Feed:       feed,
 		State:      state,
 		File:       file,
 		Policy:     policy,

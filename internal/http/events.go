@@ -31,10 +31,9 @@ func newEvent(e lock.Event, admin bool) event.Event {
 	return out
 }
 
-// newEventFeed returns the feed of store's event log, or nil when store
-// has none or records no events.
-func newEventFeed(store lock.Store, logger zerolog.Logger) *events.Feed {
-	log := store.Events()
+// newEventFeed returns a feed of log, nil when there is no log (the store
+// records no events).
+func newEventFeed(log lock.EventLog, logger zerolog.Logger) *events.Feed {
 	if log == nil {
 		return nil
 	}

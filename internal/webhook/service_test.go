@@ -468,3 +468,44 @@ func TestNew_refuses_an_invalid_worker_lease(t *testing.T) {
 		})
 	}
 }
+
+// waitCounter is an event log that counts the blocking reads made of it
+// at once.
+type waitCounter struct {
+	lock.EventLog
+	now, most atomic.Int32
+}
+
+func (l *waitCounter) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	n := l.now.Add(1)
+	defer l.now.Add(-1)
+	for m := l.most.Load(); n > m && !l.most.CompareAndSwap(m, n); m = l.most.Load() {
+	}
+	return l.EventLog.WaitEvents(ctx, after, limit)
+}
+
+// However many webhooks an instance delivers, its workers share one reader
+// of the event log: one blocking read at a time (on Redis, one connection
+// rather than one per webhook out of the pool the acquires need).
+func TestService_many_webhooks_share_one_read_of_the_log(t *testing.T) {
+	var log *waitCounter
+	f := newFixture(t, func(c *webhook.Config) {
+		log = &waitCounter{EventLog: c.Log}
+		c.Log = log
+	})
+	const hooks = 40
+	receivers := make([]*receiver, hooks)
+	for i := range receivers {
+		receivers[i] = newReceiver(t)
+		f.subscribe(receivers[i], "many:", "released")
+	}
+	f.cycle("many:a")
+	for _, r := range receivers {
+		if got := r.waitFor(1); got[0].Lock != "many:a" {
+			t.Fatalf("delivered %+v", got)
+		}
+	}
+	if most := log.most.Load(); most != 1 {
+		t.Fatalf("%d blocking reads of the log at once for %d webhooks, want 1", most, hooks)
+	}
+}
