@@ -224,6 +224,7 @@ func (c *clusterLogs) close() {
 // runner passes after the script's other arguments, and the log it names
 // (nil when events are not recorded).
 type recording struct {
+	j    *journal
 	lock string
 	arg  string
 	log  *eventLog
@@ -239,18 +240,18 @@ func (j *journal) recordingFor(ctx context.Context, name string) (*recording, er
 		if err != nil {
 			return nil, err
 		}
-		return &recording{lock: name, arg: l.arg, log: l}, nil
+		return &recording{j: j, lock: name, arg: l.arg, log: l}, nil
 	}
-	return &recording{lock: name, arg: j.single.arg, log: j.single}, nil
+	return &recording{j: j, lock: name, arg: j.single.arg, log: j.single}, nil
 }
 
 // relocate points rec at the log that serves its lock now, after a script
 // was refused because the slot map changed (isNonLocal).
-func (j *journal) relocate(ctx context.Context, rec *recording) error {
-	if err := j.clusterLogs.load(ctx); err != nil {
+func (rec *recording) relocate(ctx context.Context) error {
+	if err := rec.j.clusterLogs.load(ctx); err != nil {
 		return err
 	}
-	now, err := j.recordingFor(ctx, rec.lock)
+	now, err := rec.j.recordingFor(ctx, rec.lock)
 	if err != nil {
 		return err
 	}

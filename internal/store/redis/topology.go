@@ -17,6 +17,24 @@ type topology struct {
 	callTimeout time.Duration
 }
 
+// newTopology returns the topology of rdb, and the Sentinel master it
+// follows, if any (nil otherwise).
+func newTopology(rdb goredis.UniversalClient, callTimeout time.Duration) (*topology, *sentinelConfig) {
+	t := &topology{rdb: rdb, callTimeout: callTimeout}
+	if t.callTimeout <= 0 {
+		t.callTimeout = DefaultCallTimeout
+	}
+	var follow *sentinelConfig
+	switch c := rdb.(type) {
+	case *goredis.ClusterClient:
+		t.cluster = c
+	case *Client:
+		follow = c.sentinel
+		t.cluster, _ = c.UniversalClient.(*goredis.ClusterClient)
+	}
+	return t, follow
+}
+
 // plainClient returns the go-redis client of a single Redis or a Sentinel
 // master behind rdb, nil for a Cluster (or anything else).
 func plainClient(rdb goredis.UniversalClient) *goredis.Client {
