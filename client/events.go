@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client/api"
+	"github.com/lockapi/lockapi/event"
 )
 
 // EventType names a change of a lock.
@@ -223,29 +224,24 @@ func (c *Client) streamError(ctx context.Context, err error) error {
 
 // decodeEvent reads the data of an event, whose frame had id.
 func decodeEvent(id, data string) (Event, error) {
-	var d struct {
-		ID           string    `json:"id"`
-		Type         EventType `json:"type"`
-		Lock         string    `json:"lock"`
-		Owner        string    `json:"owner"`
-		Principal    string    `json:"principal"`
-		Mode         string    `json:"mode"`
-		FencingToken uint64    `json:"fencing_token"`
-		HoldCount    int       `json:"hold_count"`
-		QueueLength  *int      `json:"queue_length"`
-		Time         time.Time `json:"time"`
-		LeaseID      string    `json:"lease_id"`
-	}
+	var d event.Event
 	if err := json.Unmarshal([]byte(data), &d); err != nil {
 		return Event{}, fmt.Errorf("lockapi: events: event %q: %w", id, err)
+	}
+	var at time.Time
+	if d.Time != "" {
+		var err error
+		if at, err = event.ParseTime(d.Time); err != nil {
+			return Event{}, fmt.Errorf("lockapi: events: event %q: time: %w", id, err)
+		}
 	}
 	if d.ID == "" {
 		d.ID = id
 	}
 	e := Event{
-		ID: d.ID, Type: d.Type, Lock: d.Lock, Owner: d.Owner, Principal: d.Principal,
+		ID: d.ID, Type: EventType(d.Type), Lock: d.Lock, Owner: d.Owner, Principal: d.Principal,
 		Shared: d.Mode == string(api.LeaseModeShared), Token: d.FencingToken, HoldCount: d.HoldCount,
-		QueueLength: -1, Time: d.Time, LeaseID: d.LeaseID,
+		QueueLength: -1, Time: at, LeaseID: d.LeaseID,
 	}
 	if d.QueueLength != nil {
 		e.QueueLength = *d.QueueLength

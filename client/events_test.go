@@ -267,7 +267,7 @@ func TestEvents_Server(t *testing.T) {
 }
 
 func testEventsServer(t *testing.T, e *Env) {
-	log := e.Store.(lock.EventLog)
+	log := e.Store.Events()
 	c, err := client.New(e.URL) // not the recording client: it reads whole bodies
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lockapi/lockapi/client"
+	"github.com/lockapi/lockapi/event"
 )
 
 const eventsUsage = `usage: lockapi events [flags]
@@ -104,7 +105,7 @@ func eventsError(ctx context.Context, err error, stderr io.Writer) int {
 // eventLine is an event for people: time, type, lock, owner, token, holds.
 func eventLine(ev client.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %-14s  %s  owner=%s  token=%d  holds=%d", formatTime(ev.Time), ev.Type, ev.Lock, ev.Owner, ev.Token, ev.HoldCount)
+	fmt.Fprintf(&b, "%s  %-14s  %s  owner=%s  token=%d  holds=%d", event.FormatTime(ev.Time), ev.Type, ev.Lock, ev.Owner, ev.Token, ev.HoldCount)
 	if ev.Shared {
 		b.WriteString("  shared")
 	}
@@ -114,25 +115,11 @@ func eventLine(ev client.Event) string {
 	return b.String()
 }
 
-// eventJSON is an event as the API writes it.
-type eventJSON struct {
-	ID           string `json:"id"`
-	Type         string `json:"type"`
-	Lock         string `json:"lock"`
-	Owner        string `json:"owner"`
-	Principal    string `json:"principal"`
-	Mode         string `json:"mode"`
-	FencingToken uint64 `json:"fencing_token"`
-	HoldCount    int    `json:"hold_count"`
-	QueueLength  *int   `json:"queue_length,omitempty"`
-	Time         string `json:"time"`
-	LeaseID      string `json:"lease_id,omitempty"`
-}
-
-func newEventJSON(ev client.Event) eventJSON {
-	out := eventJSON{
+// newEventJSON returns ev as the API wrote it.
+func newEventJSON(ev client.Event) event.Event {
+	out := event.Event{
 		ID: ev.ID, Type: string(ev.Type), Lock: ev.Lock, Owner: ev.Owner, Principal: ev.Principal,
-		Mode: "exclusive", FencingToken: ev.Token, HoldCount: ev.HoldCount, Time: formatTime(ev.Time), LeaseID: ev.LeaseID,
+		Mode: "exclusive", FencingToken: ev.Token, HoldCount: ev.HoldCount, Time: event.FormatTime(ev.Time), LeaseID: ev.LeaseID,
 	}
 	if ev.Shared {
 		out.Mode = "shared"

@@ -51,7 +51,7 @@ func releaseSigner(c serveConfig) (*auth.ReleaseSigner, error) {
 var secretRetry = time.Second
 
 // sharedReleaseSigner signs with the secret that every instance on this
-// Redis shares (redisstore.ReleaseSecret), so that release URLs work on all
+// Redis shares (auth.SharedReleaseSecret), so that release URLs work on all
 // of them and across restarts with nothing configured. While Redis does not
 // answer, it signs with a random secret and keeps asking until ctx ends;
 // once it has the shared secret, that signs, and the random one still
@@ -62,7 +62,7 @@ func sharedReleaseSigner(ctx context.Context, c serveConfig, rdb *redisstore.Cli
 	read := func() ([]byte, error) {
 		rctx, cancel := context.WithTimeout(ctx, c.RedisTimeout)
 		defer cancel()
-		return redisstore.ReleaseSecret(rctx, rdb, c.KeyPrefix)
+		return auth.SharedReleaseSecret(rctx, rdb, key)
 	}
 	secret, err := read()
 	if err == nil {

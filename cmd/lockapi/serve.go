@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/force"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -121,7 +122,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	hooks, err := openWebhooks(c, b.store, b.hookState, m, log)
+	// One reader of the store's event log feeds the event streams and the
+	// webhook workers alike; it closes after both have stopped.
+	var feed *events.Feed
+	if el := b.store.Events(); el != nil {
+		feed = events.New(el, events.Options{Logger: log.With().Str("component", "events").Logger()})
+		defer feed.Close()
+	}
+	hooks, err := openWebhooks(c, b.store, feed, b.hookState, m, log)
 	if err != nil {
 		log.Error().Err(err).Str("setting", c.source("webhooks-file")).Msg("bad webhooks configuration")
 		return exitUsage
@@ -144,6 +152,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		TLS:                 tlsConfig,
 		Metrics:             m,
 		Webhooks:            webhooksAPI(hooks),
+		Events:              feed,
 	})
 	// The admin dashboard, beside the API and a client of its rules: its
 	// live feed asks the API for /v1/events, and its force release is the
@@ -317,7 +326,7 @@ func openRedisBackend(ctx context.Context, c serveConfig, m *metrics.Metrics, lo
 // openWebhooks returns the webhook service, or nil when the store records
 // no events: then there is nothing to deliver, and a webhooks file is a
 // configuration error.
-func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.Metrics, log zerolog.Logger) (*webhook.Service, error) {
+func openWebhooks(c serveConfig, st lock.Store, feed *events.Feed, state webhook.State, m *metrics.Metrics, log zerolog.Logger) (*webhook.Service, error) {
 	policy := webhook.Policy{AllowPrivate: c.WebhooksAllowPrivate}
 	var file []webhook.Subscription
 	if c.WebhooksFile != "" {
@@ -326,11 +335,8 @@ func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.
 			return nil, err
 		}
 	}
-	events, ok := st.(lock.EventLog)
-	if sw, has := st.(interface{ EventsEnabled() bool }); has && !sw.EventsEnabled() {
-		ok = false
-	}
-	if !ok {
+	eventLog := st.Events()
+	if eventLog == nil {
 		if len(file) > 0 {
 			return nil, fmt.Errorf("%s configures webhooks, but this store records no lock events to deliver", c.WebhooksFile)
 		}
@@ -342,7 +348,8 @@ func openWebhooks(c serveConfig, st lock.Store, state webhook.State, m *metrics.
 	}
 	svc, err := webhook.New(webhook.Config{
 		Store:      st,
-		Log:        events,
+		Log:        eventLog,
+		Feed:       feed,
 		State:      state,
 		File:       file,
 		Policy:     policy,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client"
+	"github.com/lockapi/lockapi/event"
 )
 
 const statusUsage = `usage: lockapi status [flags] NAME
@@ -111,7 +112,7 @@ func printState(w io.Writer, st *client.LockState, now time.Time) {
 		line("owner", "%s", h.Owner)
 		line("fencing token", "%d", h.Token)
 		line("holds", "%d", h.HoldCount)
-		line("acquired", "%s (%s ago)", formatTime(h.AcquiredAt), roundAgo(now.Sub(h.AcquiredAt)))
+		line("acquired", "%s (%s ago)", event.FormatTime(h.AcquiredAt), roundAgo(now.Sub(h.AcquiredAt)))
 		line("expires", "%s", expiresText(h.ExpiresAt, now))
 		for _, k := range slices.Sorted(maps.Keys(h.Metadata)) {
 			line("metadata", "%s=%s", k, h.Metadata[k])
@@ -147,12 +148,10 @@ func printState(w io.Writer, st *client.LockState, now time.Time) {
 // expiresText says when a lease ends.
 func expiresText(at, now time.Time) string {
 	if left := at.Sub(now); left > 0 {
-		return fmt.Sprintf("%s (in %s unless renewed)", formatTime(at), roundAgo(left))
+		return fmt.Sprintf("%s (in %s unless renewed)", event.FormatTime(at), roundAgo(left))
 	}
-	return formatTime(at) + " (now)"
+	return event.FormatTime(at) + " (now)"
 }
-
-func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
 // roundAgo rounds a span for people: tenths of seconds below a minute,
 // whole seconds above.

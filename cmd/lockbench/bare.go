@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockapi/lockapi/event"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -77,7 +78,7 @@ func (f *bareFront) acquire(w http.ResponseWriter, r *http.Request) {
 	bareJSON(w, status, lockhttp.Lease{
 		Lock: l.Lock, LeaseID: l.ID, Owner: l.Owner, Mode: lock.Exclusive, Limit: l.Limit,
 		FencingToken: l.Token, HoldCount: l.HoldCount, TTLMs: l.TTL.Milliseconds(),
-		AcquiredAt: l.AcquiredAt.UTC().Format(lockhttp.TimeFormat), ExpiresAt: l.ExpiresAt.UTC().Format(lockhttp.TimeFormat),
+		AcquiredAt: l.AcquiredAt.UTC().Format(event.TimeFormat), ExpiresAt: l.ExpiresAt.UTC().Format(event.TimeFormat),
 		Metadata: md,
 	})
 }

@@ -1,7 +1,8 @@
 // Package events fans a process's reading of the lock event log out to the
-// streams that watch it (GET /v1/events): however many subscribe, one
-// goroutine reads the log, with one blocking read at a time, and only while
-// someone subscribes.
+// streams that watch it (GET /v1/events) and to the webhook workers:
+// however many subscribe, one goroutine reads the log, with one blocking
+// read at a time, and only while someone subscribes. cmd/lockapi makes one
+// Feed per process and hands it to both.
 //
 // A subscriber gets every event after its resume point, in the log's order,
 // each once. It starts in one of two ways: from the next event (no resume
@@ -31,6 +32,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/clock"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -125,6 +127,19 @@ func (f *Feed) Close() {
 //
 // Close the subscription when done: the reader runs while any is open.
 func (f *Feed) Subscribe(ctx context.Context, after string, filter lock.EventFilter) (*Subscription, error) {
+	return f.subscribe(ctx, after, after == "", filter)
+}
+
+// SubscribeFromOldest is Subscribe from the oldest event the log keeps:
+// for a reader without a resume point that must miss nothing (a webhook
+// whose cursor was recorded while the log was empty, or was gone).
+func (f *Feed) SubscribeFromOldest(ctx context.Context, filter lock.EventFilter) (*Subscription, error) {
+	return f.subscribe(ctx, "", false, filter)
+}
+
+// subscribe starts a subscription after after, or, when next, with the
+// next event recorded.
+func (f *Feed) subscribe(ctx context.Context, after string, next bool, filter lock.EventFilter) (*Subscription, error) {
 	if err := f.join(ctx); err != nil {
 		return nil, err
 	}
@@ -133,7 +148,7 @@ func (f *Feed) Subscribe(ctx context.Context, after string, filter lock.EventFil
 		s.Close()
 		return nil, err
 	}
-	if after == "" {
+	if next {
 		// Every event recorded after this id reaches the inbox, which is on
 		// the feed already; any event up to it that reaches it is dropped.
 		id, err := f.log.LastEventID(ctx)
@@ -244,7 +259,7 @@ func (f *Feed) read(ctx context.Context, gen uint64, pos string) {
 		}
 		if err != nil {
 			f.opts.Logger.Warn().Err(err).Dur("retry_in", pause).Msg("read the event log")
-			if !sleep(ctx, pause) {
+			if !clock.Sleep(ctx, pause) {
 				return
 			}
 			pause = min(2*pause, f.opts.RetryPause)
@@ -286,17 +301,6 @@ func (f *Feed) deliverLocked(evs []lock.Event) {
 			delete(f.live, ib)
 			break
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

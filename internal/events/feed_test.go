@@ -167,7 +167,7 @@ func TestFeed_HandOver_NoGapNoDuplicate(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
-		testHandOver(t, st, storeRecorder(t, st), storeReader(t, st))
+		testHandOver(t, st.Events(), storeRecorder(t, st), storeReader(t, st.Events()))
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
+	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
@@ -83,7 +84,7 @@ func TestContract(t *testing.T) {
 }
 
 // checkContract runs the contract test against a server on store.
-func checkContract(t *testing.T, store eventStore, seed uint64, n int) {
+func checkContract(t *testing.T, store lock.Store, seed uint64, n int) {
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -19,51 +20,20 @@ import (
 // stops reading is cut off then, rather than holding its handler forever.
 const eventsWriteTimeout = 30 * time.Second
 
-// Event is the JSON form of lock.Event, the data of each event of
-// GET /v1/events.
-type Event struct {
-	ID           string         `json:"id"`
-	Type         lock.EventType `json:"type"`
-	Lock         string         `json:"lock"`
-	Owner        string         `json:"owner"`
-	Principal    string         `json:"principal"`
-	Mode         lock.Mode      `json:"mode"`
-	FencingToken uint64         `json:"fencing_token"`
-	HoldCount    int            `json:"hold_count"`
-	QueueLength  *int           `json:"queue_length,omitempty"` // absent where the store did not know it
-	Time         string         `json:"time"`
-	LeaseID      string         `json:"lease_id,omitempty"` // to admins only: the lease's capability
-}
-
-func newEvent(e lock.Event, admin bool) Event {
-	out := Event{
-		ID:           e.ID,
-		Type:         e.Type,
-		Lock:         e.Lock,
-		Owner:        e.Owner,
-		Principal:    e.Principal,
-		Mode:         mode(e.Mode),
-		FencingToken: e.Token,
-		HoldCount:    e.HoldCount,
-		Time:         formatTime(e.Time),
-	}
-	if e.Queue >= 0 {
-		out.QueueLength = &e.Queue
-	}
+// newEvent returns the data of e's Server-Sent Event; admins also see the
+// lease id.
+func newEvent(e lock.Event, admin bool) event.Event {
+	out := events.Wire(e)
 	if admin {
 		out.LeaseID = e.LeaseID
 	}
 	return out
 }
 
-// newEventFeed returns the feed of store's event log, or nil when store
-// has none or records no events.
-func newEventFeed(store lock.Store, logger zerolog.Logger) *events.Feed {
-	log, ok := store.(lock.EventLog)
-	if !ok {
-		return nil
-	}
-	if sw, ok := store.(interface{ EventsEnabled() bool }); ok && !sw.EventsEnabled() {
+// newEventFeed returns a feed of log, nil when there is no log (the store
+// records no events).
+func newEventFeed(log lock.EventLog, logger zerolog.Logger) *events.Feed {
+	if log == nil {
 		return nil
 	}
 	return events.New(log, events.Options{Logger: logger.With().Str("component", "events").Logger()})

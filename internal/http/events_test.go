@@ -17,6 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/lockapi/lockapi"
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -120,7 +121,7 @@ func (s *Stream) Next() Frame {
 
 // Event returns the next event, skipping comments, checked against the
 // framing and the Event schema.
-func (s *Stream) Event() lockhttp.Event {
+func (s *Stream) Event() event.Event {
 	s.t.Helper()
 	for {
 		f := s.Next()
@@ -132,9 +133,9 @@ func (s *Stream) Event() lockhttp.Event {
 }
 
 // Events returns the next n events.
-func (s *Stream) Events(n int) []lockhttp.Event {
+func (s *Stream) Events(n int) []event.Event {
 	s.t.Helper()
-	out := make([]lockhttp.Event, n)
+	out := make([]event.Event, n)
 	for i := range out {
 		out[i] = s.Event()
 	}
@@ -177,7 +178,7 @@ var eventSchema = sync.OnceValues(func() (*openapi3.Schema, error) {
 
 // checkFrame checks an event frame: id, event and data lines in that
 // order, the data an Event of the schema whose id and type the frame's.
-func checkFrame(tb testing.TB, f Frame) lockhttp.Event {
+func checkFrame(tb testing.TB, f Frame) event.Event {
 	tb.Helper()
 	if len(f.Lines) != 3 || !strings.HasPrefix(f.Lines[0], "id: ") || !strings.HasPrefix(f.Lines[1], "event: ") || !strings.HasPrefix(f.Lines[2], "data: ") {
 		tb.Fatalf("frame %q: want id, event and data lines", f.Lines)
@@ -193,7 +194,7 @@ func checkFrame(tb testing.TB, f Frame) lockhttp.Event {
 	if err := schema.VisitJSON(v); err != nil {
 		tb.Errorf("data %s does not match the Event schema: %v", f.Data, err)
 	}
-	var ev lockhttp.Event
+	var ev event.Event
 	dec := json.NewDecoder(strings.NewReader(f.Data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ev); err != nil {
@@ -205,7 +206,7 @@ func checkFrame(tb testing.TB, f Frame) lockhttp.Event {
 	return ev
 }
 
-func types(evs []lockhttp.Event) []string {
+func types(evs []event.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
 		out[i] = string(e.Type) + " " + e.Lock
@@ -213,7 +214,7 @@ func types(evs []lockhttp.Event) []string {
 	return out
 }
 
-func eventIDs(evs []lockhttp.Event) []string {
+func eventIDs(evs []event.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
 		out[i] = e.ID
@@ -284,10 +285,10 @@ func TestEvents_Stream(t *testing.T) {
 		t.Fatalf("events %q, want %q", types(got), want)
 	}
 	for i, ev := range got[:5] {
-		if ev.Owner != "ci-7" || ev.Mode != lock.Exclusive || ev.FencingToken != l.FencingToken || ev.LeaseID != l.LeaseID {
+		if ev.Owner != "ci-7" || ev.Mode != string(lock.Exclusive) || ev.FencingToken != l.FencingToken || ev.LeaseID != l.LeaseID {
 			t.Errorf("event %d: %+v, want owner ci-7, exclusive, token %d, lease %s", i, ev, l.FencingToken, l.LeaseID)
 		}
-		at, err := time.Parse(lockhttp.TimeFormat, ev.Time)
+		at, err := time.Parse(event.TimeFormat, ev.Time)
 		if err != nil || at.Before(start) || at.After(time.Now().Add(time.Second)) {
 			t.Errorf("event %d: time %q: %v", i, ev.Time, err)
 		}
@@ -295,7 +296,7 @@ func TestEvents_Stream(t *testing.T) {
 	if holds := []int{got[0].HoldCount, got[1].HoldCount, got[2].HoldCount, got[3].HoldCount, got[4].HoldCount}; !slices.Equal(holds, []int{1, 2, 2, 1, 0}) {
 		t.Errorf("hold counts %v, want [1 2 2 1 0]", holds)
 	}
-	if got[5].Mode != lock.Shared || got[5].Owner != "r1" || got[5].LeaseID != r1.LeaseID {
+	if got[5].Mode != string(lock.Shared) || got[5].Owner != "r1" || got[5].LeaseID != r1.LeaseID {
 		t.Errorf("shared grant: %+v", got[5])
 	}
 	for i := 1; i < len(got); i++ {
@@ -446,9 +447,14 @@ func TestEvents_Gone(t *testing.T) {
 	}
 }
 
+// noEventLog is a store that keeps no event log.
+type noEventLog struct{ lock.Store }
+
+func (noEventLog) Events() lock.EventLog { return nil }
+
 func TestEvents_Disabled(t *testing.T) {
 	for name, st := range map[string]lock.Store{
-		"NoEventLog": struct{ lock.Store }{memory.New()},
+		"NoEventLog": noEventLog{memory.New()},
 		"EventsOff":  memory.NewWithOptions(memory.Options{NoEvents: true}),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -491,7 +497,7 @@ func TestEvents_Resume(t *testing.T) {
 	// The first connection resumes after the first event with after=, the
 	// next ones with Last-Event-ID, which wins over after.
 	ids := e.logIDs()[:1]
-	var got []lockhttp.Event
+	var got []event.Event
 	for i := range 6 {
 		header := []string{"Last-Event-ID", ids[len(ids)-1]}
 		if i == 0 {

@@ -240,30 +240,29 @@ type HookStore struct {
 	OnReadEvents func(ctx context.Context, after string, limit int) ([]lock.Event, error)
 }
 
-// EventsEnabled, ReadEvents, WaitEvents and LastEventID show the wrapped
-// store's event log, when it has one: without, the server answers as with
-// events off.
-func (h *HookStore) EventsEnabled() bool {
-	if _, ok := h.Store.(lock.EventLog); !ok {
-		return false
+// Events, ReadEvents, WaitEvents and LastEventID show the wrapped store's
+// event log, when it has one: without, the server answers as with events
+// off.
+func (h *HookStore) Events() lock.EventLog {
+	if h.Store.Events() == nil {
+		return nil
 	}
-	sw, ok := h.Store.(interface{ EventsEnabled() bool })
-	return !ok || sw.EventsEnabled()
+	return h
 }
 
 func (h *HookStore) ReadEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
 	if h.OnReadEvents != nil {
 		return h.OnReadEvents(ctx, after, limit)
 	}
-	return h.Store.(lock.EventLog).ReadEvents(ctx, after, limit)
+	return h.Store.Events().ReadEvents(ctx, after, limit)
 }
 
 func (h *HookStore) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
-	return h.Store.(lock.EventLog).WaitEvents(ctx, after, limit)
+	return h.Store.Events().WaitEvents(ctx, after, limit)
 }
 
 func (h *HookStore) LastEventID(ctx context.Context) (string, error) {
-	return h.Store.(lock.EventLog).LastEventID(ctx)
+	return h.Store.Events().LastEventID(ctx)
 }
 
 func (h *HookStore) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {

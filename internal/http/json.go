@@ -5,18 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/lock"
 )
-
-// TimeFormat is how every time is written: RFC 3339 in UTC with exactly
-// three fractional digits, e.g. 2025-11-22T14:02:00.000Z.
-const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
-
-func formatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
 
 // writeJSON writes v as a JSON response with status.
 func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
@@ -75,8 +69,8 @@ func (s *Server) newLease(l lock.Lease) Lease {
 		FencingToken: l.Token,
 		HoldCount:    l.HoldCount,
 		TTLMs:        l.TTL.Milliseconds(),
-		AcquiredAt:   formatTime(l.AcquiredAt),
-		ExpiresAt:    formatTime(l.ExpiresAt),
+		AcquiredAt:   event.FormatTime(l.AcquiredAt),
+		ExpiresAt:    event.FormatTime(l.ExpiresAt),
 		Metadata:     metadata(l.Metadata),
 		ReleaseURL:   s.releaseURL(l),
 	}
@@ -145,8 +139,8 @@ func newHolder(h lock.Holder) Holder {
 		Mode:         mode(h.Mode),
 		FencingToken: h.Token,
 		HoldCount:    h.HoldCount,
-		AcquiredAt:   formatTime(h.AcquiredAt),
-		ExpiresAt:    formatTime(h.ExpiresAt),
+		AcquiredAt:   event.FormatTime(h.AcquiredAt),
+		ExpiresAt:    event.FormatTime(h.ExpiresAt),
 		Metadata:     metadata(h.Metadata),
 	}
 }

@@ -97,6 +97,11 @@ type Config struct {
 	// EventsHeartbeat is how often GET /v1/events writes a keep-alive
 	// comment to a stream with nothing to send (15s).
 	EventsHeartbeat time.Duration
+	// Events is the process's one reader of the store's event log, which
+	// GET /v1/events shares with the webhook workers (cmd/lockapi makes
+	// it, and closes it). Nil: the server reads store.Events() with a
+	// feed of its own.
+	Events *events.Feed
 	// Webhooks serves /v1/webhooks; nil answers them 501
 	// webhooks-disabled.
 	Webhooks Webhooks
@@ -119,7 +124,9 @@ type Server struct {
 	waiters *waiterLimits
 	rates   *rateLimits // nil: no rate limit
 	// events feeds GET /v1/events; nil when the store records no events.
-	events *events.Feed
+	// ownEvents: the server made it, and closes it.
+	events    *events.Feed
+	ownEvents bool
 	// force serves DELETE /v1/locks/{name}.
 	force *force.Releaser
 
@@ -164,7 +171,10 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
 	}
 	s.closing, s.stopWaits = context.WithCancel(context.Background())
-	s.events = newEventFeed(store, cfg.Logger)
+	s.events = cfg.Events
+	if s.events == nil && store != nil {
+		s.events, s.ownEvents = newEventFeed(store.Events(), cfg.Logger), true
+	}
 
 	r := chi.NewRouter()
 	// HEAD is served wherever GET is (RFC 9110): chi's GetHead routes it to
@@ -281,7 +291,7 @@ func (s *Server) URL() string {
 // connections are closed.
 func (s *Server) Close(ctx context.Context) error {
 	s.stopWaits()
-	if s.events != nil {
+	if s.ownEvents && s.events != nil {
 		s.events.Close()
 	}
 	if s.server == nil {

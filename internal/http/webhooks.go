@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/webhook"
@@ -46,7 +47,7 @@ func newWebhook(s webhook.Subscription) Webhook {
 		w.Types = []lock.EventType{}
 	}
 	if !s.CreatedAt.IsZero() {
-		w.CreatedAt = formatTime(s.CreatedAt)
+		w.CreatedAt = event.FormatTime(s.CreatedAt)
 	}
 	return w
 }
@@ -272,7 +273,7 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		out.NextAfter = &next
 	}
 	for _, d := range letters {
-		dl := DeadLetter{EventID: d.EventID, Event: d.Payload, Attempts: d.Attempts, LastError: d.LastError, FailedAt: formatTime(d.FailedAt)}
+		dl := DeadLetter{EventID: d.EventID, Event: d.Payload, Attempts: d.Attempts, LastError: d.LastError, FailedAt: event.FormatTime(d.FailedAt)}
 		if d.LastStatus != 0 {
 			dl.LastStatus = &d.LastStatus
 		}

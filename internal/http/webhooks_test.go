@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -33,20 +34,14 @@ func mustOpenWebhookEnv(t *testing.T, cfg lockhttp.Config, tune func(*webhook.Co
 	return mustOpenEnvOn(t, mem, &HookStore{Store: mem}, cfg)
 }
 
-// eventStore is a store with an event log, which webhooks need.
-type eventStore interface {
-	lock.Store
-	lock.EventLog
-}
-
 // mustRunWebhooks runs a webhook service on store until the test ends,
 // allowed to deliver to loopback and retrying fast; tune adjusts its
 // configuration.
-func mustRunWebhooks(t *testing.T, store eventStore, tune func(*webhook.Config)) *webhook.Service {
+func mustRunWebhooks(t *testing.T, store lock.Store, tune func(*webhook.Config)) *webhook.Service {
 	t.Helper()
 	wc := webhook.Config{
 		Store:   store,
-		Log:     store,
+		Log:     store.Events(),
 		State:   memstate.New(),
 		Policy:  webhook.Policy{AllowPrivate: true},
 		Backoff: webhook.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond},
@@ -75,11 +70,11 @@ type hookReceiver struct {
 	mu     sync.Mutex
 	secret string
 	fail   int
-	got    chan webhook.Payload
+	got    chan event.Event
 }
 
 func newHookReceiver(t *testing.T) *hookReceiver {
-	r := &hookReceiver{t: t, got: make(chan webhook.Payload, 100)}
+	r := &hookReceiver{t: t, got: make(chan event.Event, 100)}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
@@ -97,7 +92,7 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		var p webhook.Payload
+		var p event.Event
 		if err := json.Unmarshal(body, &p); err != nil {
 			t.Errorf("receiver: %s: %v", body, err)
 		}
@@ -232,7 +227,7 @@ func TestWebhooks_delivery_ping_dead_letters_replay(t *testing.T) {
 
 	l := e.Acquire("job:build", `{"owner": "ci-7"}`)
 	e.Do("DELETE", "/v1/locks/job:build/leases/"+l.LeaseID, "")
-	if p := Within(t, r.got, "released"); p.Type != lock.EventReleased || p.Lock != "job:build" || p.FencingToken != l.FencingToken {
+	if p := Within(t, r.got, "released"); p.Type != string(lock.EventReleased) || p.Lock != "job:build" || p.FencingToken != l.FencingToken {
 		t.Fatalf("delivered %+v", p)
 	}
 
@@ -250,7 +245,7 @@ func TestWebhooks_delivery_ping_dead_letters_replay(t *testing.T) {
 		list = Decode[lockhttp.DeadLetterList](t, e.Do("GET", "/v1/webhooks/"+created.ID+"/dead-letters", ""))
 	}
 	d := list.DeadLetters[0]
-	var ev webhook.Payload
+	var ev event.Event
 	if err := json.Unmarshal(d.Event, &ev); err != nil || ev.Lock != "job:deploy" || ev.ID != d.EventID || d.Attempts < 1 || d.LastStatus == nil || *d.LastStatus != 503 || list.NextAfter != nil {
 		t.Fatalf("dead letters = %+v (event %s)", list, d.Event)
 	}

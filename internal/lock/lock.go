@@ -205,6 +205,10 @@ type Store interface {
 	Watch(ctx context.Context, name string, kind WatchKind) (Watcher, error)
 	// Ping reports whether the store is reachable.
 	Ping(ctx context.Context) error
+	// Events returns the store's event log (docs/EVENTS.md), nil when it
+	// records none: events turned off (LOCKAPI_EVENTS=false), or redlock
+	// mode. cmd/lockapi hands this one log to every consumer.
+	Events() EventLog
 	Close() error
 }
 

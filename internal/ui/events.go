@@ -81,8 +81,8 @@ func (h *Handler) feed(ctx context.Context, s session, f lock.EventFilter) feed 
 // and the log's newest id; partial is true when the scan stopped at
 // scanLimit before it reached that id.
 func (h *Handler) recent(ctx context.Context, keep func(lock.Event) bool) (events []lock.Event, last string, partial bool, err error) {
-	log, ok := h.store.(lock.EventLog)
-	if sw, on := h.store.(interface{ EventsEnabled() bool }); !ok || (on && !sw.EventsEnabled()) {
+	log := h.store.Events()
+	if log == nil {
 		return nil, "", false, errNoEventLog
 	}
 	if last, err = log.LastEventID(ctx); err != nil || last == "" {

@@ -371,6 +371,8 @@ type eventStore struct {
 	events []lock.Event
 }
 
+func (s *eventStore) Events() lock.EventLog { return s }
+
 func (s *eventStore) ReadEvents(_ context.Context, after string, limit int) ([]lock.Event, error) {
 	var out []lock.Event
 	for _, e := range s.events {

@@ -249,11 +249,10 @@ func ageText(d time.Duration) string {
 
 // eventLog returns the store's event log, or why there is none.
 func (h *Handler) eventLog() (lock.EventLog, error) {
-	log, ok := h.store.(lock.EventLog)
-	if sw, on := h.store.(interface{ EventsEnabled() bool }); !ok || (on && !sw.EventsEnabled()) {
-		return nil, errNoEventLog
+	if log := h.store.Events(); log != nil {
+		return log, nil
 	}
-	return log, nil
+	return nil, errNoEventLog
 }
 
 // mayManage reports whether the session may manage a subscription under

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -40,6 +41,10 @@ type Config struct {
 	// subscription; Log is its event log.
 	Store lock.Store
 	Log   lock.EventLog
+	// Feed is the process's one reader of Log, which the workers share
+	// with the event streams (cmd/lockapi makes it); nil: the Service
+	// reads Log through a feed of its own.
+	Feed  *events.Feed
 	State State
 	// File are the subscriptions of the webhooks file (LoadFile).
 	File   []Subscription
@@ -75,6 +80,9 @@ type Service struct {
 	send   *sender
 	log    zerolog.Logger
 	byFile map[string]Subscription
+	// feed is cfg.Feed, or the Service's own (ownFeed), closed by Run.
+	feed    *events.Feed
+	ownFeed bool
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -128,6 +136,11 @@ func New(cfg Config) (*Service, error) {
 	for _, sub := range cfg.File {
 		s.byFile[sub.ID] = sub
 	}
+	s.feed = cfg.Feed
+	if s.feed == nil {
+		s.feed = events.New(cfg.Log, events.Options{Logger: cfg.Logger.With().Str("component", "webhook-events").Logger()})
+		s.ownFeed = true
+	}
 	return s, nil
 }
 
@@ -156,6 +169,9 @@ func (s *Service) Run(ctx context.Context) {
 			s.mu.Unlock()
 			for _, w := range ws {
 				w.stop()
+			}
+			if s.ownFeed {
+				s.feed.Close()
 			}
 			return
 		case <-t.C:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/webhook"
@@ -37,7 +38,7 @@ type receiver struct {
 	mu       sync.Mutex
 	secrets  []string
 	attempts map[string]int // webhook-id -> requests
-	got      []webhook.Payload
+	got      []event.Event
 	ids      []string // webhook-id of each accepted request
 	arrived  chan struct{}
 }
@@ -74,7 +75,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(r.status)
 		return
 	}
-	var p webhook.Payload
+	var p event.Event
 	if err := json.Unmarshal(body, &p); err != nil {
 		r.t.Errorf("receiver: %v: %s", err, body)
 	}
@@ -95,7 +96,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 }
 
 // waitFor waits until the receiver accepted n requests.
-func (r *receiver) waitFor(n int) []webhook.Payload {
+func (r *receiver) waitFor(n int) []event.Event {
 	r.t.Helper()
 	deadline := time.After(promptly)
 	for {
@@ -113,7 +114,7 @@ func (r *receiver) waitFor(n int) []webhook.Payload {
 	}
 }
 
-func (r *receiver) payloads() []webhook.Payload {
+func (r *receiver) payloads() []event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.got)
@@ -202,7 +203,7 @@ func (f *fixture) cycle(name string) {
 	}
 }
 
-func locksOf(ps []webhook.Payload) []string {
+func locksOf(ps []event.Event) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.Lock
@@ -223,7 +224,7 @@ func TestService_delivers_selected_events_in_order(t *testing.T) {
 		t.Fatalf("delivered %v, want %v", locksOf(got), want)
 	}
 	for _, p := range got {
-		if p.Type != lock.EventReleased || p.Owner != "ci-7" || p.Principal != "ci" || p.Mode != lock.Exclusive || p.FencingToken == 0 || p.Time == "" {
+		if p.Type != string(lock.EventReleased) || p.Owner != "ci-7" || p.Principal != "ci" || p.Mode != string(lock.Exclusive) || p.FencingToken == 0 || p.Time == "" {
 			t.Fatalf("payload %+v", p)
 		}
 	}
@@ -273,7 +274,7 @@ func TestService_dead_letters_and_replay(t *testing.T) {
 	if d.Attempts < 2 || d.LastStatus != http.StatusInternalServerError || d.LastError == "" {
 		t.Fatalf("dead letter %+v", d)
 	}
-	var p webhook.Payload
+	var p event.Event
 	if err := json.Unmarshal(d.Payload, &p); err != nil || p.Lock != "dl:lost" || p.ID != d.EventID {
 		t.Fatalf("dead letter payload %s: %v", d.Payload, err)
 	}
@@ -465,5 +466,46 @@ func TestNew_refuses_an_invalid_worker_lease(t *testing.T) {
 				t.Fatalf("New = %v, want invalid", err)
 			}
 		})
+	}
+}
+
+// waitCounter is an event log that counts the blocking reads made of it
+// at once.
+type waitCounter struct {
+	lock.EventLog
+	now, most atomic.Int32
+}
+
+func (l *waitCounter) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	n := l.now.Add(1)
+	defer l.now.Add(-1)
+	for m := l.most.Load(); n > m && !l.most.CompareAndSwap(m, n); m = l.most.Load() {
+	}
+	return l.EventLog.WaitEvents(ctx, after, limit)
+}
+
+// However many webhooks an instance delivers, its workers share one reader
+// of the event log: one blocking read at a time (on Redis, one connection
+// rather than one per webhook out of the pool the acquires need).
+func TestService_many_webhooks_share_one_read_of_the_log(t *testing.T) {
+	var log *waitCounter
+	f := newFixture(t, func(c *webhook.Config) {
+		log = &waitCounter{EventLog: c.Log}
+		c.Log = log
+	})
+	const hooks = 40
+	receivers := make([]*receiver, hooks)
+	for i := range receivers {
+		receivers[i] = newReceiver(t)
+		f.subscribe(receivers[i], "many:", "released")
+	}
+	f.cycle("many:a")
+	for _, r := range receivers {
+		if got := r.waitFor(1); got[0].Lock != "many:a" {
+			t.Fatalf("delivered %+v", got)
+		}
+	}
+	if most := log.most.Load(); most != 1 {
+		t.Fatalf("%d blocking reads of the log at once for %d webhooks, want 1", most, hooks)
 	}
 }

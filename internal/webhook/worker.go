@@ -8,6 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/clock"
+	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -163,7 +165,10 @@ func (w *worker) renew(ctx context.Context, lost context.CancelFunc, lease lock.
 }
 
 // deliver reads the log from the cursor and delivers what the
-// subscription selects, until ctx ends.
+// subscription selects, until ctx ends. It reads through the process's
+// event feed (Config.Feed): one reader of the log serves every worker and
+// event stream, and a worker whose receiver is slow falls off the live
+// feed and catches up from the log without holding up the others.
 func (w *worker) deliver(ctx context.Context) {
 	cursor, ok := w.cursor(ctx)
 	if !ok {
@@ -179,46 +184,57 @@ func (w *worker) deliver(ctx context.Context) {
 		}
 		persisted, persistedAt = cursor, time.Now()
 	}
+	var feed *events.Subscription
+	defer func() {
+		if feed != nil {
+			feed.Close()
+		}
+	}()
 	retry := newRetry()
+	lookForReplays := true
 	for ctx.Err() == nil {
-		if !w.replays(ctx) {
+		if lookForReplays && !w.replays(ctx) {
 			return
 		}
-		// Replays queued on any instance wake the worker (Service.Run
-		// pokes it on the State's notice); the wait's end is the safety
-		// net for a notice lost.
-		wctx, cancel := context.WithTimeout(ctx, w.svc.cfg.Refresh)
-		evs, err := w.waitEvents(wctx, cursor)
-		polled := wctx.Err() != nil && ctx.Err() == nil
-		cancel()
+		var err error
+		if feed == nil {
+			feed, err = w.subscribe(ctx, cursor)
+		}
+		var e lock.Event
+		got := false
+		if err == nil {
+			// Replays queued on any instance wake the worker (Service.Run
+			// pokes it on the State's notice); the wait's end is the
+			// safety net for a notice lost.
+			wctx, cancel := context.WithTimeout(ctx, w.svc.cfg.Refresh)
+			var poked bool
+			e, poked, err = w.next(wctx, feed)
+			polled := wctx.Err() != nil && ctx.Err() == nil
+			cancel()
+			got = err == nil
+			lookForReplays = poked || polled
+			if !got && lookForReplays {
+				err = nil // no event: the wait ended for the replays
+			}
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
-		case polled:
-			// Nothing new: look for replays again.
 		case lock.ErrorCode(err) == lock.CodeEventsGone:
 			w.log.Error().Err(err).Str("cursor", cursor).Msg("webhook worker's cursor is older than the event log keeps: the events in between are lost to this subscription; it goes on from the oldest kept")
-			cursor = ""
+			if feed != nil {
+				feed.Close()
+			}
+			feed, cursor = nil, ""
+			continue
 		case err != nil:
 			w.log.Warn().Err(err).Msg("webhook worker cannot read the event log")
 			retry.sleep(ctx)
 			continue
 		}
 		retry.reset()
-		for _, e := range evs {
-			next := cursor
-			if !e.Late { // a late event is before the cursor already
-				next = e.ID
-			}
-			if !w.sub.Match(e) {
-				cursor = next
-				continue
-			}
-			if !w.deliverOne(ctx, e.ID, encode(NewPayload(e)), e.Time, true) {
-				return
-			}
-			cursor = next
-			persist()
+		if got && !w.take(ctx, e, &cursor, persist) {
+			return
 		}
 		if cursor != persisted && time.Since(persistedAt) >= persistEvery {
 			persist()
@@ -226,25 +242,59 @@ func (w *worker) deliver(ctx context.Context) {
 	}
 }
 
-// waitEvents waits for the events after cursor. A replay queued on this
-// instance ends the wait at once, with no events and no error.
-func (w *worker) waitEvents(ctx context.Context, cursor string) ([]lock.Event, error) {
+// take delivers e if the subscription selects it and moves the cursor past
+// it; false when ctx ended first.
+func (w *worker) take(ctx context.Context, e lock.Event, cursor *string, persist func()) bool {
+	next := *cursor
+	if !e.Late { // a late event is before the cursor already
+		next = e.ID
+	}
+	if !w.sub.Match(e) {
+		*cursor = next
+		return true
+	}
+	if !w.deliverOne(ctx, e.ID, encode(events.Wire(e)), e.Time, true) {
+		return false
+	}
+	*cursor = next
+	persist()
+	return true
+}
+
+// subscribe joins the feed after cursor; "" reads from the oldest event
+// the log keeps, as a cursor recorded while the log was empty, or reset
+// because it was gone, asks.
+func (w *worker) subscribe(ctx context.Context, cursor string) (*events.Subscription, error) {
+	if cursor == "" {
+		return w.svc.feed.SubscribeFromOldest(ctx, lock.EventFilter{})
+	}
+	return w.svc.feed.Subscribe(ctx, cursor, lock.EventFilter{})
+}
+
+// next waits for the feed's next event. poked reports that a replay may be
+// waiting: the wait ended for it (err is then ctx's), or the event came
+// first.
+func (w *worker) next(ctx context.Context, feed *events.Subscription) (e lock.Event, poked bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
+	var woken atomic.Bool
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(done)
 		select {
 		case <-w.wake:
+			woken.Store(true)
 			cancel()
 		case <-stop:
 		}
 	}()
-	evs, err := w.svc.cfg.Log.WaitEvents(wctx, cursor, batch)
-	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-		return nil, nil // woken for a replay
+	e, err = feed.Next(wctx)
+	close(stop)
+	<-done
+	if woken.Load() && err != nil {
+		err = ctx.Err()
 	}
-	return evs, err
+	return e, woken.Load(), err
 }
 
 // cursor returns where the subscription's delivery stands. A subscription
@@ -333,7 +383,7 @@ func (w *worker) deliverOne(ctx context.Context, id string, body []byte, since t
 		wait := max(w.svc.cfg.Backoff.Delay(failures), min(a.RetryAfter, w.svc.cfg.Backoff.Max))
 		// The last attempt is made when the period ends, not after.
 		wait = min(wait, max(time.Until(deadline), 0))
-		if !sleep(ctx, wait) {
+		if !clock.Sleep(ctx, wait) {
 			return false
 		}
 	}
@@ -367,21 +417,6 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // retry spaces the tries of a failing store call: full jitter, doubling
 // from stateRetryMin to stateRetryMax.
 type retry struct{ failures int }
@@ -390,5 +425,5 @@ func newRetry() *retry  { return &retry{} }
 func (r *retry) reset() { r.failures = 0 }
 func (r *retry) sleep(ctx context.Context) bool {
 	r.failures++
-	return sleep(ctx, Backoff{Min: stateRetryMin, Max: stateRetryMax}.Delay(r.failures)+stateRetryMin/10)
+	return clock.Sleep(ctx, Backoff{Min: stateRetryMin, Max: stateRetryMax}.Delay(r.failures)+stateRetryMin/10)
 }

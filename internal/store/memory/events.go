@@ -182,9 +182,14 @@ func (l *eventLog) read(after string, limit int) ([]lock.Event, error) {
 	return out, nil
 }
 
-// EventsEnabled reports whether the store records events: false when it
-// was made with Options.NoEvents.
-func (m *Store) EventsEnabled() bool { return !m.log.off }
+// Events implements lock.Store: the store itself, or nil when it was made
+// with Options.NoEvents.
+func (m *Store) Events() lock.EventLog {
+	if m.log.off {
+		return nil
+	}
+	return m
+}
 
 // ReadEvents implements lock.EventLog. A limit <= 0 reads up to 1000
 // events.

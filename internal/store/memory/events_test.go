@@ -175,8 +175,8 @@ func TestEvents_off(t *testing.T) {
 	m := NewWithOptions(Options{NoEvents: true})
 	defer m.Close()
 	ctx := context.Background()
-	if m.EventsEnabled() {
-		t.Fatal("EventsEnabled with NoEvents")
+	if m.Events() != nil {
+		t.Fatal("an event log with NoEvents")
 	}
 	cycle(t, m, "quiet")
 	if _, err := m.ReadEvents(ctx, "", 10); lock.ErrorCode(err) != lock.CodeUnavailable {
@@ -188,7 +188,7 @@ func TestEvents_off(t *testing.T) {
 	if _, err := m.LastEventID(ctx); lock.ErrorCode(err) != lock.CodeUnavailable {
 		t.Fatalf("LastEventID = %v", err)
 	}
-	if on := New(); !on.EventsEnabled() {
+	if on := New(); on.Events() == nil {
 		t.Fatal("New records no events")
 	} else {
 		on.Close()

@@ -103,7 +103,7 @@ type Options struct {
 	// (LOCKAPI_EVENTS_RETENTION); 0 means DefaultEventRetention.
 	EventRetention time.Duration
 	// NoEvents turns event recording off (LOCKAPI_EVENTS=false):
-	// EventsEnabled reports false and the EventLog methods fail.
+	// Events returns nil and the EventLog methods fail.
 	NoEvents bool
 }
 

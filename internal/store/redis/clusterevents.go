@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockapi/lockapi/internal/clock"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -118,12 +119,12 @@ type clusterRead struct {
 // readLogs reads up to limit entries of every log after the positions in
 // pos, or after after for logs pos does not name. gone checks whether after
 // is older than a log keeps.
-func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit int, gone bool) (clusterRead, error) {
-	logs, err := s.clusterLogs.all(ctx)
+func (j *journal) readLogs(ctx context.Context, after string, pos logPos, limit int, gone bool) (clusterRead, error) {
+	logs, err := j.clusterLogs.all(ctx)
 	if err != nil {
 		return clusterRead{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
 	defer cancel()
 	from := make(logPos, len(logs))
 	for _, l := range logs {
@@ -133,7 +134,7 @@ func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit in
 			from[l.slot] = logAfter(l.slot, after)
 		}
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := j.rdb.Pipeline()
 	now := pipe.Time(ctx)
 	reads := make([]*goredis.XMessageSliceCmd, len(logs))
 	infos := make([]*goredis.XInfoStreamCmd, len(logs))
@@ -145,7 +146,7 @@ func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit in
 	}
 	_, _ = pipe.Exec(ctx)
 	if err := now.Err(); err != nil {
-		s.noteFailure(err)
+		j.noteFailure(err)
 		return clusterRead{}, storeError(err)
 	}
 	var all []logEntry
@@ -161,7 +162,7 @@ func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit in
 		}
 		msgs, err := reads[i].Result()
 		if err != nil {
-			s.noteFailure(err)
+			j.noteFailure(err)
 			return clusterRead{}, storeError(err)
 		}
 		for _, m := range msgs {
@@ -189,7 +190,7 @@ func (s *Store) readLogs(ctx context.Context, after string, pos logPos, limit in
 
 // clusterEvents turns r's ready entries into events, marking Late those
 // before after, and remembers where they leave the logs.
-func (s *Store) clusterEvents(after string, r clusterRead) []lock.Event {
+func (j *journal) clusterEvents(after string, r clusterRead) []lock.Event {
 	evs := make([]lock.Event, 0, len(r.ready))
 	for _, e := range r.ready {
 		ev := parseEvent(e.msg)
@@ -201,9 +202,9 @@ func (s *Store) clusterEvents(after string, r clusterRead) []lock.Event {
 	case n == 0:
 	case evs[n-1].Late:
 		// Only events before after: a read after after goes on past them.
-		s.cursors.put(after, r.pos)
+		j.cursors.put(after, r.pos)
 	default:
-		s.cursors.put(evs[n-1].ID, r.pos)
+		j.cursors.put(evs[n-1].ID, r.pos)
 	}
 	return evs
 }
@@ -211,18 +212,18 @@ func (s *Store) clusterEvents(after string, r clusterRead) []lock.Event {
 // readClusterEvents implements ReadEvents on Redis Cluster. When the only
 // events after after are held back, it waits for them (clusterHold at
 // most): an empty answer means that nothing was recorded after after.
-func (s *Store) readClusterEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
-	pos := s.cursors.get(after)
+func (j *journal) readClusterEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	pos := j.cursors.get(after)
 	for {
-		r, err := s.readLogs(ctx, after, pos, limit, true)
+		r, err := j.readLogs(ctx, after, pos, limit, true)
 		if err != nil {
 			return nil, err
 		}
 		if len(r.ready) > 0 || !r.held {
-			return s.clusterEvents(after, r), nil
+			return j.clusterEvents(after, r), nil
 		}
 		pos = r.pos
-		if !sleepCtx(ctx, clusterHold/4) {
+		if !clock.Sleep(ctx, clusterHold/4) {
 			return nil, ctx.Err()
 		}
 	}
@@ -231,24 +232,24 @@ func (s *Store) readClusterEvents(ctx context.Context, after string, limit int) 
 // waitClusterEvents implements WaitEvents on Redis Cluster: it reads, and
 // when nothing is ready waits for the held events to be, or blocks on every
 // log until one records something.
-func (s *Store) waitClusterEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
-	pos := s.cursors.get(after)
+func (j *journal) waitClusterEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	pos := j.cursors.get(after)
 	for {
-		r, err := s.readLogs(ctx, after, pos, limit, true)
+		r, err := j.readLogs(ctx, after, pos, limit, true)
 		if err != nil {
 			return nil, err
 		}
 		if len(r.ready) > 0 {
-			return s.clusterEvents(after, r), nil
+			return j.clusterEvents(after, r), nil
 		}
 		pos = r.pos
 		if r.held {
-			if !sleepCtx(ctx, clusterHold/4) {
+			if !clock.Sleep(ctx, clusterHold/4) {
 				return nil, ctx.Err()
 			}
 			continue
 		}
-		if err := s.blockOnLogs(ctx, r.waitPos); err != nil {
+		if err := j.blockOnLogs(ctx, r.waitPos); err != nil {
 			return nil, err
 		}
 	}
@@ -257,8 +258,8 @@ func (s *Store) waitClusterEvents(ctx context.Context, after string, limit int) 
 // blockOnLogs returns once a log records an entry after its position in
 // pos, or with ctx's error: one blocking read per log, each on a connection
 // to its master, and no other command while nothing happens.
-func (s *Store) blockOnLogs(ctx context.Context, pos logPos) error {
-	logs, err := s.clusterLogs.all(ctx)
+func (j *journal) blockOnLogs(ctx context.Context, pos logPos) error {
+	logs, err := j.clusterLogs.all(ctx)
 	if err != nil {
 		return err
 	}
@@ -267,7 +268,7 @@ func (s *Store) blockOnLogs(ctx context.Context, pos logPos) error {
 	errs := make(chan error, len(logs))
 	for _, l := range logs {
 		go func() {
-			errs <- s.blockOnLog(ctx, l, cmp.Or(pos[l.slot], "0-0"))
+			errs <- j.blockOnLog(ctx, l, cmp.Or(pos[l.slot], "0-0"))
 		}()
 	}
 	first := <-errs
@@ -282,34 +283,34 @@ func (s *Store) blockOnLogs(ctx context.Context, pos logPos) error {
 }
 
 // blockOnLog waits on l's master until l records an entry after from.
-func (s *Store) blockOnLog(ctx context.Context, l *eventLog, from string) error {
-	node, err := s.cluster.MasterForKey(ctx, l.key)
+func (j *journal) blockOnLog(ctx context.Context, l *eventLog, from string) error {
+	node, err := j.cluster.MasterForKey(ctx, l.key)
 	if err != nil {
-		s.noteFailure(err)
+		j.noteFailure(err)
 		return storeError(err)
 	}
 	addr := node.Options().Addr
-	s.blockingMu.Lock()
-	b := s.nodeBlocking[addr]
+	j.blockingMu.Lock()
+	b := j.nodeBlocking[addr]
 	if b == nil {
 		b = &blockingConns{client: node}
-		s.nodeBlocking[addr] = b
+		j.nodeBlocking[addr] = b
 	}
-	s.blockingMu.Unlock()
-	return s.blockUntilAfter(ctx, b, node, l.key, from)
+	j.blockingMu.Unlock()
+	return j.blockUntilAfter(ctx, b, node, l.key, from)
 }
 
 // lastClusterEventID implements LastEventID on Redis Cluster: the id of the
 // newest event of all logs, remembered with where each log ends, so that a
 // read after it starts each log exactly there.
-func (s *Store) lastClusterEventID(ctx context.Context) (string, error) {
-	logs, err := s.clusterLogs.all(ctx)
+func (j *journal) lastClusterEventID(ctx context.Context) (string, error) {
+	logs, err := j.clusterLogs.all(ctx)
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
 	defer cancel()
-	pipe := s.rdb.Pipeline()
+	pipe := j.rdb.Pipeline()
 	lasts := make([]*goredis.XMessageSliceCmd, len(logs))
 	for i, l := range logs {
 		lasts[i] = pipe.XRevRangeN(ctx, l.key, "+", "-", 1)
@@ -320,7 +321,7 @@ func (s *Store) lastClusterEventID(ctx context.Context) (string, error) {
 	for i, l := range logs {
 		msgs, err := lasts[i].Result()
 		if err != nil {
-			s.noteFailure(err)
+			j.noteFailure(err)
 			return "", storeError(err)
 		}
 		if len(msgs) == 0 {
@@ -332,25 +333,14 @@ func (s *Store) lastClusterEventID(ctx context.Context) (string, error) {
 			newest = id
 		}
 	}
-	s.cursors.put(newest, pos)
+	j.cursors.put(newest, pos)
 	return newest, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // EventsHold is how long a read of the log holds back the newest events:
 // clusterHold on Redis Cluster, 0 elsewhere.
-func (s *Store) EventsHold() time.Duration {
-	if s.clusterLogs != nil {
+func (j *journal) EventsHold() time.Duration {
+	if j.clusterLogs != nil {
 		return clusterHold
 	}
 	return 0

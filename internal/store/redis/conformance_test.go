@@ -100,10 +100,10 @@ func TestTopologies(t *testing.T) {
 	// its own, and a read merges them, each lock's events in order.
 	t.Run("cluster-one-event-log-per-master", func(t *testing.T) {
 		s := openStore(t, redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false)
-		if !s.EventsEnabled() {
+		if s.Events() == nil {
 			t.Fatal("events are off on Redis Cluster")
 		}
-		from, err := s.LastEventID(ctx)
+		from, err := s.Events().LastEventID(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,8 +145,8 @@ func TestTopologies(t *testing.T) {
 		if busy < 2 {
 			t.Fatalf("events of %d names on %d master(s): %v", names, busy, perMaster)
 		}
-		time.Sleep(s.EventsHold())
-		evs, err := s.ReadEvents(ctx, from, 1000)
+		time.Sleep(redisstore.EventsHold(s))
+		evs, err := s.Events().ReadEvents(ctx, from, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

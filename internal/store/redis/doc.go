@@ -19,14 +19,19 @@
 //	                            free, "c:<ttl ms>" on a grant or renewal, "c" on other changes
 //
 // Shared leases, permits and the queue add keys of their own (scripts/lib.lua).
-// While events are recorded (Options.Events, not on Cluster), there are two
-// keys per Redis, outside any hash tag:
+// While events are recorded (Options.Events; Store.Events hands out the
+// journal that reads them, journal.go), there are two keys per Redis,
+// outside any lock's hash tag:
 //
 //	<prefix>events              stream: the event log (docs/EVENTS.md), one entry per change,
 //	                            written by the script that makes the change
 //	<prefix>events:expiries     sorted set: every live lease, scored by its expiry, so that
 //	                            the sweeper records expiries Redis makes silently; also the
 //	                            pub/sub channel where a new earliest expiry is announced
+//
+// On Redis Cluster each master keeps its own pair, in a hash tag of its
+// lowest slot ({#e<n>}, eventlog.go), written by the scripts of the names it
+// serves; a read merges them into one log (clusterevents.go).
 //
 // Callers import it as redisstore, since go-redis (imported here as goredis)
 // owns the name redis.

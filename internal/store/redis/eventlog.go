@@ -73,7 +73,7 @@ func clusterSlot(key string) int {
 // keeps reading and sweeping for its whole life (a log whose master lost
 // its lowest slot in a resharding still holds events and expiries).
 type clusterLogs struct {
-	s *Store
+	j *journal
 
 	mu     sync.Mutex
 	ranges []slotRange       // sorted by start; nil until loaded
@@ -139,9 +139,9 @@ func (c *clusterLogs) all(ctx context.Context) ([]*eventLog, error) {
 // load reads the slot map (CLUSTER SLOTS): each master's log is the one of
 // its lowest slot.
 func (c *clusterLogs) load(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.j.callTimeout)
 	defer cancel()
-	slots, err := c.s.cluster.ClusterSlots(ctx).Result()
+	slots, err := c.j.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
 		return storeError(err)
 	}
@@ -165,7 +165,7 @@ func (c *clusterLogs) load(ctx context.Context) error {
 		slot := lowest[r.Nodes[0].Addr]
 		l := c.bySlot[slot]
 		if l == nil {
-			l = c.s.newClusterLog(slot)
+			l = c.j.newClusterLog(slot)
 			c.bySlot[slot] = l
 			fresh = append(fresh, l)
 		}
@@ -184,15 +184,15 @@ func (c *clusterLogs) load(ctx context.Context) error {
 }
 
 // newClusterLog names the log of slot.
-func (s *Store) newClusterLog(slot int) *eventLog {
+func (j *journal) newClusterLog(slot int) *eventLog {
 	tag := slotTag(slot)
 	l := &eventLog{
 		slot:      slot,
-		key:       s.prefix + "{" + tag + "}:events",
-		exp:       s.prefix + "{" + tag + "}:events:expiries",
+		key:       j.prefix + "{" + tag + "}:events",
+		exp:       j.prefix + "{" + tag + "}:events:expiries",
 		announcer: tag,
 	}
-	l.arg = s.eventsMax + "\n" + l.key + "\n" + l.exp + "\n" + s.channel(tag)
+	l.arg = j.max + "\n" + l.key + "\n" + l.exp + "\n" + j.channel(tag)
 	return l
 }
 
@@ -219,39 +219,76 @@ func (c *clusterLogs) close() {
 	}
 }
 
-// eventsOf returns the events argument of name's scripts and the log they
-// record into (nil when events are not recorded).
-func (s *Store) eventsOf(ctx context.Context, name string) (string, *eventLog, error) {
+// recording is where the events of one script call on a lock go: the
+// script's events argument (events_from in scripts/lib.lua), which the
+// runner passes after the script's other arguments, and the log it names
+// (nil when events are not recorded).
+type recording struct {
+	j    *journal
+	lock string
+	arg  string
+	log  *eventLog
+}
+
+// recordingFor returns where the events of a script on name go.
+func (j *journal) recordingFor(ctx context.Context, name string) (*recording, error) {
 	switch {
-	case s.clusterLogs != nil:
-		l, err := s.clusterLogs.logFor(ctx, name)
+	case j == nil: // events are off
+		return &recording{lock: name, arg: "0"}, nil
+	case j.clusterLogs != nil:
+		l, err := j.clusterLogs.logFor(ctx, name)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
-		return l.arg, l, nil
-	case s.log != nil:
-		return s.log.arg, s.log, nil
+		return &recording{j: j, lock: name, arg: l.arg, log: l}, nil
 	}
-	return s.eventsArg, nil, nil
+	return &recording{j: j, lock: name, arg: j.single.arg, log: j.single}, nil
+}
+
+// relocate points rec at the log that serves its lock now, after a script
+// was refused because the slot map changed (isNonLocal).
+func (rec *recording) relocate(ctx context.Context) error {
+	if err := rec.j.clusterLogs.load(ctx); err != nil {
+		return err
+	}
+	now, err := rec.j.recordingFor(ctx, rec.lock)
+	if err != nil {
+		return err
+	}
+	*rec = *now
+	return nil
+}
+
+// clustered reports a recording into one of a cluster's logs, whose
+// master may change with the slot map.
+func (rec *recording) clustered() bool { return rec != nil && rec.log != nil && rec.log.slot >= 0 }
+
+// append returns args followed by the events argument; args alone for a
+// script that records no events (rec nil).
+func (rec *recording) append(args []any) []any {
+	if rec == nil {
+		return args
+	}
+	return append(slices.Clip(args), rec.arg)
 }
 
 // recorded tells the log's sweeper that a script recorded events, so that
 // it keeps the log's retention.
-func (l *eventLog) recorded() {
-	if l != nil && l.sweep != nil {
-		l.sweep.noteWrite()
+func (rec *recording) recorded() {
+	if rec != nil && rec.log != nil && rec.log.sweep != nil {
+		rec.log.sweep.noteWrite()
 	}
 }
 
 // logNode returns the client of the master that holds l's keys, so that
 // one pipeline reads them with that master's clock.
-func (s *Store) logNode(ctx context.Context, l *eventLog) (goredis.Cmdable, error) {
-	if s.cluster == nil {
-		return s.rdb, nil
+func (j *journal) logNode(ctx context.Context, l *eventLog) (goredis.Cmdable, error) {
+	if j.cluster == nil {
+		return j.rdb, nil
 	}
-	node, err := s.cluster.MasterForKey(ctx, l.key)
+	node, err := j.cluster.MasterForKey(ctx, l.key)
 	if err != nil {
-		s.noteFailure(err)
+		j.noteFailure(err)
 		return nil, err
 	}
 	return node, nil

@@ -17,15 +17,15 @@ import (
 // which the scripts append to in the same call as each change (see record
 // in scripts/lib.lua). Its ids are the events' ids.
 
-var _ lock.EventLog = (*Store)(nil)
+var _ lock.EventLog = (*journal)(nil)
 
-// EventsEnabled reports whether the store records events (Options.Events).
-func (s *Store) EventsEnabled() bool { return s.events }
-
-// eventsOff is the error of the EventLog methods while no events are
-// recorded.
-func (s *Store) eventsOff() error {
-	return &lock.Error{Code: lock.CodeUnavailable, Detail: "events are not recorded: they are turned off (LOCKAPI_EVENTS=false)"}
+// Events implements lock.Store: the store's journal, or nil when it
+// records no events (Options.Events is false).
+func (s *Store) Events() lock.EventLog {
+	if s.journal == nil {
+		return nil
+	}
+	return s.journal
 }
 
 // defaultEventsLimit is a read's limit when the caller gives none.
@@ -43,23 +43,20 @@ func checkAfter(after string) error {
 
 // ReadEvents implements lock.EventLog with XRANGE, and XINFO STREAM to tell
 // whether after is older than the log keeps, in one round trip.
-func (s *Store) ReadEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
-	if !s.events {
-		return nil, s.eventsOff()
-	}
+func (j *journal) ReadEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
 	if err := checkAfter(after); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
 		limit = defaultEventsLimit
 	}
-	if s.clusterLogs != nil {
-		return s.readClusterEvents(ctx, after, limit)
+	if j.clusterLogs != nil {
+		return j.readClusterEvents(ctx, after, limit)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
 	defer cancel()
-	key := s.eventsKey()
-	pipe := s.rdb.Pipeline()
+	key := j.eventsKey()
+	pipe := j.rdb.Pipeline()
 	var info *goredis.XInfoStreamCmd
 	start := "-"
 	if after != "" {
@@ -110,21 +107,18 @@ func eventsGone(after string, info *goredis.XInfoStreamCmd) error {
 // WaitEvents implements lock.EventLog: ReadEvents, then, when nothing was
 // recorded after after, one blocking XREAD on a connection of its own until
 // something is or ctx ends.
-func (s *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
-	if s.clusterLogs != nil {
-		if !s.events {
-			return nil, s.eventsOff()
-		}
+func (j *journal) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+	if j.clusterLogs != nil {
 		if err := checkAfter(after); err != nil {
 			return nil, err
 		}
 		if limit <= 0 {
 			limit = defaultEventsLimit
 		}
-		return s.waitClusterEvents(ctx, after, limit)
+		return j.waitClusterEvents(ctx, after, limit)
 	}
 	for {
-		evs, err := s.ReadEvents(ctx, after, limit)
+		evs, err := j.ReadEvents(ctx, after, limit)
 		if err != nil || len(evs) > 0 {
 			return evs, err
 		}
@@ -132,7 +126,7 @@ func (s *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock
 		if from == "" {
 			from = "0-0"
 		}
-		if err := s.blockUntilAfter(ctx, s.blocking, s.rdb, s.eventsKey(), from); err != nil {
+		if err := j.blockUntilAfter(ctx, j.blocking, j.rdb, j.eventsKey(), from); err != nil {
 			return nil, err
 		}
 		// Something was recorded after after: read it as ReadEvents does,
@@ -143,8 +137,8 @@ func (s *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock
 // blockUntilAfter returns once the stream key holds an entry after from, or
 // with ctx's error once ctx ends. It waits on a connection of conns, and
 // unblocks it through node, the client of the same Redis.
-func (s *Store) blockUntilAfter(ctx context.Context, conns *blockingConns, node goredis.Cmdable, key, from string) error {
-	conn, err := conns.get(ctx, s.callTimeout)
+func (j *journal) blockUntilAfter(ctx context.Context, conns *blockingConns, node goredis.Cmdable, key, from string) error {
+	conn, err := conns.get(ctx, j.callTimeout)
 	if err != nil {
 		return storeError(err)
 	}
@@ -188,9 +182,9 @@ func (s *Store) blockUntilAfter(ctx context.Context, conns *blockingConns, node 
 	// connection once it ends.
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	giveUp := time.After(s.callTimeout)
+	giveUp := time.After(j.callTimeout)
 	for {
-		uctx, cancel := context.WithTimeout(context.Background(), s.callTimeout)
+		uctx, cancel := context.WithTimeout(context.Background(), j.callTimeout)
 		_ = node.ClientUnblock(uctx, conn.id).Err()
 		cancel()
 		select {
@@ -204,18 +198,15 @@ func (s *Store) blockUntilAfter(ctx context.Context, conns *blockingConns, node 
 }
 
 // LastEventID implements lock.EventLog.
-func (s *Store) LastEventID(ctx context.Context) (string, error) {
-	if !s.events {
-		return "", s.eventsOff()
+func (j *journal) LastEventID(ctx context.Context) (string, error) {
+	if j.clusterLogs != nil {
+		return j.lastClusterEventID(ctx)
 	}
-	if s.clusterLogs != nil {
-		return s.lastClusterEventID(ctx)
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
 	defer cancel()
-	msgs, err := s.rdb.XRevRangeN(ctx, s.eventsKey(), "+", "-", 1).Result()
+	msgs, err := j.rdb.XRevRangeN(ctx, j.eventsKey(), "+", "-", 1).Result()
 	if err != nil {
-		s.noteFailure(err)
+		j.noteFailure(err)
 		return "", storeError(err)
 	}
 	if len(msgs) == 0 {

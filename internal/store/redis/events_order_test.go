@@ -22,8 +22,8 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.log.sweep.close()
-	s.log.sweep = nil
+	s.journal.single.sweep.close()
+	s.journal.single.sweep = nil
 	t.Cleanup(func() { s.Close() })
 	short := 30 * time.Millisecond
 	try := func(req lock.AcquireRequest) lock.Lease {
@@ -63,7 +63,7 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	evs, err := s.ReadEvents(ctx, "", 100)
+	evs, err := s.Events().ReadEvents(ctx, "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +82,11 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 	}
 
 	// The sweeper records what no script saw (g's lease), and nothing twice.
-	s.log.sweep = newSweeper(s, s.log, DefaultEventsRetention)
-	s.log.sweep.start()
+	s.journal.single.sweep = newSweeper(s, s.journal.single, DefaultEventsRetention)
+	s.journal.single.sweep.start()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		evs, err := s.ReadEvents(ctx, evs[len(evs)-1].ID, 100)
+		evs, err := s.Events().ReadEvents(ctx, evs[len(evs)-1].ID, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestEvents_renewed_lease_does_not_expire(t *testing.T) {
 		}
 	}
 	time.Sleep(400 * time.Millisecond)
-	evs, err := s.ReadEvents(ctx, "", 100)
+	evs, err := s.Events().ReadEvents(ctx, "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}

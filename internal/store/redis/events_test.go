@@ -44,7 +44,7 @@ func readAll(t *testing.T, s *redisstore.Store, after string) []lock.Event {
 	t.Helper()
 	var all []lock.Event
 	for {
-		evs, err := s.ReadEvents(ctx, after, 1000)
+		evs, err := s.Events().ReadEvents(ctx, after, 1000)
 		if err != nil {
 			t.Fatalf("ReadEvents(%q): %v", after, err)
 		}
@@ -265,7 +265,7 @@ func TestEvents_force_release(t *testing.T) {
 	// An exclusive holder that also reads (a downgrade): two leases.
 	x := acquire(t, s, lock.AcquireRequest{Lock: "db", Owner: "w", Principal: "app"}).Lease
 	xs := acquire(t, s, lock.AcquireRequest{Lock: "db", Owner: "w", Principal: "app", Mode: lock.Shared}).Lease
-	after, _ := s.LastEventID(ctx)
+	after, _ := s.Events().LastEventID(ctx)
 	for _, name := range []string{"cfg", "db"} {
 		if ok, err := s.ForceRelease(ctx, name, "root"); err != nil || !ok {
 			t.Fatalf("force release %s: %v, %v", name, ok, err)
@@ -298,7 +298,7 @@ func expiredEvent(t *testing.T, s *redisstore.Store, after string, l lock.Lease)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
-		evs, err := s.WaitEvents(wctx, after, 100)
+		evs, err := s.Events().WaitEvents(wctx, after, 100)
 		if lock.ErrorCode(err) == lock.CodeUnavailable && wctx.Err() == nil {
 			time.Sleep(50 * time.Millisecond)
 			continue
@@ -327,7 +327,7 @@ func TestEvents_expired_within_a_second(t *testing.T) {
 		// A lease renewed to a shorter TTL than the set's earliest.
 		{Lock: "long", Owner: "a", TTL: time.Minute},
 	} {
-		after, _ := s.LastEventID(ctx)
+		after, _ := s.Events().LastEventID(ctx)
 		l := acquire(t, s, req).Lease
 		if req.Lock == "long" {
 			var err error
@@ -448,7 +448,7 @@ func TestEvents_read_in_pages(t *testing.T) {
 	var paged []lock.Event
 	after := ""
 	for {
-		evs, err := s.ReadEvents(ctx, after, 3)
+		evs, err := s.Events().ReadEvents(ctx, after, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,22 +464,22 @@ func TestEvents_read_in_pages(t *testing.T) {
 	if fmt.Sprint(paged) != fmt.Sprint(all) {
 		t.Fatalf("pages of 3 differ from one read:\n%v\n%v", paged, all)
 	}
-	_, err := s.ReadEvents(ctx, early[0].ID, 10)
+	_, err := s.Events().ReadEvents(ctx, early[0].ID, 10)
 	storetest.WantCode(t, err, lock.CodeEventsGone)
 	if oldest := err.(*lock.Error).Oldest; oldest != all[0].ID {
 		t.Errorf("events-gone says the log starts at %s, it starts at %s", oldest, all[0].ID)
 	}
-	_, err = s.WaitEvents(ctx, early[0].ID, 10)
+	_, err = s.Events().WaitEvents(ctx, early[0].ID, 10)
 	storetest.WantCode(t, err, lock.CodeEventsGone)
 	// The newest event is a fine resume point, with nothing after it.
-	last, err := s.LastEventID(ctx)
+	last, err := s.Events().LastEventID(ctx)
 	if err != nil || last != all[len(all)-1].ID {
 		t.Fatalf("LastEventID = %q, %v; want %s", last, err, all[len(all)-1].ID)
 	}
-	if evs, err := s.ReadEvents(ctx, last, 10); err != nil || len(evs) != 0 {
+	if evs, err := s.Events().ReadEvents(ctx, last, 10); err != nil || len(evs) != 0 {
 		t.Fatalf("after the newest: %v, %v", evs, err)
 	}
-	_, err = s.ReadEvents(ctx, "nope", 10)
+	_, err = s.Events().ReadEvents(ctx, "nope", 10)
 	storetest.WantCode(t, err, lock.CodeInvalid)
 }
 
@@ -488,16 +488,16 @@ func TestEvents_read_in_pages(t *testing.T) {
 // on a log that has recorded nothing yet.
 func TestEvents_gone_only_when_trimmed(t *testing.T) {
 	s := openEvents(t, redistest.Start(t), newPrefix())
-	if evs, err := s.ReadEvents(ctx, "0-0", 10); err != nil || len(evs) != 0 {
+	if evs, err := s.Events().ReadEvents(ctx, "0-0", 10); err != nil || len(evs) != 0 {
 		t.Fatalf("after 0-0 on a log with nothing recorded: %v, %v", evs, err)
 	}
 	l := acquire(t, s, lock.AcquireRequest{Lock: "a", Owner: "o"}).Lease
 	release(t, s, l, true)
-	evs, err := s.ReadEvents(ctx, "0-0", 10)
+	evs, err := s.Events().ReadEvents(ctx, "0-0", 10)
 	if err != nil || len(evs) != 2 {
 		t.Fatalf("after 0-0 on a log that trimmed nothing: %v, %v", evs, err)
 	}
-	if evs, err := s.ReadEvents(ctx, "1-0", 10); err != nil || len(evs) != 2 {
+	if evs, err := s.Events().ReadEvents(ctx, "1-0", 10); err != nil || len(evs) != 2 {
 		t.Fatalf("after 1-0 on a log that trimmed nothing: %v, %v", evs, err)
 	}
 }
@@ -535,15 +535,15 @@ func TestEvents_retention(t *testing.T) {
 // does not hold up the scripts.
 func TestEvents_wait(t *testing.T) {
 	s := openEvents(t, redistest.Start(t), newPrefix())
-	last, err := s.LastEventID(ctx)
+	last, err := s.Events().LastEventID(ctx)
 	if err != nil || last != "" {
 		t.Fatalf("LastEventID of an empty log = %q, %v", last, err)
 	}
 	for round := range 3 {
-		after, _ := s.LastEventID(ctx)
+		after, _ := s.Events().LastEventID(ctx)
 		got := make(chan []lock.Event, 1)
 		go func() {
-			evs, err := s.WaitEvents(ctx, after, 10)
+			evs, err := s.Events().WaitEvents(ctx, after, 10)
 			if err != nil {
 				t.Error(err)
 			}
@@ -563,7 +563,7 @@ func TestEvents_wait(t *testing.T) {
 	}
 
 	// Cancelled, several at once, while the scripts go on.
-	after, _ := s.LastEventID(ctx)
+	after, _ := s.Events().LastEventID(ctx)
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -571,7 +571,7 @@ func TestEvents_wait(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := s.WaitEvents(wctx, after, 10)
+			_, err := s.Events().WaitEvents(wctx, after, 10)
 			errs <- err
 		}()
 	}
@@ -593,14 +593,14 @@ func TestEvents_wait(t *testing.T) {
 	// A deadline ends a wait too; the connections still serve.
 	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, err := s.WaitEvents(dctx, after, 10); err != context.DeadlineExceeded {
+	if _, err := s.Events().WaitEvents(dctx, after, 10); err != context.DeadlineExceeded {
 		t.Fatalf("wait past its deadline: %v", err)
 	}
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		acquire(t, s, lock.AcquireRequest{Lock: "late", Owner: "o"})
 	}()
-	evs, err := s.WaitEvents(ctx, after, 10)
+	evs, err := s.Events().WaitEvents(ctx, after, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,13 +608,13 @@ func TestEvents_wait(t *testing.T) {
 }
 
 // TestEvents_off: without Options.Events the scripts write no event log,
-// no expiries and no trace in the fence; the EventLog answers unavailable.
+// no expiries and no trace in the fence; the store has no event log.
 func TestEvents_off(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := newPrefix()
 	s := openEvents(t, srv, prefix, func(o *redisstore.Options) { o.Events = false })
-	if s.EventsEnabled() {
-		t.Fatal("EventsEnabled with Events off")
+	if s.Events() != nil {
+		t.Fatal("an event log with Events off")
 	}
 	x := acquire(t, s, lock.AcquireRequest{Lock: "a", Owner: "o", TTL: 50 * time.Millisecond}).Lease
 	acquire(t, s, lock.AcquireRequest{Lock: "b", Owner: "o", Mode: lock.Shared})
@@ -633,12 +633,6 @@ func TestEvents_off(t *testing.T) {
 	if f := rdb.HKeys(ctx, prefix+"{a}:fence").Val(); strings.Contains(fmt.Sprint(f), "evx") {
 		t.Errorf("events off, yet the fence has %v", f)
 	}
-	_, err := s.ReadEvents(ctx, "", 10)
-	storetest.WantCode(t, err, lock.CodeUnavailable)
-	_, err = s.WaitEvents(ctx, "", 10)
-	storetest.WantCode(t, err, lock.CodeUnavailable)
-	_, err = s.LastEventID(ctx)
-	storetest.WantCode(t, err, lock.CodeUnavailable)
 }
 
 // TestEvents_idle_costs_nothing: while leases are held and nothing
@@ -667,14 +661,14 @@ func TestSentinel_events_across_failover(t *testing.T) {
 	s := openStoreOptions(t, redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel},
 		redisstore.Options{Events: true, CallTimeout: time.Second})
 	held := acquire(t, s, lock.AcquireRequest{Lock: "held", Owner: "o"}).Lease
-	after, err := s.LastEventID(ctx)
+	after, err := s.Events().LastEventID(ctx)
 	if err != nil || after == "" {
 		t.Fatalf("LastEventID = %q, %v", after, err)
 	}
 	woken := make(chan []lock.Event, 1)
 	go func() {
 		for {
-			evs, err := s.WaitEvents(ctx, after, 10)
+			evs, err := s.Events().WaitEvents(ctx, after, 10)
 			if err == nil {
 				woken <- evs
 				return

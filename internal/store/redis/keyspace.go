@@ -32,8 +32,16 @@ func (k keyspace) nameOfChannel(ch string) (string, bool) {
 	return strings.CutSuffix(rest, "}:unlock")
 }
 
-// nameOfKey returns the name whose lock key is key.
-func (k keyspace) nameOfKey(key string) string {
-	name, _, _ := strings.Cut(strings.TrimPrefix(key, k.prefix+"{"), "}")
-	return name
+// releaseSecretKey names the key, under the store's prefix, that holds the
+// secret signing release URLs when none is configured. It has no hash tag:
+// one key per Redis, and on Cluster any slot will do.
+const releaseSecretKey = "release-secret"
+
+// ReleaseSecretKey returns the key of the shared release-URL secret under
+// prefix ("" is DefaultPrefix); auth.SharedReleaseSecret keeps it.
+func ReleaseSecretKey(prefix string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + releaseSecretKey
 }

@@ -267,3 +267,27 @@ func parseNotice(payload string) (released bool, ttl time.Duration, head string)
 	}
 	return false, 0, ""
 }
+
+// notifications is the store's pub/sub: the listener (one connection per
+// process, or one per shard on Redis Cluster) whose messages wake the
+// hub's waiters, and the command the scripts publish with.
+type notifications struct {
+	hub      *notify.Hub
+	listener listener
+	// publish is SPUBLISH on Redis Cluster, so that a notice goes only to
+	// its lock's shard instead of to every node; PUBLISH elsewhere.
+	publish string
+}
+
+func newNotifications(top *topology, ks keyspace, follow *sentinelConfig) notifications {
+	if top.cluster != nil {
+		return notifications{publish: "SPUBLISH", listener: newShardedListener(top.cluster, ks)}
+	}
+	return notifications{publish: "PUBLISH", listener: newClassicListener(top.rdb, ks, follow)}
+}
+
+// start makes the hub and subscribes.
+func (n *notifications) start() {
+	n.hub = notify.New(n.listener)
+	n.listener.start(n.hub)
+}

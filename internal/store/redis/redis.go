@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,68 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/notify"
 )
-
-var (
-	//go:embed scripts/acquire.lua
-	acquireLua string
-	//go:embed scripts/acquire_fast.lua
-	acquireFastLua string
-	//go:embed scripts/renew.lua
-	renewLua string
-	//go:embed scripts/release.lua
-	releaseLua string
-	//go:embed scripts/release_fast.lua
-	releaseFastLua string
-	//go:embed scripts/force_release.lua
-	forceReleaseLua string
-	//go:embed scripts/inspect.lua
-	inspectLua string
-	//go:embed scripts/abandon.lua
-	abandonLua string
-	//go:embed scripts/leave.lua
-	leaveLua string
-	//go:embed scripts/expire.lua
-	expireLua string
-	//go:embed scripts/lib.lua
-	libLua string
-)
-
-// scriptSet is the store's library (library.go) and its entry points.
-type scriptSet struct {
-	lib                                                             *library
-	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
-	inspect, abandon, leave, expire                                 *script
-	raise                                                           *script // redlock.go
-}
-
-// newScriptSet builds the scripts of one store. On Redis Cluster with
-// events, a script writes the event log of the master that serves its
-// name, whose keys are in another slot of that master (see events_from in
-// lib.lua): crossSlot flags the scripts so that Redis 7 allows it.
-func newScriptSet(crossSlot bool) *scriptSet {
-	l := newLibrary(libLua, crossSlot,
-		entry{name: "acquire", body: acquireLua, ev: 8},
-		entry{name: "acquire_fast", body: acquireFastLua, ev: 6},
-		entry{name: "renew", body: renewLua, ev: 8},
-		entry{name: "release", body: releaseLua, ev: 8},
-		entry{name: "release_fast", body: releaseFastLua, ev: 4},
-		entry{name: "force_release", body: forceReleaseLua, ev: 8},
-		entry{name: "inspect", body: inspectLua, ev: 8, readOnly: true},
-		entry{name: "abandon", body: abandonLua, ev: 8},
-		entry{name: "leave", body: leaveLua, ev: 8},
-		entry{name: "expire", body: expireLua, ev: 8},
-		entry{name: "raise", body: raiseLua, ev: 8},
-	)
-	f := l.funcs
-	return &scriptSet{lib: l, acquire: f[0], acquireFast: f[1], renew: f[2], release: f[3], releaseFast: f[4],
-		forceRelease: f[5], inspect: f[6], abandon: f[7], leave: f[8], expire: f[9], raise: f[10]}
-}
-
-// fallback is a fast script's answer when the full script must run
-// (FALLBACK in lib.lua).
-const fallback = -9
 
 // DefaultPrefix is the key prefix when none is configured.
 const DefaultPrefix = "lockapi:"
@@ -88,43 +26,22 @@ const DefaultPrefix = "lockapi:"
 // Store is the production store. Many lockapi processes may share one Redis
 // (or a Sentinel-managed primary, or a Cluster: every key of one lock shares
 // a hash slot).
+//
+// It composes one type per concern: the keyspace names the keys, the
+// topology reaches Redis, the runner runs the scripts, the notifications
+// wake waiters, the journal is the event log, and the reaper abandons the
+// acquires whose outcome was lost.
 type Store struct {
 	keyspace
-	rdb         goredis.UniversalClient
-	scripts     *scriptSet
-	cluster     *goredis.ClusterClient // nil unless rdb is one
-	callTimeout time.Duration
-	observe     func(script string, d time.Duration)
-	batch       *batcher // nil: plain calls
-	hub         *notify.Hub
-	ghosts      *reaper
-	listener    listener
-	// publish is the command the scripts publish notices with: SPUBLISH
-	// on Redis Cluster, so that a notice goes only to its lock's shard
-	// instead of to every node.
-	publish string
+	*topology
+	*runner
+	notifications
+	ghosts *reaper
 	// minReplicas: see Options.MinReplicas.
 	minReplicas int
 
-	// events is set while the scripts record events (Options.Events).
-	// eventsArg is the scripts' events argument outside Redis Cluster: the
-	// log's MAXLEN, or "0" to record none (see events_from in lib.lua).
-	events    bool
-	eventsArg string
-	eventsMax string // the logs' MAXLEN
-	retention time.Duration
-	// log is the event log of a single Redis; clusterLogs those of a
-	// cluster's masters. Both nil unless events.
-	log         *eventLog
-	clusterLogs *clusterLogs
-	// The connections blocking reads of the log wait on: blocking on a
-	// single Redis, nodeBlocking on a cluster (by master address).
-	blocking     *blockingConns
-	blockingMu   sync.Mutex
-	nodeBlocking map[string]*blockingConns
-	// cursors remembers where the latest cluster reads left each log
-	// (clusterevents.go).
-	cursors cursorCache
+	// journal is the event log; nil while no events are recorded.
+	journal *journal
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -181,94 +98,28 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("store: key prefix %q must not contain { or }", prefix)
 	}
+	top, follow := newTopology(rdb, opts.CallTimeout)
+	ks := keyspace{prefix}
 	s := &Store{
-		keyspace:    keyspace{prefix},
-		rdb:         rdb,
-		callTimeout: opts.CallTimeout,
-		observe:     opts.ObserveScript,
-		minReplicas: opts.MinReplicas,
-	}
-	if s.callTimeout <= 0 {
-		s.callTimeout = DefaultCallTimeout
-	}
-	var follow *sentinelConfig
-	switch c := rdb.(type) {
-	case *goredis.ClusterClient:
-		s.cluster = c
-	case *Client:
-		follow = c.sentinel
-		s.cluster, _ = c.UniversalClient.(*goredis.ClusterClient)
+		keyspace:      ks,
+		topology:      top,
+		runner:        &runner{topology: top, observe: opts.ObserveScript},
+		notifications: newNotifications(top, ks, follow),
+		minReplicas:   opts.MinReplicas,
+		journal:       newJournal(top, ks, opts),
 	}
 	if opts.Batch {
-		s.batch = newBatcher(rdb, s.callTimeout)
+		s.batch = newBatcher(rdb, top.callTimeout)
 	}
-	s.publish = "PUBLISH"
-	if s.cluster != nil {
-		s.publish = "SPUBLISH"
-		s.listener = newShardedListener(s.cluster, s.keyspace)
-	} else {
-		s.listener = newClassicListener(rdb, s.keyspace, follow)
-	}
-	s.eventsArg = "0"
-	plain := plainClient(rdb)
-	if opts.Events && (s.cluster != nil || plain != nil) {
-		s.events = true
-		max := opts.EventsMax
-		if max <= 0 {
-			max = DefaultEventsMax
-		}
-		retention := opts.EventsRetention
-		if retention <= 0 {
-			retention = DefaultEventsRetention
-		}
-		s.eventsMax = strconv.Itoa(max)
-		s.retention = retention
-		if s.cluster != nil {
-			s.clusterLogs = &clusterLogs{s: s, bySlot: map[int]*eventLog{}}
-			s.nodeBlocking = map[string]*blockingConns{}
-		} else {
-			s.eventsArg = s.eventsMax
-			s.log = &eventLog{slot: -1, key: s.eventsKey(), exp: s.expiriesKey(), arg: s.eventsArg}
-			s.log.sweep = newSweeper(s, s.log, retention)
-			s.blocking = &blockingConns{client: plain}
-			s.listener.(*classicListener).announce(s.expiriesKey(), s.log.sweep.notice)
-		}
-	}
-	s.scripts = newScriptSet(s.clusterLogs != nil)
-	s.hub = notify.New(s.listener)
-	s.listener.start(s.hub)
+	s.scripts = newScriptSet(s.journal.clustered())
+	// A single Redis's log is announced on the listener before it starts
+	// (it subscribes then); a cluster's logs as the slot map names them.
+	sweeperFor := func(l *eventLog) *sweeper { return newSweeper(s, l, s.journal.retention) }
+	s.journal.announce(s.listener, sweeperFor)
+	s.notifications.start()
 	s.ghosts = newReaper(s)
-	if s.log != nil {
-		s.log.sweep.start()
-	}
-	if s.clusterLogs != nil {
-		// Each master's log gets its sweeper, and its announcements, once
-		// the slot map names it.
-		sharded := s.listener.(*shardedListener)
-		s.clusterLogs.onNew = func(l *eventLog) {
-			l.sweep = newSweeper(s, l, s.retention)
-			sharded.announce(l.announcer, l.sweep.notice)
-			l.sweep.start()
-		}
-		go func() {
-			// Load the slot map now, so that expiries left by earlier
-			// processes are swept without waiting for a first call.
-			_, _ = s.clusterLogs.all(context.Background())
-		}()
-	}
+	s.journal.startSweeping(s.listener, sweeperFor)
 	return s, nil
-}
-
-// plainClient returns the go-redis client of a single Redis or a Sentinel
-// master behind rdb, nil for a Cluster (or anything else).
-func plainClient(rdb goredis.UniversalClient) *goredis.Client {
-	switch c := rdb.(type) {
-	case *goredis.Client:
-		return c
-	case *Client:
-		return plainClient(c.UniversalClient)
-	}
-	return nil
 }
 
 // keys lists the keys every full script takes, in the order lib.lua names
@@ -292,98 +143,10 @@ func (s *Store) releaseKeys(name string) []string {
 // withLog adds the event log and the expiries set to a script's keys while
 // events are recorded outside Redis Cluster.
 func (s *Store) withLog(keys ...string) []string {
-	if s.log != nil {
-		keys = append(keys, s.log.key, s.log.exp)
+	if l := s.journal.singleLog(); l != nil {
+		keys = append(keys, l.key, l.exp)
 	}
 	return keys
-}
-
-// movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
-// Cluster slot that moved: the script did not run) is sent again while the
-// client reloads its slot map.
-const movedAttempts = 3
-
-// run runs one script (EVALSHA, falling back to EVAL) within the store's call
-// deadline and reports its duration to the observer. A script is sent again
-// only when Redis refused it without running it (MOVED, ASK); nothing else is
-// ever retried.
-func (s *Store) run(ctx context.Context, name string, script *script, keys []string, args ...any) *goredis.Cmd {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
-	defer cancel()
-	var cmd *goredis.Cmd
-	for attempt := 1; ; attempt++ {
-		if s.batch != nil {
-			cmd = s.batch.run(script, keys, args)
-		} else {
-			cmd = script.run(ctx, s.rdb, keys, args)
-		}
-		if s.clusterLogs != nil && isNonLocal(cmd.Err()) && attempt < movedAttempts {
-			// The events argument named a log its master does not serve
-			// (the slot map changed): nothing ran; name the right one.
-			if err := s.clusterLogs.load(ctx); err == nil && len(args) > 0 {
-				if _, ok := args[len(args)-1].(string); ok {
-					if ev, _, err := s.eventsOf(ctx, s.nameOfKey(keys[0])); err == nil {
-						args[len(args)-1] = ev
-					}
-				}
-			}
-			continue
-		}
-		if !s.refusedByCluster(cmd.Err()) || attempt == movedAttempts || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(time.Duration(attempt) * 20 * time.Millisecond)
-	}
-	s.noteFailure(cmd.Err())
-	if s.observe != nil {
-		s.observe(name, time.Since(start))
-	}
-	return cmd
-}
-
-// refusedByCluster reports a Redis Cluster redirection: the node did not run
-// the command because it does not serve the slot (any more).
-func (s *Store) refusedByCluster(err error) bool {
-	if s.cluster == nil || err == nil {
-		return false
-	}
-	msg := err.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "TRYAGAIN")
-}
-
-// noteFailure makes a cluster client reload its slot map as soon as a node
-// refuses connections, times out or redirects, instead of once a minute: a
-// master that was killed must not keep its shard's traffic after its replica
-// took over.
-func (s *Store) noteFailure(err error) {
-	if s.cluster == nil || err == nil {
-		return
-	}
-	var rerr goredis.Error
-	if errors.As(err, &rerr) && !s.refusedByCluster(err) && !strings.HasPrefix(err.Error(), "CLUSTERDOWN") {
-		return // a script's own error: the topology is fine
-	}
-	s.cluster.ReloadState(context.Background())
-}
-
-// outcomeUnknown reports whether a failed call may have run in Redis: the
-// request may have been written before the connection broke or the deadline
-// passed. A reply from Redis (even an error) or a failed dial means it did
-// not run, or ran and was answered.
-func outcomeUnknown(err error) bool {
-	if err == nil {
-		return false
-	}
-	var rerr goredis.Error
-	if errors.As(err, &rerr) {
-		return false
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
-		return false
-	}
-	return !errors.Is(err, goredis.ErrClosed)
 }
 
 // TryAcquire implements lock.Store with one script call.
@@ -409,16 +172,16 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 		}
 		meta = string(b)
 	}
-	ev, evlog, err := s.eventsOf(ctx, req.Lock)
+	rec, err := s.journal.recordingFor(ctx, req.Lock)
 	if err != nil {
 		return lock.Grant{}, storeError(err)
 	}
-	cmd, confirmed := s.acquire(ctx, req, requestID, meta, ev)
+	cmd, confirmed := s.acquire(ctx, req, requestID, meta, rec)
 	if fresh, ok := cmd.Val().(string); ok && cmd.Err() == nil {
 		// A fresh exclusive lease: "<token> <acquired ms>".
 		g, err := freshGrant(req, requestID, fresh)
 		if err == nil {
-			evlog.recorded()
+			rec.recorded()
 		}
 		return s.confirmGrant(ctx, req, g, confirmed, err)
 	}
@@ -451,7 +214,7 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	lease.Mode, lease.Limit = lock.Mode(r.str(13)), int(r.int(14))
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
 	if !g.Replayed {
-		evlog.recorded()
+		rec.recorded()
 	}
 	return s.confirmGrant(ctx, req, g, confirmed, r.err)
 }
@@ -472,10 +235,10 @@ func (s *Store) confirmGrant(ctx context.Context, req lock.AcquireRequest, g loc
 // acquire runs the acquire script: the fast one when the request is a plain
 // exclusive try (see acquire_fast.lua), and the full one when the request
 // is anything else or the fast script leaves it to the full one.
-func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta, ev string) (*goredis.Cmd, int) {
+func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta string, rec *recording) (*goredis.Cmd, int) {
 	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" {
-		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas,
-			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish, ev)
+		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas, rec,
+			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish)
 		if !fellBack(cmd) {
 			return cmd, confirmed
 		}
@@ -487,15 +250,9 @@ func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID,
 	if req.Fair {
 		fair = "1"
 	}
-	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas,
+	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas, rec,
 		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID, ev)
-}
-
-// fellBack reports a fast script's answer that the full script must run.
-func fellBack(cmd *goredis.Cmd) bool {
-	n, err := cmd.Int64()
-	return err == nil && n == fallback
+		mode, req.Limit, fair, req.WaiterID)
 }
 
 // freshGrant is the grant of a fresh exclusive lease, which the scripts
@@ -530,63 +287,6 @@ func unconfirmed(what string, got, n int, then string) error {
 		Detail: fmt.Sprintf("replication did not confirm the %s: %d of %d replicas acknowledged it in time; %s", what, got, n, then)}
 }
 
-// write runs a script that changes a lock. With n > 0 it also waits for n
-// replicas to have the change: the script and WAIT go on one connection to
-// the lock's master, in one round trip, since WAIT counts the replicas that
-// have every write its own connection made. That bypasses the batcher, whose
-// pipelines mix callers. confirmed is how many replicas acknowledged in time
-// (0 when n is 0).
-func (s *Store) write(ctx context.Context, name string, script *script, keys []string, n int, args ...any) (cmd *goredis.Cmd, confirmed int) {
-	if n <= 0 {
-		return s.run(ctx, name, script, keys, args...), 0
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
-	defer cancel()
-	var master goredis.Cmdable = s.rdb
-	if s.cluster != nil {
-		c, err := s.cluster.MasterForKey(ctx, keys[0])
-		if err != nil {
-			s.noteFailure(err)
-			cmd = goredis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd, 0
-		}
-		master = c
-	}
-	// WAIT may use half of the call's time; the rest is for the round trip.
-	// FCALL, or EVAL, not EVALSHA: a NOSCRIPT (a master new since a
-	// failover) would cost a second WAIT, and this path pays a replica's
-	// round trip anyway. A Redis without the library (or without
-	// Functions) refused the FCALL without running it: it is sent again.
-	var wait *goredis.Cmd
-	for range 3 {
-		pipe := master.Pipeline()
-		cmd = script.evalNow(ctx, pipe, keys, args)
-		wait = pipe.Do(ctx, "wait", n, (s.callTimeout / 2).Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		load, again := script.lib.noted(cmd.Err())
-		if load {
-			if err := script.lib.load(ctx, s.rdb); err != nil {
-				cmd.SetErr(err)
-				break
-			}
-		}
-		if !again {
-			break
-		}
-	}
-	s.noteFailure(cmd.Err())
-	if s.observe != nil {
-		s.observe(name, time.Since(start))
-	}
-	acked, err := wait.Int64()
-	if err != nil {
-		return cmd, 0
-	}
-	return cmd, int(acked)
-}
-
 // abandonMemory is how long Redis remembers an abandoned request id, so that
 // the acquire, if it is still on its way, grants nothing when it arrives.
 const abandonMemory = 10 * time.Minute
@@ -605,14 +305,14 @@ func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
 }
 
 func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.run(ctx, "abandon", s.scripts.abandon, s.keys(name),
-		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish, ev).Int64()
+	n, err := s.run(ctx, "abandon", s.scripts.abandon, s.keys(name), rec,
+		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
 	if n > 0 {
-		evlog.recorded()
+		rec.recorded()
 	}
 	return n, err
 }
@@ -620,11 +320,11 @@ func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, err
 // Renew implements lock.Store.
 func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration) (lock.Lease, error) {
 	name := ref.Lock
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return lock.Lease{}, storeError(err)
 	}
-	cmd, confirmed := s.write(ctx, "renew", s.scripts.renew, s.keys(name), s.minReplicas, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish, ev)
+	cmd, confirmed := s.write(ctx, "renew", s.scripts.renew, s.keys(name), s.minReplicas, rec, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish)
 	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
@@ -636,7 +336,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	case -1:
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
 	}
-	evlog.recorded()
+	rec.recorded()
 	lease := r.lease(name, 1)
 	lease.Mode, lease.Limit = lock.Mode(r.str(10)), int(r.int(11))
 	if r.err == nil && confirmed < s.minReplicas {
@@ -654,20 +354,20 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 		allArg = "1"
 	}
 	out := lock.ReleaseResult{Lock: name, LeaseID: ref.ID}
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return out, storeError(err)
 	}
 	// The fast script ends the last hold of an exclusive lease; anything
 	// else it leaves to the full one.
-	cmd, confirmed := s.write(ctx, "release", s.scripts.releaseFast, s.releaseKeys(name), s.minReplicas, ref.ID, ref.Principal, s.channel(name), s.publish, ev)
+	cmd, confirmed := s.write(ctx, "release", s.scripts.releaseFast, s.releaseKeys(name), s.minReplicas, rec, ref.ID, ref.Principal, s.channel(name), s.publish)
 	if fellBack(cmd) {
-		cmd, confirmed = s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, ref.ID, allArg, s.channel(name), ref.Principal, s.publish, ev)
+		cmd, confirmed = s.write(ctx, "release", s.scripts.release, s.keys(name), s.minReplicas, rec, ref.ID, allArg, s.channel(name), ref.Principal, s.publish)
 	}
 	if n, err := cmd.Int64(); err == nil && n == 1 {
 		// The fast script ended the lease.
 		out.Released = true
-		evlog.recorded()
+		rec.recorded()
 		return out, s.confirmRelease(confirmed)
 	}
 	res, err := cmd.Slice()
@@ -685,7 +385,7 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	out.Released = r.int(2) == 1
 	out.Retried = r.int(3) == 1
 	if !out.Retried {
-		evlog.recorded()
+		rec.recorded()
 	}
 	if r.err != nil {
 		return out, r.err
@@ -705,7 +405,7 @@ func (s *Store) confirmRelease(confirmed int) error {
 
 // Inspect implements lock.Store.
 func (s *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
-	res, err := s.run(ctx, "inspect", s.scripts.inspect, s.keys(name)).Slice()
+	res, err := s.run(ctx, "inspect", s.scripts.inspect, s.keys(name), nil).Slice()
 	if err != nil {
 		return lock.State{}, storeError(err)
 	}
@@ -796,16 +496,16 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 
 // ForceRelease implements lock.Store.
 func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool, error) {
-	ev, evlog, err := s.eventsOf(ctx, name)
+	rec, err := s.journal.recordingFor(ctx, name)
 	if err != nil {
 		return false, storeError(err)
 	}
-	n, err := s.run(ctx, "force_release", s.scripts.forceRelease, s.keys(name), s.channel(name), s.publish, principal, ev).Int()
+	n, err := s.run(ctx, "force_release", s.scripts.forceRelease, s.keys(name), rec, s.channel(name), s.publish, principal).Int()
 	if err != nil {
 		return false, storeError(err)
 	}
 	if n == 1 {
-		evlog.recorded()
+		rec.recorded()
 	}
 	return n == 1, nil
 }
@@ -1029,25 +729,13 @@ func (s *Store) clusterCovered(ctx context.Context) error {
 // Close stops the pub/sub connection, the reaper and the sweeper. It does
 // not close the Redis client.
 func (s *Store) Close() error {
-	if s.log != nil && s.log.sweep != nil {
-		s.log.sweep.close()
-	}
-	if s.clusterLogs != nil {
-		s.clusterLogs.close()
-	}
+	s.journal.stopSweeping()
 	if s.batch != nil {
 		s.batch.close()
 	}
 	err := s.listener.close()
 	s.ghosts.close()
-	if s.blocking != nil {
-		s.blocking.close()
-	}
-	s.blockingMu.Lock()
-	for _, b := range s.nodeBlocking {
-		b.close()
-	}
-	s.blockingMu.Unlock()
+	s.journal.closeReaders()
 	return err
 }
 
@@ -1093,7 +781,7 @@ func transientReply(err error) bool {
 
 // Leave implements lock.Store.
 func (s *Store) Leave(ctx context.Context, name, waiterID string) error {
-	if err := s.run(ctx, "leave", s.scripts.leave, s.keys(name), waiterID, s.channel(name), s.publish).Err(); err != nil {
+	if err := s.run(ctx, "leave", s.scripts.leave, s.keys(name), nil, waiterID, s.channel(name), s.publish).Err(); err != nil {
 		return storeError(err)
 	}
 	return nil

@@ -195,7 +195,7 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 	s := sw.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.callTimeout)
 	defer cancel()
-	node, err := s.logNode(ctx, sw.log)
+	node, err := s.journal.logNode(ctx, sw.log)
 	if err != nil {
 		return 0, offset, err
 	}

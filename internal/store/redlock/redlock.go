@@ -702,10 +702,10 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// EventsEnabled is false: redlock mode keeps no event log (each master
-// would record its own copy of every change), so /v1/events and webhooks
-// answer 501.
-func (s *Store) EventsEnabled() bool { return false }
+// Events is nil: redlock mode keeps no event log (each master would
+// record its own copy of every change), so /v1/events and webhooks answer
+// 501.
+func (s *Store) Events() lock.EventLog { return nil }
 
 // Reconnects, Ghosts and WatcherCount sum or bound the masters' own, for
 // metrics and tests.

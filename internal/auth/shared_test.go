@@ -1,17 +1,21 @@
-package redis_test
+package auth_test
 
 import (
 	"bytes"
+	"context"
 	"sync"
 	"testing"
 
+	"github.com/lockapi/lockapi/internal/auth"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // Instances that start together on one Redis agree on one release secret,
 // kept under their key prefix; later instances read it back.
-func TestReleaseSecret_shared(t *testing.T) {
+var ctx = context.Background()
+
+func TestSharedReleaseSecret(t *testing.T) {
 	srv := redistest.Start(t)
 	const prefix = "secrettest:"
 	const n = 8
@@ -20,7 +24,7 @@ func TestReleaseSecret_shared(t *testing.T) {
 	for i := range n {
 		rdb := srv.Client(t) // a client per instance
 		wg.Go(func() {
-			s, err := redisstore.ReleaseSecret(ctx, rdb, prefix)
+			s, err := auth.SharedReleaseSecret(ctx, rdb, redisstore.ReleaseSecretKey(prefix))
 			if err != nil {
 				t.Error(err)
 			}
@@ -38,10 +42,10 @@ func TestReleaseSecret_shared(t *testing.T) {
 	if stored, err := rdb.Get(ctx, redisstore.ReleaseSecretKey(prefix)).Bytes(); err != nil || !bytes.Equal(stored, secrets[0]) {
 		t.Fatalf("%s holds %q, %v; want the secret", redisstore.ReleaseSecretKey(prefix), stored, err)
 	}
-	if again, err := redisstore.ReleaseSecret(ctx, rdb, prefix); err != nil || !bytes.Equal(again, secrets[0]) {
+	if again, err := auth.SharedReleaseSecret(ctx, rdb, redisstore.ReleaseSecretKey(prefix)); err != nil || !bytes.Equal(again, secrets[0]) {
 		t.Fatalf("a later instance got %q, %v", again, err)
 	}
-	if other, err := redisstore.ReleaseSecret(ctx, rdb, "othertest:"); err != nil || bytes.Equal(other, secrets[0]) {
+	if other, err := auth.SharedReleaseSecret(ctx, rdb, redisstore.ReleaseSecretKey("othertest:")); err != nil || bytes.Equal(other, secrets[0]) {
 		t.Fatalf("another prefix got %q, %v; want a secret of its own", other, err)
 	}
 
@@ -49,7 +53,7 @@ func TestReleaseSecret_shared(t *testing.T) {
 	if err := rdb.Del(ctx, redisstore.ReleaseSecretKey(prefix)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if fresh, err := redisstore.ReleaseSecret(ctx, rdb, prefix); err != nil || len(fresh) < 32 || bytes.Equal(fresh, secrets[0]) {
+	if fresh, err := auth.SharedReleaseSecret(ctx, rdb, redisstore.ReleaseSecretKey(prefix)); err != nil || len(fresh) < 32 || bytes.Equal(fresh, secrets[0]) {
 		t.Fatalf("after the key was lost: %q, %v; want a new secret", fresh, err)
 	}
 }

@@ -1,0 +1,32 @@
+package events
+
+import (
+	"github.com/lockapi/lockapi/event"
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Wire returns e as the API writes it (package event), without its lease
+// id: a lease id is a capability to renew and release, which only admins
+// may see, so the caller adds it where it may.
+func Wire(e lock.Event) event.Event {
+	mode := e.Mode
+	if mode == "" {
+		mode = lock.Exclusive
+	}
+	out := event.Event{
+		ID:           e.ID,
+		Type:         string(e.Type),
+		Lock:         e.Lock,
+		Owner:        e.Owner,
+		Principal:    e.Principal,
+		Mode:         string(mode),
+		FencingToken: e.Token,
+		HoldCount:    e.HoldCount,
+		Time:         event.FormatTime(e.Time),
+	}
+	if e.Queue >= 0 {
+		q := e.Queue
+		out.QueueLength = &q
+	}
+	return out
+}
