@@ -259,7 +259,7 @@ func TestWebhooks_e2e_memory(t *testing.T) {
 	}
 }
 
-// TestWebhooks_e2e_next_job: the README's round trip. A CI job holds a
+// TestWebhooks_e2e_next_job: docs/WEBHOOKS.md's round trip. A CI job holds a
 // lock; a webhook on `released` starts the next job, which takes the lock
 // in turn. Nobody polls.
 func TestWebhooks_e2e_next_job(t *testing.T) {

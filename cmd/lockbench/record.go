@@ -321,6 +321,9 @@ func renderDoc(m machine, rows []row, notes string) string {
 	var b strings.Builder
 	b.WriteString(`# Benchmarks
 
+The benchmark results ` + "`cmd/lockbench`" + ` recorded, each beside its target. Back to the
+[README](../README.md).
+
 <!-- Written by cmd/lockbench -record: a hand edit is lost at the next recording. -->
 
 These numbers come from ` + "`lockbench`" + ` (` + "`go run ./cmd/lockbench`" + `, or a binary

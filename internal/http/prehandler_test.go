@@ -17,15 +17,15 @@ import (
 // runs, over a raw connection. Those lockapi answers (no route, a wrong
 // method, a body too large or not JSON, a malformed query) are problem+json
 // with an X-Request-ID; those Go's net/http answers itself, before lockapi
-// sees the request, are not, and README.md and openapi.yaml list each of
+// sees the request, are not, and docs/API.md and openapi.yaml list each of
 // them.
 func TestErrors_BeforeTheHandler(t *testing.T) {
 	e := MustOpenEnv(t, lockhttp.Config{})
-	readme, err := os.ReadFile("../../README.md")
+	apiDoc, err := os.ReadFile("../../docs/API.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, _ := strings.Cut(string(readme), "<!-- net/http answers:start -->")
+	_, table, _ := strings.Cut(string(apiDoc), "<!-- net/http answers:start -->")
 	table, _, _ = strings.Cut(table, "<!-- net/http answers:end -->")
 	_, specTable, _ := strings.Cut(string(lockapi.OpenAPI), "**Answers before lockapi.**")
 	specTable, _, _ = strings.Cut(specTable, "**")
@@ -69,7 +69,7 @@ func TestErrors_BeforeTheHandler(t *testing.T) {
 			}
 			row := "| `" + strconv.Itoa(tc.status) + "` |"
 			if !strings.Contains(table, row) {
-				t.Errorf("README.md's table of net/http's answers lacks %d", tc.status)
+				t.Errorf("docs/API.md's table of net/http's answers lacks %d", tc.status)
 			}
 			if !strings.Contains(specTable, row) {
 				t.Errorf("openapi.yaml's table of net/http's answers lacks %d", tc.status)

@@ -18,8 +18,8 @@
 //     (fencing.Majority), and it is written back to a majority
 //     (RaiseToken) before the grant is answered. Any later
 //     majority shares a master with that one, whose counter is then at
-//     least this token, so every later token is larger (README,
-//     "Guarantees").
+//     least this token, so every later token is larger
+//     (docs/GUARANTEES.md).
 //   - A refusal names the lease in the way only when every master shows
 //     it with one token (heldRefusal): one master's view may be a grant
 //     still in flight, with a token proposal that is not the grant's.

@@ -48,7 +48,7 @@ func Run(t *testing.T, b Backend) {
 	for _, c := range behaviours {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := notOnRedlock[c.name]; ok && b.Redlock {
-				t.Skip("redlock mode " + why + " (README, redlock mode)")
+				t.Skip("redlock mode " + why + " (docs/GUARANTEES.md, choosing a deployment)")
 			}
 			c.test(t, b)
 		})
