@@ -312,7 +312,7 @@ func (c *serveConfig) checkWebhooks() error {
 		return nil
 	}
 	if _, err := webhook.LoadFile(c.WebhooksFile, webhook.Policy{AllowPrivate: c.WebhooksAllowPrivate}); err != nil {
-		return c.bad("webhooks-file", "%v; want a JSON file of webhook subscriptions (see the README)", err)
+		return c.bad("webhooks-file", "%v; want a JSON file of webhook subscriptions (see docs/WEBHOOKS.md)", err)
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ stops the server before it starts, with exit status 2.
 			fmt.Fprintf(&b, "        %s\n", line)
 		}
 	}
-	b.WriteString("\nCreate API keys with `lockapi keys new`. README.md says more about each setting.\n")
+	b.WriteString("\nCreate API keys with `lockapi keys new`. docs/CONFIGURATION.md says more about each setting.\n")
 	return b.String()
 }
 
