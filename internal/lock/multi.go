@@ -111,6 +111,37 @@ func CheckLocks(field string, names []string) *FieldError {
 // back. As for AcquireWait, a store that is briefly unavailable while
 // waiting does not end the wait; only the first try fails at once.
 func AcquireAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Duration) ([]Grant, error) {
+	order := byName(reqs)
+	grants, err := takeAll(ctx, s, reqs, order)
+	if wait <= 0 || ErrorCode(err) != CodeHeld {
+		return grants, err
+	}
+
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	mw := &multiWait{s: s, backoff: minUnavailableBackoff}
+	defer mw.drop()
+	for {
+		retry, again, fatal := mw.next(ctx, err)
+		if fatal != nil {
+			return nil, fatal
+		}
+		if !again {
+			if err := mw.sleep(ctx, deadline.C, retry, err); err != nil {
+				return nil, err
+			}
+		}
+		grants, err = takeAll(ctx, s, reqs, order)
+		if err == nil {
+			mw.granted(grants, reqs)
+			return grants, nil
+		}
+	}
+}
+
+// byName is the order a multi-lock takes its requests in: by name, in byte
+// order, the one order every multi-lock follows.
+func byName(reqs []AcquireRequest) []int {
 	order := make([]int, len(reqs))
 	for i := range order {
 		order[i] = i
@@ -124,92 +155,98 @@ func AcquireAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.D
 		}
 		return 0
 	})
+	return order
+}
 
-	grants, err := takeAll(ctx, s, reqs, order)
-	if wait <= 0 || ErrorCode(err) != CodeHeld {
-		return grants, err
+// multiWait is a waiting multi-lock's state between tries.
+type multiWait struct {
+	s Store
+	// w watches the name in the way, watching; woken: the last try was
+	// made because of a wake-up of w, which nobody has acted on if that
+	// try failed short of the name; leaving then, pass it on.
+	w        Watcher
+	watching string
+	woken    bool
+	backoff  time.Duration
+}
+
+// next decides what a failed try calls for: a watch on another name in the
+// way and a try at once (again), a wait for a wake-up or for retry, or the
+// end of the wait with fatal.
+func (mw *multiWait) next(ctx context.Context, err error) (retry <-chan time.Time, again bool, fatal error) {
+	var e *Error
+	errors.As(err, &e)
+	var le *LockError
+	errors.As(err, &le)
+	switch {
+	case e != nil && e.Code == CodeHeld && le == nil: // takeAll names the lock; never
+		return nil, false, err
+	case e != nil && e.Code == CodeHeld && le.Lock != mw.watching:
+		// Another name is in the way: watch it, then try again, so that
+		// its release between that try and the wait is not missed.
+		mw.drop()
+		w, err := mw.s.Watch(ctx, le.Lock, WaitForRelease)
+		mw.w = w
+		if err != nil {
+			return nil, false, err
+		}
+		mw.watching = le.Lock
+		return nil, true, nil
+	case e != nil && e.Code == CodeHeld:
+		// The name watched is still in the way: whoever took it will
+		// wake the watch when it lets go.
+		mw.woken, mw.backoff = false, minUnavailableBackoff
+		if e.HeldBy != nil {
+			mw.w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
+		}
+		return nil, false, nil
+	case e != nil && e.Code == CodeUnavailable:
+		retry = time.After(mw.backoff)
+		mw.backoff = min(2*mw.backoff, maxUnavailableBackoff)
+		return retry, false, nil
+	default: // an error that waiting will not mend
+		return nil, false, err
 	}
+}
 
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	// w watches the name in the way, watching; woken: the last try was made
-	// because of a wake-up of w, which nobody has acted on if that try
-	// failed short of the name; leaving then, pass it on.
-	var w Watcher
-	var watching string
-	woken := false
-	defer func() {
-		if w != nil {
-			if woken {
-				w.PassOn()
-			}
-			w.Close()
+// sleep waits for the next try: a wake-up of the watch, followed by a
+// jitter that spreads out multi-locks woken together, or retry. It returns
+// the error to leave with when the wait or ctx ends first (last is the
+// last try's), and nil to try again.
+func (mw *multiWait) sleep(ctx context.Context, deadline <-chan time.Time, retry <-chan time.Time, last error) error {
+	select {
+	case <-mw.w.C():
+		mw.woken = true
+		if !pause(ctx, deadline, rand.N(maxRetryJitter)) {
+			return leaveErr(ctx, last)
 		}
-	}()
-	backoff := minUnavailableBackoff
-	for {
-		var e *Error
-		errors.As(err, &e)
-		var le *LockError
-		errors.As(err, &le)
-		var retry <-chan time.Time
-		switch {
-		case e != nil && e.Code == CodeHeld && le == nil: // takeAll names the lock; never
-			return nil, err
-		case e != nil && e.Code == CodeHeld && le.Lock != watching:
-			// Another name is in the way: watch it, then try again, so that
-			// its release between that try and the wait is not missed.
-			if w != nil {
-				if woken {
-					w.PassOn()
-				}
-				w.Close()
-				w, woken = nil, false
-			}
-			if w, err = s.Watch(ctx, le.Lock, WaitForRelease); err != nil {
-				return nil, err
-			}
-			watching = le.Lock
-			grants, err = takeAll(ctx, s, reqs, order)
-			if err == nil {
-				return grants, nil
-			}
-			continue
-		case e != nil && e.Code == CodeHeld:
-			// The name watched is still in the way: whoever took it will
-			// wake the watch when it lets go.
-			woken, backoff = false, minUnavailableBackoff
-			if e.HeldBy != nil {
-				w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
-			}
-		case e != nil && e.Code == CodeUnavailable:
-			retry = time.After(backoff)
-			backoff = min(2*backoff, maxUnavailableBackoff)
-		default: // an error that waiting will not mend
-			return nil, err
+	case <-retry:
+	case <-deadline:
+		return last
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// granted passes on the wake-up that led to grants when the release that
+// woke this waiter may admit more than one: another reader, another
+// permit.
+func (mw *multiWait) granted(grants []Grant, reqs []AcquireRequest) {
+	if mw.woken && passesOn(grants, reqs, mw.watching) {
+		mw.w.PassOn()
+	}
+	mw.woken = false
+}
+
+// drop closes the watch, passing on a wake-up nobody acted on.
+func (mw *multiWait) drop() {
+	if mw.w != nil {
+		if mw.woken {
+			mw.w.PassOn()
 		}
-		select {
-		case <-w.C():
-			woken = true
-			if !pause(ctx, deadline.C, rand.N(maxRetryJitter)) {
-				return nil, leaveErr(ctx, err)
-			}
-		case <-retry:
-		case <-deadline.C:
-			return nil, err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		grants, err = takeAll(ctx, s, reqs, order)
-		if err == nil {
-			if woken && passesOn(grants, reqs, watching) {
-				// The release that woke this waiter may admit more than
-				// one: another reader, another permit.
-				w.PassOn()
-			}
-			woken = false
-			return grants, nil
-		}
+		mw.w.Close()
+		mw.w, mw.woken = nil, false
 	}
 }
 

@@ -37,25 +37,14 @@ const storeCallTimeout = 5 * time.Second
 // Idempotency-Key the place is named after the key, and a wait that runs out
 // keeps it for a repeat of the request until it lapses.
 func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
-	// keep: the waiter's queue place outlives this call when its wait runs
-	// out, for a repeat of the request (same Idempotency-Key) to take up.
-	keep := false
-	if wait > 0 && req.WaiterID == "" {
-		req.WaiterID = NewWaiterID(req)
-		if req.IdempotencyKey != "" {
-			req.WaiterID, keep = StableWaiterID(req), true
-		}
-	}
+	req, keep := withWaiterID(req, wait)
 	g, err := tryAcquire(ctx, s, req)
 	if wait <= 0 || ErrorCode(err) != CodeHeld {
 		return g, err
 	}
-	// queued: the waiter may hold a place in the lock's queue, which it
-	// gives up when it leaves without the lock, unless it keeps the place
-	// for its repeat (the place lapses unless renewed, see QueueEntryTTL).
-	queued := heldBy(err).Queued
+	sw := &singleWait{queued: heldBy(err).Queued, backoff: minUnavailableBackoff}
 	defer func() {
-		if queued && (!keep || ctx.Err() != nil) {
+		if sw.queued && (!keep || ctx.Err() != nil) {
 			leave(ctx, s, req)
 		}
 	}()
@@ -68,62 +57,107 @@ func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Dur
 	}
 	defer w.Close()
 	w.Join(req.WaiterID)
-	// woken: the last try was made because of a wake-up, which nobody has
-	// acted on if that try failed; leaving then, pass it on.
-	woken := false
-	backoff := minUnavailableBackoff
+	sw.w = w
 	for {
 		g, err = tryAcquire(ctx, s, req)
-		var e *Error
-		errors.As(err, &e)
-		var retry <-chan time.Time
-		switch {
-		case e != nil && e.Code == CodeHeld:
-			w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
-			woken, backoff = false, minUnavailableBackoff
-			if e.HeldBy.Queued {
-				// Trying again is what renews the queue place.
-				queued = true
-				retry = time.After(QueueRenewal)
-			}
-		case e != nil && e.Code == CodeUnavailable:
-			retry = time.After(backoff)
-			backoff = min(2*backoff, maxUnavailableBackoff)
-		default: // granted, or an error that waiting will not mend
-			if err == nil {
-				queued = false // a grant takes the waiter out of the queue
-				if woken && g.Lease.Limit > 0 {
-					// The release that woke this waiter may have freed
-					// more than one permit (others expired).
-					w.PassOn()
-				}
-			} else if woken {
-				w.PassOn()
-			}
+		retry, done := sw.next(g, err)
+		if done {
 			return g, err
 		}
-		select {
-		case <-w.C():
-			woken = true
-			if req.Mode == Shared {
-				// A release that lets one reader in lets every reader in:
-				// wake the next waiter now, not after this try, so that
-				// the readers try side by side.
-				w.PassOn()
-				woken = false
-			}
-		case <-retry:
-		case <-deadline.C:
-			if woken {
-				w.PassOn()
-			}
+		if err := sw.sleep(ctx, req.Mode, deadline.C, retry, err); err != nil {
 			return Grant{}, err
-		case <-ctx.Done():
-			if woken {
-				w.PassOn()
-			}
-			return Grant{}, ctx.Err()
 		}
+	}
+}
+
+// withWaiterID names a waiting request's waiter, unless the caller did.
+// keep reports a waiter named after the Idempotency-Key: its queue place
+// outlives this call when its wait runs out, for a repeat of the request
+// (same key) to take up.
+func withWaiterID(req AcquireRequest, wait time.Duration) (_ AcquireRequest, keep bool) {
+	if wait > 0 && req.WaiterID == "" {
+		req.WaiterID = NewWaiterID(req)
+		if req.IdempotencyKey != "" {
+			req.WaiterID, keep = StableWaiterID(req), true
+		}
+	}
+	return req, keep
+}
+
+// singleWait is a waiting AcquireWait's state between tries.
+type singleWait struct {
+	w Watcher
+	// woken: the last try was made because of a wake-up, which nobody has
+	// acted on if that try failed; leaving then, pass it on.
+	woken   bool
+	backoff time.Duration
+	// queued: the waiter may hold a place in the lock's queue, which it
+	// gives up when it leaves without the lock, unless it keeps the place
+	// for its repeat (the place lapses unless renewed, see QueueEntryTTL).
+	queued bool
+}
+
+// next takes in a try's answer: done when it is the call's answer (a grant,
+// or an error that waiting will not mend), else retry, when to try again
+// without a wake-up (nil: only on a wake-up).
+func (sw *singleWait) next(g Grant, err error) (retry <-chan time.Time, done bool) {
+	var e *Error
+	errors.As(err, &e)
+	switch {
+	case e != nil && e.Code == CodeHeld:
+		sw.w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
+		sw.woken, sw.backoff = false, minUnavailableBackoff
+		if e.HeldBy.Queued {
+			// Trying again is what renews the queue place.
+			sw.queued = true
+			return time.After(QueueRenewal), false
+		}
+		return nil, false
+	case e != nil && e.Code == CodeUnavailable:
+		retry = time.After(sw.backoff)
+		sw.backoff = min(2*sw.backoff, maxUnavailableBackoff)
+		return retry, false
+	}
+	if err == nil {
+		sw.queued = false // a grant takes the waiter out of the queue
+		if sw.woken && g.Lease.Limit > 0 {
+			// The release that woke this waiter may have freed more than
+			// one permit (others expired).
+			sw.w.PassOn()
+		}
+	} else if sw.woken {
+		sw.w.PassOn()
+	}
+	return nil, true
+}
+
+// sleep waits for the next try: a wake-up or retry. It returns the error
+// to leave with when the wait or ctx ends first (last is the last try's),
+// and nil to try again.
+func (sw *singleWait) sleep(ctx context.Context, mode Mode, deadline, retry <-chan time.Time, last error) error {
+	select {
+	case <-sw.w.C():
+		sw.woken = true
+		if mode == Shared {
+			// A release that lets one reader in lets every reader in:
+			// wake the next waiter now, not after this try, so that the
+			// readers try side by side.
+			sw.w.PassOn()
+			sw.woken = false
+		}
+		return nil
+	case <-retry:
+		return nil
+	case <-deadline:
+		if sw.woken {
+			sw.w.PassOn()
+		}
+		return last
+	case <-ctx.Done():
+		if sw.woken {
+			sw.w.PassOn()
+		}
+		return ctx.Err()
 	}
 }
 

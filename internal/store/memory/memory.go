@@ -348,71 +348,93 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 		return lock.Grant{}, nil, lock.LimitMismatch(req.Lock, req.Limit, held)
 	}
 
-	// Find the lease to re-enter, or the leases in the way. joins says
-	// whether a refusal takes a place in the queue (rule 9), and
-	// skipQueue whether the queue is ignored (rule 6.3).
-	var (
-		reenter   *memLease
-		inTheWay  []*memLease
-		joins     = req.Fair
-		skipQueue bool
-	)
+	c, err := n.contest(req)
+	if err != nil {
+		return lock.Grant{}, nil, err
+	}
+	f := m.fence(req.Lock)
+	requestID := ulid.Make().String()
+	if c.reenter != nil {
+		g, ns := m.reenter(n, c.reenter, f, req, requestID, now)
+		return g, ns, nil
+	}
+	if len(c.inTheWay) > 0 || (!c.skipQueue && n.heldOff(req)) {
+		return lock.Grant{}, nil, m.refuse(n, f, req, now, c.inTheWay, c.joins)
+	}
+	return m.grantFresh(n, f, req, requestID, now)
+}
+
+// contest is what an acquire meets on a name: the lease it re-enters, or
+// the leases in the way. joins says whether a refusal takes a place in the
+// queue (rule 9), and skipQueue whether the queue is ignored (rule 6.3).
+type contest struct {
+	reenter   *memLease
+	inTheWay  []*memLease
+	joins     bool
+	skipQueue bool
+}
+
+// contest finds what req meets on n by rules 5-7, or the refusal of an
+// exclusive acquire by an owner that holds the name shared.
+func (n *memName) contest(req lock.AcquireRequest) (contest, error) {
+	c := contest{joins: req.Fair}
 	switch {
 	case req.Limit > 0: // 7
 		if len(n.shared) >= req.Limit {
 			for l := range n.leases {
-				inTheWay = append(inTheWay, l)
+				c.inTheWay = append(c.inTheWay, l)
 			}
 		}
 	case req.Mode == lock.Exclusive: // 5
 		if n.excl != nil && n.excl.ownedBy(req) {
-			reenter = n.excl
+			c.reenter = n.excl
 			break
 		}
 		if n.ownShared(req) != nil {
-			return lock.Grant{}, nil, lock.UpgradeRefused(req.Lock, req.Owner)
+			return contest{}, lock.UpgradeRefused(req.Lock, req.Owner)
 		}
 		for l := range n.leases {
 			if !l.ownedBy(req) {
-				inTheWay = append(inTheWay, l)
+				c.inTheWay = append(c.inTheWay, l)
 				if l.Mode == lock.Shared {
-					joins = true // a writer queues so that new readers wait behind it
+					c.joins = true // a writer queues so that new readers wait behind it
 				}
 			}
 		}
 	default: // 6: shared
 		if l := n.ownShared(req); l != nil {
-			reenter = l
+			c.reenter = l
 			break
 		}
 		if n.excl != nil && !n.excl.ownedBy(req) {
-			inTheWay = append(inTheWay, n.excl)
+			c.inTheWay = append(c.inTheWay, n.excl)
 		}
 		// A downgrade never waits for writers that wait for it.
-		skipQueue = n.excl != nil
+		c.skipQueue = n.excl != nil
 	}
-	f := m.fence(req.Lock)
-	requestID := ulid.Make().String()
+	return c, nil
+}
 
-	if reenter != nil {
-		l := reenter
-		l.HoldCount++
-		l.TTL = req.TTL
-		m.reschedule(l, now.Add(req.TTL))
-		l.mark(requestID, markAdded)
-		if req.IdempotencyKey != "" {
-			l.idem, l.idemOp = req.IdempotencyKey, requestID
-		}
-		f.version++
-		g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
-		ns := n.admit(req)
-		m.record(lock.EventReentered, n, l, l.HoldCount, now)
-		return g, ns, nil
+// reenter adds a hold to l, the lease req re-enters: its TTL is req's from
+// now, and the fence's version moves (the state changed), not its token.
+func (m *Store) reenter(n *memName, l *memLease, f *memFence, req lock.AcquireRequest, requestID string, now time.Time) (lock.Grant, []notice) {
+	l.HoldCount++
+	l.TTL = req.TTL
+	m.reschedule(l, now.Add(req.TTL))
+	l.mark(requestID, markAdded)
+	if req.IdempotencyKey != "" {
+		l.idem, l.idemOp = req.IdempotencyKey, requestID
 	}
-	if len(inTheWay) > 0 || (!skipQueue && n.heldOff(req)) {
-		return lock.Grant{}, nil, m.refuse(n, f, req, now, inTheWay, joins)
-	}
+	f.version++
+	g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
+	ns := n.admit(req)
+	m.record(lock.EventReentered, n, l, l.HoldCount, now)
+	return g, ns
+}
 
+// grantFresh grants req a new lease, named requestID, with the name's next
+// fencing token.
+func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, requestID string, now time.Time) (lock.Grant, []notice, error) {
 	token, err := fencing.Next(f.token, now)
 	if err != nil {
 		return lock.Grant{}, nil, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}

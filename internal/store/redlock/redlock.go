@@ -28,6 +28,10 @@
 //   - Renew and release go to every master and succeed with a majority.
 //   - Waiters watch every master: a release notice from any of them wakes
 //     them.
+//   - A master whose call times out is marked down: later calls do not ask
+//     it (a majority of all N still decides) until a background PING
+//     hears from it and the releases and abandons it missed have run on it
+//     (see health).
 //
 // Semaphores and fair queues are refused (lock.CodeUnsupported): permits
 // counted per master do not add up to a limit under majorities, and per
@@ -66,6 +70,7 @@ func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 type Store struct {
 	masters []*redisstore.Store
 	quorum  int
+	health  *health
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -77,7 +82,7 @@ func New(masters []*redisstore.Store) (*Store, error) {
 	if n := len(masters); n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("redlock needs an odd number of masters, at least 3; got %d", n)
 	}
-	return &Store{masters: masters, quorum: len(masters)/2 + 1}, nil
+	return &Store{masters: masters, quorum: len(masters)/2 + 1, health: newHealth(masters)}, nil
 }
 
 // Quorum is how many masters must agree: ⌊N/2⌋+1.
@@ -90,15 +95,16 @@ type answer[T any] struct {
 }
 
 // each runs f on every master in parallel and returns their answers in
-// master order. Each master's store bounds its own call.
+// master order. Each master's store bounds its own call; a master marked
+// down is not asked (see call).
 func each[T any](ctx context.Context, s *Store, f func(ctx context.Context, m *redisstore.Store) (T, error)) []answer[T] {
 	out := make([]answer[T], len(s.masters))
 	var wg sync.WaitGroup
-	for i, m := range s.masters {
+	for i := range s.masters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := f(ctx, m)
+			v, err := call(ctx, s, i, f)
 			out[i] = answer[T]{v, err}
 		}()
 	}
@@ -109,11 +115,8 @@ func each[T any](ctx context.Context, s *Store, f func(ctx context.Context, m *r
 // TryAcquire implements lock.Store.
 func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	// The caller validated req; each master's store checks its kind.
-	if req.Limit > 0 {
-		return lock.Grant{}, lock.Unsupported("semaphores (limit) are not offered in redlock mode: permits counted on each master do not add up to a limit under majorities")
-	}
-	if req.Fair {
-		return lock.Grant{}, lock.Unsupported("fair locks are not offered in redlock mode: each master's queue may name a different head")
+	if err := unsupported(req); err != nil {
+		return lock.Grant{}, err
 	}
 	// No queue places: each master's queue could name a different head,
 	// and waiters at the heads of different masters would hold each other
@@ -121,27 +124,85 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	req.WaiterID = ""
 	start := time.Now()
 	id := ulid.Make().String()
-	// The name's first master is asked first: when many acquire a free
-	// lock at once, it grants one of them, and only that one asks the
-	// others. Asking all at once, each master could grant a different
-	// caller, and no caller would win a majority. When the first master
-	// refuses, nothing was granted; when it does not answer, the others
-	// must grant all but it.
-	firstIdx := s.first(req.Lock)
-	first := s.masters[firstIdx]
-	firstGrant, firstErr := first.AcquireAs(ctx, req, id)
-	if firstErr != nil && !unknown(firstErr) {
-		return lock.Grant{}, s.confirmRefusal(ctx, req.Lock, firstIdx, firstErr)
+	answers, err := s.ask(ctx, req, id)
+	if err != nil {
+		return lock.Grant{}, err
 	}
-	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.Grant, error) {
-		if m == first {
-			return firstGrant, firstErr // asked already
+	leaseID, group := s.majorityLease(ctx, req.Lock, id, answers)
+	if group == nil {
+		s.undo(ctx, req.Lock, id, answers)
+		return lock.Grant{}, s.refusal(req.Lock, answers)
+	}
+	g, writeBack := mergeGrants(group)
+	if a := answers[s.first(req.Lock)]; a.err == nil && a.v.Lease.ID == leaseID {
+		// The first master's count, not the largest: see first.
+		g.Lease.HoldCount = a.v.Lease.HoldCount
+	}
+	if writeBack {
+		if err := s.writeBack(ctx, req.Lock, leaseID, g.Lease.Token); err != nil {
+			s.undo(ctx, req.Lock, id, answers)
+			return lock.Grant{}, err
+		}
+	}
+	return s.withValidity(ctx, req, start, id, g, group, answers)
+}
+
+// unsupported refuses what redlock mode does not offer.
+func unsupported(req lock.AcquireRequest) error {
+	if req.Limit > 0 {
+		return lock.Unsupported("semaphores (limit) are not offered in redlock mode: permits counted on each master do not add up to a limit under majorities")
+	}
+	if req.Fair {
+		return lock.Unsupported("fair locks are not offered in redlock mode: each master's queue may name a different head")
+	}
+	return nil
+}
+
+// ask asks every master to grant req as request id, the name's leader
+// first, and returns their answers in master order; or the refusal when the
+// leader refused. When many acquire a free lock at once, the leader grants
+// one of them, and only that one asks the others. Asking all at once, each
+// master could grant a different caller, and no caller would win a
+// majority. When the leader refuses, nothing was granted (no other master
+// was asked); when it does not answer, the others must grant all but it.
+func (s *Store) ask(ctx context.Context, req lock.AcquireRequest, id string) ([]answer[lock.Grant], error) {
+	acquire := func(ctx context.Context, m *redisstore.Store) (lock.Grant, error) {
+		return m.AcquireAs(ctx, req, id)
+	}
+	lead := s.leader(req.Lock)
+	leadGrant, leadErr := call(ctx, s, lead, acquire)
+	if leadErr != nil && !unknown(leadErr) {
+		return nil, s.confirmRefusal(ctx, req.Lock, lead, leadErr)
+	}
+	return each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.Grant, error) {
+		if m == s.masters[lead] {
+			return leadGrant, leadErr // asked already
 		}
 		return m.AcquireAs(ctx, req, id)
-	})
+	}), nil
+}
 
-	// The lease most masters granted: all of them name the same one,
-	// unless a master lost a lease that the others re-entered.
+// leader is the master an acquire of name asks first: the name's first
+// master, or while that one is marked down, the next master after it that
+// is not. A stand-in only keeps acquirers from splitting the others; hold
+// counts stay the first master's (see first), and answers without it carry
+// the largest of the others'.
+func (s *Store) leader(name string) int {
+	first := s.first(name)
+	for k := range len(s.masters) {
+		if i := (first + k) % len(s.masters); !s.health.isDown(i) {
+			return i
+		}
+	}
+	return first
+}
+
+// majorityLease returns the lease most masters granted and those masters'
+// grants of it; no grants when fewer than a majority granted it. All of
+// them name the same lease, unless a master lost a lease that the others
+// re-entered: such a master's hold, on another lease of this owner, is not
+// part of the grant and is abandoned.
+func (s *Store) majorityLease(ctx context.Context, name, id string, answers []answer[lock.Grant]) (string, []lock.Grant) {
 	votes := map[string]int{}
 	leaseID, n := "", 0
 	for _, a := range answers {
@@ -153,45 +214,48 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		}
 	}
 	if n < s.quorum {
-		s.undo(ctx, req.Lock, id, answers)
-		return lock.Grant{}, s.refusal(req.Lock, answers)
+		return "", nil
 	}
-
 	var group []lock.Grant
 	for i, a := range answers {
 		if a.err != nil {
 			continue
 		}
 		if a.v.Lease.ID != leaseID {
-			// A hold on another lease of this owner: not part of the grant.
-			_ = s.masters[i].Abandon(context.WithoutCancel(ctx), req.Lock, id)
+			_ = s.masters[i].Abandon(context.WithoutCancel(ctx), name, id)
 			continue
 		}
 		group = append(group, a.v)
 	}
-	g, writeBack := mergeGrants(group)
-	if a := answers[firstIdx]; a.err == nil && a.v.Lease.ID == leaseID {
-		// The first master's count, not the largest: see first.
-		g.Lease.HoldCount = a.v.Lease.HoldCount
+	return leaseID, group
+}
+
+// writeBack writes a fresh grant's token, the largest proposal, back to
+// the masters (see the package comment); a majority must take it, or the
+// grant is not safe to answer.
+func (s *Store) writeBack(ctx context.Context, name, leaseID string, token uint64) error {
+	raised := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
+		return m.RaiseToken(ctx, name, leaseID, token)
+	})
+	if _, ok := errsOf(raised); ok < s.quorum {
+		return &lock.Error{Code: lock.CodeUnavailable,
+			Detail: fmt.Sprintf("the fencing token reached %d of %d masters, fewer than a majority; the grant was undone", ok, len(s.masters))}
 	}
-	if writeBack {
-		raised := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
-			return m.RaiseToken(ctx, req.Lock, leaseID, g.Lease.Token)
-		})
-		if _, ok := errsOf(raised); ok < s.quorum {
-			s.undo(ctx, req.Lock, id, answers)
-			return lock.Grant{}, &lock.Error{Code: lock.CodeUnavailable,
-				Detail: fmt.Sprintf("the fencing token reached %d of %d masters, fewer than a majority; the grant was undone", ok, len(s.masters))}
-		}
-	}
+	return nil
+}
+
+// withValidity completes a majority's grant with its request id and
+// validity. A replayed grant is the lease as it is: valid while a majority
+// still holds it. Any other is valid from the call's start for the TTL less
+// the drift allowance, and is undone when the masters took that long.
+func (s *Store) withValidity(ctx context.Context, req lock.AcquireRequest, start time.Time, id string, g lock.Grant, group []lock.Grant, answers []answer[lock.Grant]) (lock.Grant, error) {
+	g.RequestID = id
 	if g.Replayed {
-		// The lease as it is: valid while a majority still holds it.
 		var exps []time.Time
 		for _, x := range group {
 			exps = append(exps, x.Lease.ExpiresAt)
 		}
 		g.Lease.ExpiresAt = s.quorumTime(exps).Add(-Drift(g.Lease.TTL))
-		g.RequestID = id
 		return g, nil
 	}
 	validity := req.TTL - time.Since(start) - Drift(req.TTL)
@@ -204,7 +268,6 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	if g.Fresh {
 		g.Lease.AcquiredAt = start
 	}
-	g.RequestID = id
 	return g, nil
 }
 
@@ -220,8 +283,10 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 // lockapi instance sent them, so its counts are distinct and fit that
 // order; the first master is the one every acquire asks before any other.
 // (Serialising an owner's acquires in this process would not order those
-// of other instances.) Where it did not answer, the largest count of the
-// others is answered, and promises nothing more.
+// of other instances.) Where it did not answer, or was not asked because
+// it is marked down (see health; a stand-in then leads the acquires, see
+// leader), the largest count of the others is answered, and promises
+// nothing more.
 func (s *Store) first(name string) int {
 	h := fnv.New32a()
 	h.Write([]byte(name))
@@ -269,23 +334,39 @@ func errsOf[T any](answers []answer[T]) (errs []error, ok int) {
 
 // undo abandons an acquire on the masters that granted it or whose answer
 // is unknown: where it ran, its hold goes; where it is still on its way, it
-// will grant nothing. A master that refused it has nothing to undo. A master
-// that cannot be reached is left to its store's reaper, which repeats the
-// abandon.
+// will grant nothing. A master that refused it, or was not asked (marked
+// down), has nothing to undo. A master that cannot be reached is left to
+// its store's reaper, which repeats the abandon; one marked down also gets
+// it before it rejoins, without this call waiting out its deadline again.
 func (s *Store) undo(ctx context.Context, name, requestID string, answers []answer[lock.Grant]) {
 	ctx = context.WithoutCancel(ctx)
+	abandon := func(ctx context.Context, m *redisstore.Store) error { return m.Abandon(ctx, name, requestID) }
 	var wg sync.WaitGroup
 	for i, a := range answers {
-		if a.err != nil && !unknown(a.err) {
+		if a.err != nil && !unknown(a.err) || skipped(a.err) {
+			continue
+		}
+		if s.health.isDown(i) {
+			s.health.later(i, abandon)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = s.masters[i].Abandon(ctx, name, requestID)
+			_ = abandon(ctx, s.masters[i])
 		}()
 	}
 	wg.Wait()
+}
+
+// laterOnDown keeps r for each master that is marked down and did not
+// answer (errs in master order), to run on it before it rejoins.
+func (s *Store) laterOnDown(errs []error, r repair) {
+	for i, err := range errs {
+		if err != nil && s.health.isDown(i) {
+			s.health.later(i, r)
+		}
+	}
 }
 
 // unknown reports an answer that may hide a grant: the master was not
@@ -322,29 +403,30 @@ func (s *Store) refusal(name string, answers []answer[lock.Grant]) error {
 	return s.unreached(errs)
 }
 
-// confirmRefusal is the answer to an acquire the first master refused: as
-// it is, unless it names a lease in the way, which is then named only when
-// every other master holds that lease with that token too (read, not
-// asked to grant: asking would let the others grant what the first
-// refused). The first master alone may show a lease whose grant is still
-// in flight: with its own token proposal, before the grant's token (the
-// largest proposal) is written back, or one that a majority will refuse.
-func (s *Store) confirmRefusal(ctx context.Context, name string, firstIdx int, err error) error {
+// confirmRefusal is the answer to an acquire the leader (master lead, see
+// leader) refused: as it is, unless it names a lease in the way, which is
+// then named only when every other master holds that lease with that token
+// too (read, not asked to grant: asking would let the others grant what
+// the leader refused). The leader alone may show a lease whose grant is
+// still in flight: with its own token proposal, before the grant's token
+// (the largest proposal) is written back, or one that a majority will
+// refuse.
+func (s *Store) confirmRefusal(ctx context.Context, name string, lead int, err error) error {
 	var e *lock.Error
 	if !errors.As(err, &e) || e.Code != lock.CodeHeld || e.HeldBy == nil || e.HeldBy.Owner == "" {
 		return err
 	}
 	by := e.HeldBy
 	states := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.State, error) {
-		if m == s.masters[firstIdx] {
+		if m == s.masters[lead] {
 			return lock.State{}, nil // it answered already
 		}
 		return m.Inspect(ctx, name)
 	})
 	sightings := make([]*lock.HeldBy, len(s.masters))
-	sightings[firstIdx] = by
+	sightings[lead] = by
 	for i, a := range states {
-		if i == firstIdx || a.err != nil {
+		if i == lead || a.err != nil {
 			continue
 		}
 		for _, h := range a.v.Holders {
@@ -535,11 +617,18 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	}
 	if released >= s.quorum {
 		out.Released, out.HoldCount = true, 0
+		releaseAll := func(ctx context.Context, m *redisstore.Store) error {
+			_, err := m.Release(ctx, ref, true)
+			return err
+		}
 		for i, a := range answers {
 			if a.err == nil && !a.v.Released {
-				_, _ = s.masters[i].Release(ctx, ref, true)
+				_ = releaseAll(ctx, s.masters[i])
 			}
 		}
+		// A master marked down would hold the lease until its TTL, and
+		// refuse every acquire it is asked first for meanwhile.
+		s.laterOnDown(errs, releaseAll)
 		return out, nil
 	}
 	out.Retried = false
@@ -647,26 +736,42 @@ func (s *Store) merge(name string, states []*lock.State) lock.State {
 	return st
 }
 
-// Abandon implements lock.Store on every master.
+// Abandon implements lock.Store on every master; a master marked down gets
+// it before it rejoins.
 func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
-	return s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error {
-		return m.Abandon(ctx, name, requestID)
-	})
+	abandon := func(ctx context.Context, m *redisstore.Store) error { return m.Abandon(ctx, name, requestID) }
+	errs := s.everywhere(ctx, abandon)
+	s.laterOnDown(errs, abandon)
+	return s.majority(errs)
 }
 
 // Leave implements lock.Store on every master.
 func (s *Store) Leave(ctx context.Context, name, waiterID string) error {
-	return s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error {
+	return s.majority(s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error {
 		return m.Leave(ctx, name, waiterID)
-	})
+	}))
 }
 
-// everywhere runs f on every master and succeeds when a majority did.
-func (s *Store) everywhere(ctx context.Context, f func(ctx context.Context, m *redisstore.Store) error) error {
+// everywhere runs f on every master and returns their errors in master
+// order.
+func (s *Store) everywhere(ctx context.Context, f func(ctx context.Context, m *redisstore.Store) error) []error {
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (struct{}, error) {
 		return struct{}{}, f(ctx, m)
 	})
-	if errs, ok := errsOf(answers); ok < s.quorum {
+	errs, _ := errsOf(answers)
+	return errs
+}
+
+// majority is nil when a majority of errs (one per master) is nil, and the
+// call's failure otherwise.
+func (s *Store) majority(errs []error) error {
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if ok < s.quorum {
 		return s.failure(errs)
 	}
 	return nil
@@ -678,9 +783,15 @@ func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (bool, error) {
 		return m.ForceRelease(ctx, name, principal)
 	})
-	if errs, ok := errsOf(answers); ok < s.quorum {
+	errs, ok := errsOf(answers)
+	if ok < s.quorum {
 		return false, s.failure(errs)
 	}
+	// A master marked down would keep the lease, as after a lost release.
+	s.laterOnDown(errs, func(ctx context.Context, m *redisstore.Store) error {
+		_, err := m.ForceRelease(ctx, name, principal)
+		return err
+	})
 	held := false
 	for _, a := range answers {
 		held = held || a.err == nil && a.v
@@ -690,11 +801,13 @@ func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 
 // Ping implements lock.Store: a majority of the masters must answer.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error { return m.Ping(ctx) })
+	return s.majority(s.everywhere(ctx, func(ctx context.Context, m *redisstore.Store) error { return m.Ping(ctx) }))
 }
 
-// Close closes every master's store.
+// Close stops the probes of masters marked down and closes every master's
+// store.
 func (s *Store) Close() error {
+	s.health.close()
 	var errs []error
 	for _, m := range s.masters {
 		errs = append(errs, m.Close())

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
+	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 )
 
 // Watch implements lock.Store: the watcher watches every master that
@@ -189,7 +190,9 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	page := lock.ListPage{Locks: []lock.State{}}
 	down := 0
 	for i < len(s.masters) && len(page.Locks) < limit {
-		p, err := s.masters[i].List(ctx, lock.ListRequest{Prefix: req.Prefix, Limit: limit - len(page.Locks), Cursor: cursor})
+		p, err := call(ctx, s, i, func(ctx context.Context, m *redisstore.Store) (lock.ListPage, error) {
+			return m.List(ctx, lock.ListRequest{Prefix: req.Prefix, Limit: limit - len(page.Locks), Cursor: cursor})
+		})
 		if lock.ErrorCode(err) == lock.CodeInvalid {
 			return lock.ListPage{}, err
 		}
