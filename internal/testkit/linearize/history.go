@@ -1,9 +1,13 @@
 package linearize
 
 import (
+	"bufio"
+	"cmp"
+	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -42,23 +46,6 @@ func (h *History) Operations() []porcupine.Operation {
 	return append([]porcupine.Operation(nil), h.ops...)
 }
 
-// Check checks the history against the model under promise p and fails tb
-// when it is not linearizable, or when the checker ran out of timeout. On
-// failure porcupine's visualization is written to a temporary file whose
-// path is logged.
-func (h *History) Check(tb testing.TB, p Promise, timeout time.Duration) {
-	tb.Helper()
-	ops := h.Operations()
-	res := Check(p, ops, timeout)
-	if res.Result == porcupine.Ok {
-		return
-	}
-	tb.Errorf("%d operations: %s (not linearizable under %+v)", len(ops), res.Result, p)
-	if res.Visualization != "" {
-		tb.Errorf("porcupine's visualization: %s", res.Visualization)
-	}
-}
-
 // Result is a check's outcome.
 type Result struct {
 	Result porcupine.CheckResult
@@ -84,4 +71,28 @@ func Check(p Promise, ops []porcupine.Operation, timeout time.Duration) Result {
 		out.Visualization = f.Name()
 	}
 	return out
+}
+
+// Dump writes ops, one a line in order of call, to a temporary file and
+// returns its path: a failing history in a form grep can read.
+func Dump(ops []porcupine.Operation) string {
+	ops = slices.Clone(ops)
+	slices.SortStableFunc(ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	f, err := os.CreateTemp("", "lockapi-history-*.txt")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	for _, op := range ops {
+		ret := "inf"
+		if op.Return != Infinity {
+			ret = strconv.FormatInt(op.Return, 10)
+		}
+		fmt.Fprintf(w, "%d %s client %d: %s\n", op.Call, ret, op.ClientId, describe(op.Input, op.Output))
+	}
+	if w.Flush() != nil {
+		return ""
+	}
+	return f.Name()
 }
