@@ -90,7 +90,10 @@ const Infinity = math.MaxInt64
 type Promise struct {
 	// ExactHoldCount: a reentrant acquire answers the lease's hold count
 	// after it, and a release the count left. Without it an answer may
-	// report any count from 1 (0 for a release) up to that one.
+	// report any count of at least 1 (0 for a release): redlock's answers
+	// report the largest count of the masters, which may include holds of
+	// acquires still in flight. Whether a release ended the lease is
+	// always checked.
 	ExactHoldCount bool
 	// ExactHolderToken: a lock-held problem names the fencing token of the
 	// lease in the way. Without it the holder's owner must still be right.
@@ -441,7 +444,7 @@ func holdCount(p Promise, answered, model, least int) bool {
 	if p.ExactHoldCount {
 		return answered == model
 	}
-	return answered >= least && answered <= model
+	return answered >= least
 }
 
 func (s *state) release(p Promise, in Input, out Output) []*state {
