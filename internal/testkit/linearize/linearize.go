@@ -14,7 +14,9 @@
 // An operation whose answer never came (a transport error, a 503) is
 // recorded with Unknown set and a return time of infinity: the model lets it
 // take effect, or not, at any point after its call. A lease granted that
-// way has no known id or token until a later answer names it.
+// way has no known id or token until a later answer names it. An acquire
+// answered 5xx by a store that undoes such grants is recorded with
+// Abandoned too, beside an Abandon that may undo its hold later.
 package linearize
 
 import (
@@ -45,6 +47,13 @@ const (
 	// that hold.
 	Take
 	GiveBack
+	// Abandon is lockapi undoing what an acquire answered 5xx may have
+	// granted (README: "A grant whose answer lockapi could not deliver is
+	// undone"). It is recorded beside that acquire, with its Tag, from the
+	// acquire's call, and always with an Unknown answer: the undo runs in
+	// the background once Redis answers again, and drops the hold only if
+	// the acquire took one and no later acquire of the lease came first.
+	Abandon
 )
 
 // Input is an operation's request.
@@ -57,7 +66,8 @@ type Input struct {
 	Fair   bool // "fair": true with wait_ms: granted only at the queue's head
 	// Tag names the operation: a fair waiter's queue place (Join and its
 	// Acquire share it), a refused multi-lock's hold (Take and GiveBack
-	// share it), and the lease an Unknown acquire may have granted.
+	// share it), the lease an Unknown acquire may have granted, and the
+	// hold an Abandon undoes.
 	Tag     string
 	LeaseID string // Release
 	All     bool   // Release: every hold
@@ -68,8 +78,12 @@ type Output struct {
 	// Unknown: no answer came (transport error, 5xx); the operation may
 	// or may not have taken effect. Its return time is infinity.
 	Unknown bool
-	Status  int
-	Problem string // the problem type's last segment: lock-held, lease-lost, ...
+	// Abandoned, with Unknown, on an acquire: lockapi answered 5xx and
+	// undoes whatever the acquire granted (an Abandon with the acquire's
+	// Tag), so a grant it made may end later without any release.
+	Abandoned bool
+	Status    int
+	Problem   string // the problem type's last segment: lock-held, lease-lost, ...
 	// An acquire's lease; a release's remaining hold count and Released.
 	LeaseID   string
 	Token     uint64
@@ -155,7 +169,8 @@ type lease struct {
 	ceil   uint64 // unknown token: smaller than this one, granted after it (0: none yet)
 }
 
-// take is a refused multi-lock's hold that its GiveBack undoes.
+// take is a hold that a later operation undoes: a refused multi-lock's,
+// undone by its GiveBack, or an abandoned acquire's, by its Abandon.
 type take struct{ tag, key string }
 
 // state is one name. Step never changes a state: it returns new ones.
@@ -290,19 +305,35 @@ func (s *state) step(p Promise, in Input, out Output) []*state {
 		n.takes = append(n.takes, take{in.Tag, n.leaseKey(in, d)})
 		return []*state{n}
 	case GiveBack:
-		i := slices.IndexFunc(s.takes, func(t take) bool { return t.tag == in.Tag })
-		if i < 0 {
+		n := s.undo(in.Tag)
+		if n == nil {
 			return nil // given back before it was taken
 		}
-		n := s.clone()
-		key := n.takes[i].key
-		n.takes = slices.Delete(n.takes, i, i+1)
-		if j := slices.IndexFunc(n.leases, func(l lease) bool { return l.key == key }); j >= 0 {
-			n.dropHold(j, false)
-		}
 		return []*state{n}
+	case Abandon:
+		// It may not drop a hold: the acquire took none, or it was not
+		// the lease's latest acquire when the undo ran.
+		if n := s.undo(in.Tag); n != nil {
+			return []*state{s, n}
+		}
+		return []*state{s}
 	}
 	return nil
+}
+
+// undo drops the hold taken under tag; nil when none was taken.
+func (s *state) undo(tag string) *state {
+	i := slices.IndexFunc(s.takes, func(t take) bool { return t.tag == tag })
+	if i < 0 {
+		return nil
+	}
+	n := s.clone()
+	key := n.takes[i].key
+	n.takes = slices.Delete(n.takes, i, i+1)
+	if j := slices.IndexFunc(n.leases, func(l lease) bool { return l.key == key }); j >= 0 {
+		n.dropHold(j, false)
+	}
+	return n
 }
 
 // leaseKey is the key of the lease that d's grant of in re-entered or made.
@@ -339,7 +370,11 @@ func (s *state) acquire(p Promise, in Input, out Output) []*state {
 	if out.Unknown {
 		next := []*state{s}
 		if d.grants() {
-			next = append(next, s.grant(in, d))
+			n := s.grant(in, d)
+			if out.Abandoned {
+				n.takes = append(n.takes, take{in.Tag, n.leaseKey(in, d)})
+			}
+			next = append(next, n)
 		}
 		if in.Fair { // a waiter that gave up left the queue
 			n := s.clone()
@@ -521,8 +556,12 @@ func describe(in, out any) string {
 		return fmt.Sprintf("multi-take(%s %s%s %s)", i.Lock, i.Owner, mode, i.Tag)
 	case GiveBack:
 		return fmt.Sprintf("multi-give-back(%s %s)", i.Lock, i.Tag)
+	case Abandon:
+		return fmt.Sprintf("abandon(%s %s)", i.Lock, i.Tag)
 	}
 	switch {
+	case o.Unknown && o.Abandoned:
+		return req + " -> 5xx (abandoned)"
 	case o.Unknown:
 		return req + " -> ?"
 	case o.Status == 409 && o.Problem == "lock-held":

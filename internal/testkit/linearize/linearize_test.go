@@ -67,10 +67,19 @@ func released(holds int, ended bool) Output {
 	return Output{Status: 200, HoldCount: holds, Released: ended}
 }
 
+// abandonedAcq is an acquire that lockapi answered 5xx, tagged so that its
+// abandon names it.
+func abandonedAcq(owner, tag string) Input {
+	return Input{Kind: Acquire, Lock: "x", Owner: owner, Tag: tag}
+}
+
+func abandon(tag string) Input { return Input{Kind: Abandon, Lock: "x", Tag: tag} }
+
 var (
-	refused = func(typ string) Output { return Output{Status: 409, Problem: typ} }
-	lost    = Output{Status: 410, Problem: "lease-lost"}
-	unknown = Output{Unknown: true}
+	abandoned = Output{Unknown: true, Abandoned: true}
+	refused   = func(typ string) Output { return Output{Status: 409, Problem: typ} }
+	lost      = Output{Status: 410, Problem: "lease-lost"}
+	unknown   = Output{Unknown: true}
 )
 
 // relaxed is a promise that checks neither hold counts nor holder tokens
@@ -241,6 +250,32 @@ func TestModel(t *testing.T) {
 			release("L1", true, released(0, true)),
 			acquire("b", granted("L2", 6, 1)),
 		), false},
+		{"an abandoned acquire's grant is seen, then undone", Strict, []op{
+			{0, 0, abandonedAcq("a", "g1"), abandoned},
+			{0, 0, abandon("g1"), unknown},
+			{10, 20, acq("b"), held("a", 7)},
+			{30, 40, acq("b"), granted("L2", 8, 1)},
+		}, true},
+		{"ErrGrantEndsWithoutUndo", Strict, []op{
+			{0, 0, abandonedAcq("a", "g1"), unknown},
+			{10, 20, acq("b"), held("a", 7)},
+			{30, 40, acq("b"), granted("L2", 8, 1)},
+		}, false},
+		{"an abandoned reentrant acquire's hold is dropped, the lease lives", Strict, []op{
+			{0, 5, acq("a"), granted("L1", 5, 1)},
+			{10, 0, abandonedAcq("a", "g1"), abandoned},
+			{10, 0, abandon("g1"), unknown},
+			{20, 25, acq("a"), reentered("L1", 5, 3)}, // the abandoned hold is still there
+			{30, 35, release("L1", false, unknown).in, released(1, false)},
+			{40, 45, release("L1", false, unknown).in, released(0, true)}, // and now it is not
+		}, true},
+		{"ErrAbandonDropsTheLease", Strict, []op{
+			{0, 5, acq("a"), granted("L1", 5, 1)},
+			{6, 9, acq("a"), reentered("L1", 5, 2)},
+			{10, 0, abandonedAcq("a", "g1"), abandoned},
+			{10, 0, abandon("g1"), unknown},
+			{30, 35, release("L1", false, unknown).in, released(0, true)},
+		}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := Check(c.promise, history(c.ops), 0)
