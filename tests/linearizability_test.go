@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -148,10 +150,10 @@ func TestLinearizability_refused_multi_keeps_hold_counts(t *testing.T) {
 			c := newLinClient(s)
 			h := linearize.NewHistory()
 			a, z := "refused-multi:a", "refused-multi:z"
-			if _, ok := c.acquire(t, h, 0, linearize.Input{Lock: z, Owner: "other"}); !ok {
+			if _, ok, _ := c.acquire(t, h, 0, linearize.Input{Lock: z, Owner: "other"}); !ok {
 				t.Fatal("the blocking lease was not granted")
 			}
-			held, ok := c.acquire(t, h, 0, linearize.Input{Lock: a, Owner: "m"})
+			held, ok, _ := c.acquire(t, h, 0, linearize.Input{Lock: a, Owner: "m"})
 			if !ok {
 				t.Fatal("m's first hold was not granted")
 			}
@@ -163,7 +165,7 @@ func TestLinearizability_refused_multi_keeps_hold_counts(t *testing.T) {
 							c.multi(t, h, client, []string{a, z}, "m")
 							continue
 						}
-						if l, ok := c.acquire(t, h, client, linearize.Input{Lock: a, Owner: "m"}); ok {
+						if l, ok, _ := c.acquire(t, h, client, linearize.Input{Lock: a, Owner: "m"}); ok {
 							c.release(t, h, client, l, false)
 						}
 					}
@@ -184,7 +186,7 @@ func TestLinearizability_redlock_concurrent_reentry(t *testing.T) {
 	s := startServer(t, b.start(t), "--log-level", "warn")
 	c := newLinClient(s)
 	h := linearize.NewHistory()
-	first, ok := c.acquire(t, h, 0, linearize.Input{Lock: "reentry", Owner: "o"})
+	first, ok, _ := c.acquire(t, h, 0, linearize.Input{Lock: "reentry", Owner: "o"})
 	if !ok {
 		t.Fatal("the first hold was not granted")
 	}
@@ -192,7 +194,7 @@ func TestLinearizability_redlock_concurrent_reentry(t *testing.T) {
 	for client := 1; client <= linearizeClients; client++ {
 		wg.Go(func() {
 			for range 10 {
-				if l, ok := c.acquire(t, h, client, linearize.Input{Lock: "reentry", Owner: "o"}); ok {
+				if l, ok, _ := c.acquire(t, h, client, linearize.Input{Lock: "reentry", Owner: "o"}); ok {
 					c.release(t, h, client, l, false)
 				}
 				c.acquire(t, h, client, linearize.Input{Lock: "reentry", Owner: fmt.Sprintf("other-%d", client)})
@@ -224,48 +226,85 @@ type heldLease struct{ lock, id string }
 // they still hold at the end.
 func runWorkload(t *testing.T, c *linClient, h *linearize.History, kind workload, seed uint64, ops int) {
 	t.Helper()
+	names := linNames(kind, seed)
+	var wg sync.WaitGroup
+	for client := range linearizeClients {
+		wg.Go(func() {
+			w := newLinWorker(client, kind, names, seed)
+			for range ops / linearizeClients {
+				w.step(t, c, h)
+			}
+			w.releaseAll(t, c, h)
+		})
+	}
+	wg.Wait()
+}
+
+func linNames(kind workload, seed uint64) []string {
 	names := make([]string, linearizeNames)
 	for i := range names {
 		names[i] = fmt.Sprintf("lin-%s-%d-%d", kind, seed, i)
 	}
-	var wg sync.WaitGroup
-	for client := range linearizeClients {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seed, uint64(client)))
-			owner := fmt.Sprintf("o%d", client%linearizeOwners)
-			var held []heldLease
-			for range ops / linearizeClients {
-				if len(held) > 0 && (len(held) >= 3 || rng.IntN(100) < 45) {
-					i := rng.IntN(len(held))
-					c.release(t, h, client, held[i], rng.IntN(10) == 0)
-					held = slices.Delete(held, i, i+1)
-					continue
-				}
-				in := linearize.Input{Lock: names[rng.IntN(len(names))], Owner: owner}
-				switch kind {
-				case kindShared:
-					in.Shared = rng.IntN(2) == 0
-				case kindSemaphore:
-					in.Limit = 2
-				case kindMulti:
-					if rng.IntN(2) == 0 {
-						n := 2 + rng.IntN(2)
-						locks := slices.Clone(names)
-						rng.Shuffle(len(locks), func(i, j int) { locks[i], locks[j] = locks[j], locks[i] })
-						held = append(held, c.multi(t, h, client, locks[:n], owner)...)
-						continue
-					}
-				}
-				if l, ok := c.acquire(t, h, client, in); ok {
-					held = append(held, l)
-				}
-			}
-			for _, l := range held {
-				c.release(t, h, client, l, false)
-			}
-		})
+	return names
+}
+
+// linWorker is one client of a random workload: its owner, its random
+// choices and the holds it took.
+type linWorker struct {
+	client int
+	owner  string
+	kind   workload
+	names  []string
+	rng    *rand.Rand
+	held   []heldLease
+}
+
+func newLinWorker(client int, kind workload, names []string, seed uint64) *linWorker {
+	return &linWorker{client: client, owner: fmt.Sprintf("o%d", client%linearizeOwners), kind: kind, names: names,
+		rng: rand.New(rand.NewPCG(seed, uint64(client)))}
+}
+
+// step does one random operation: it releases a hold it took, or tries to
+// acquire. It reports whether the answer said what happened; a hold whose
+// release went unanswered is kept, to be released again.
+func (w *linWorker) step(t *testing.T, c *linClient, h *linearize.History) (answered bool) {
+	rng := w.rng
+	if len(w.held) > 0 && (len(w.held) >= 3 || rng.IntN(100) < 45) {
+		i := rng.IntN(len(w.held))
+		if !c.release(t, h, w.client, w.held[i], rng.IntN(10) == 0) {
+			return false
+		}
+		w.held = slices.Delete(w.held, i, i+1)
+		return true
 	}
-	wg.Wait()
+	in := linearize.Input{Lock: w.names[rng.IntN(len(w.names))], Owner: w.owner}
+	switch w.kind {
+	case kindShared:
+		in.Shared = rng.IntN(2) == 0
+	case kindSemaphore:
+		in.Limit = 2
+	case kindMulti:
+		if rng.IntN(2) == 0 {
+			n := 2 + rng.IntN(2)
+			locks := slices.Clone(w.names)
+			rng.Shuffle(len(locks), func(i, j int) { locks[i], locks[j] = locks[j], locks[i] })
+			w.held = append(w.held, c.multi(t, h, w.client, locks[:n], w.owner)...)
+			return true
+		}
+	}
+	l, ok, answered := c.acquire(t, h, w.client, in)
+	if ok {
+		w.held = append(w.held, l)
+	}
+	return answered
+}
+
+// releaseAll releases every hold left, once each.
+func (w *linWorker) releaseAll(t *testing.T, c *linClient, h *linearize.History) {
+	for _, l := range w.held {
+		c.release(t, h, w.client, l, false)
+	}
+	w.held = nil
 }
 
 // runFair runs rounds of a fair lock's hand-offs on name: a holder holds
@@ -277,7 +316,7 @@ func runWorkload(t *testing.T, c *linClient, h *linearize.History, kind workload
 func runFair(t *testing.T, c *linClient, h *linearize.History, name string, rounds, waiters int) {
 	t.Helper()
 	for round := range rounds {
-		holder, ok := c.acquire(t, h, 0, linearize.Input{Lock: name, Owner: "holder"})
+		holder, ok, _ := c.acquire(t, h, 0, linearize.Input{Lock: name, Owner: "holder"})
 		if !ok {
 			t.Fatalf("round %d: the holder was not granted", round)
 		}
@@ -286,7 +325,7 @@ func runFair(t *testing.T, c *linClient, h *linearize.History, name string, roun
 			in := linearize.Input{Lock: name, Owner: fmt.Sprintf("w%d", w), Fair: true, Tag: fmt.Sprintf("r%dw%d", round, w)}
 			call := h.Now()
 			wg.Go(func() {
-				if l, ok := c.acquireAt(t, h, w, in, call, 20000); ok {
+				if l, ok, _ := c.acquireAt(t, h, w, in, call, 20000); ok {
 					time.Sleep(time.Millisecond)
 					c.release(t, h, w, l, false)
 				}
@@ -329,6 +368,9 @@ func (c *linClient) nextTag() string {
 type answer struct {
 	status int
 	body   []byte
+	// refused: lockapi refused the connection (it is down), so the
+	// request never reached it and is not an operation.
+	refused bool
 }
 
 func (c *linClient) send(t *testing.T, method, path string, body any) answer {
@@ -347,14 +389,15 @@ func (c *linClient) send(t *testing.T, method, path string, body any) answer {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.c.Do(req)
 	if err != nil {
-		return answer{}
+		var op *net.OpError
+		return answer{refused: errors.As(err, &op) && op.Op == "dial"}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return answer{}
 	}
-	return answer{resp.StatusCode, b}
+	return answer{status: resp.StatusCode, body: b}
 }
 
 // output makes the model's Output of an answer. A transport error or a 5xx
@@ -404,31 +447,56 @@ func acquireBody(in linearize.Input, waitMs int) map[string]any {
 }
 
 // acquire tries once to acquire in.Lock and records it; ok says whether it
-// was granted.
-func (c *linClient) acquire(t *testing.T, h *linearize.History, client int, in linearize.Input) (heldLease, bool) {
+// was granted, answered whether the answer said what happened.
+func (c *linClient) acquire(t *testing.T, h *linearize.History, client int, in linearize.Input) (l heldLease, ok, answered bool) {
 	return c.acquireAt(t, h, client, in, h.Now(), 0)
 }
 
-func (c *linClient) acquireAt(t *testing.T, h *linearize.History, client int, in linearize.Input, call int64, waitMs int) (heldLease, bool) {
+func (c *linClient) acquireAt(t *testing.T, h *linearize.History, client int, in linearize.Input, call int64, waitMs int) (l heldLease, ok, answered bool) {
 	in.Kind = linearize.Acquire
 	if in.Tag == "" {
 		in.Tag = c.nextTag()
 	}
-	out := c.send(t, "POST", "/v1/locks/"+in.Lock+"/leases", acquireBody(in, waitMs)).output(t)
+	a := c.send(t, "POST", "/v1/locks/"+in.Lock+"/leases", acquireBody(in, waitMs))
+	if a.refused {
+		return heldLease{}, false, false
+	}
+	out := a.output(t)
+	if a.status >= 500 {
+		// lockapi undoes what an acquire it answered 5xx may have
+		// granted (README, "A grant whose answer lockapi could not
+		// deliver is undone"), in the background: the undo may come
+		// before the answer or long after it. An acquire in flight when
+		// lockapi died is not undone.
+		out.Abandoned = true
+		h.AddFailed(client, in, call, out, h.Now())
+		h.Add(client, linearize.Input{Kind: linearize.Abandon, Lock: in.Lock, Tag: in.Tag}, call, linearize.Output{Unknown: true}, 0)
+		return heldLease{}, false, false
+	}
 	h.Add(client, in, call, out, h.Now())
-	return heldLease{in.Lock, out.LeaseID}, !out.Unknown && out.Status < 300
+	return heldLease{in.Lock, out.LeaseID}, !out.Unknown && out.Status < 300, !out.Unknown
 }
 
-// release drops one hold of l (all with all) and records it.
-func (c *linClient) release(t *testing.T, h *linearize.History, client int, l heldLease, all bool) {
+// release drops one hold of l (all with all) and records it; answered says
+// whether the answer said what happened.
+func (c *linClient) release(t *testing.T, h *linearize.History, client int, l heldLease, all bool) (answered bool) {
 	in := linearize.Input{Kind: linearize.Release, Lock: l.lock, LeaseID: l.id, All: all}
 	path := "/v1/locks/" + l.lock + "/leases/" + l.id
 	if all {
 		path += "?all=true"
 	}
 	call := h.Now()
-	out := c.send(t, "DELETE", path, nil).output(t)
+	a := c.send(t, "DELETE", path, nil)
+	if a.refused {
+		return false
+	}
+	out := a.output(t)
+	if a.status >= 500 {
+		h.AddFailed(client, in, call, out, h.Now())
+		return false
+	}
 	h.Add(client, in, call, out, h.Now())
+	return !out.Unknown
 }
 
 // multi tries once to acquire every name of locks for owner, and records

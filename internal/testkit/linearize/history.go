@@ -39,6 +39,20 @@ func (h *History) Add(client int, in Input, call int64, out Output, ret int64) {
 	h.mu.Unlock()
 }
 
+// AddFailed records one operation of client answered with an error that
+// does not say whether it took effect (a 5xx): out is Unknown, as for an
+// answer that never came, but whatever effect the operation had took place
+// before ret, which stays its return time. That holds where nothing can
+// run the request after the answer: lockapi never sends a store call again
+// once it has answered it, and no Redis that a fault leaves running still
+// has it in a buffer (a paused Redis would).
+func (h *History) AddFailed(client int, in Input, call int64, out Output, ret int64) {
+	out.Unknown = true
+	h.mu.Lock()
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	h.mu.Unlock()
+}
+
 // Operations returns what was recorded so far.
 func (h *History) Operations() []porcupine.Operation {
 	h.mu.Lock()
