@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,9 +122,22 @@ func TestLinearizability_faults(t *testing.T) {
 // the fault once faultLinOps operations were made. The clients stop once
 // faultLinOps more were made after the fault was over, or faultLinAfter
 // after it; then they release what they hold.
+//
+// Beside them, a probe holds one lease across the fault, and another owner
+// asks for its name once the clients are done: whether the workload's own
+// leases meet the fault is chance, the probe's is not.
 func runFaultHistory(t *testing.T, c *linClient, h *linearize.History, seed uint64, inject func()) {
 	t.Helper()
 	names := linNames(kindShared, seed+1000) // not the names of TestLinearizability's histories
+	probeName, probeClient := fmt.Sprintf("lin-fault-probe-%d", seed), linearizeClients
+	probe, ok, _ := c.acquire(t, h, probeClient, linearize.Input{Lock: probeName, Owner: "probe"})
+	if !ok {
+		t.Fatal("the probe's lease was not granted")
+	}
+	defer func() {
+		c.acquire(t, h, probeClient, linearize.Input{Lock: probeName, Owner: "probe-other"})
+		c.release(t, h, probeClient, probe, false)
+	}()
 	var ops atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
