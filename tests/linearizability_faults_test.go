@@ -18,7 +18,7 @@ import (
 // model. What the answers during a fault may mean:
 //
 //   - a 5xx to an acquire: it may have granted, and lockapi undoes that
-//     grant later (linearize.Abandon); a 5xx to a release may or may not
+//     grant later (Output.Abandoned); a 5xx to a release may or may not
 //     have taken effect (README: "an unconfirmed one answers 503, although
 //     it took effect");
 //   - no answer (lockapi died with the request in flight): it may or may

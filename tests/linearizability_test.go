@@ -470,7 +470,6 @@ func (c *linClient) acquireAt(t *testing.T, h *linearize.History, client int, in
 		// lockapi died is not undone.
 		out.Abandoned = true
 		h.AddFailed(client, in, call, out, h.Now())
-		h.Add(client, linearize.Input{Kind: linearize.Abandon, Lock: in.Lock, Tag: in.Tag}, call, linearize.Output{Unknown: true}, 0)
 		return heldLease{}, false, false
 	}
 	h.Add(client, in, call, out, h.Now())

@@ -15,8 +15,9 @@
 // recorded with Unknown set and a return time of infinity: the model lets it
 // take effect, or not, at any point after its call. A lease granted that
 // way has no known id or token until a later answer names it. An acquire
-// answered 5xx by a store that undoes such grants is recorded with
-// Abandoned too, beside an Abandon that may undo its hold later.
+// answered 5xx is recorded with Abandoned too: lockapi undoes the hold it
+// may have taken, at a moment nobody sees, so the model may drop that hold
+// before any later operation.
 package linearize
 
 import (
@@ -47,13 +48,6 @@ const (
 	// that hold.
 	Take
 	GiveBack
-	// Abandon is lockapi undoing what an acquire answered 5xx may have
-	// granted (README: "A grant whose answer lockapi could not deliver is
-	// undone"). It is recorded beside that acquire, with its Tag, from the
-	// acquire's call, and always with an Unknown answer: the undo runs in
-	// the background once Redis answers again, and drops the hold only if
-	// the acquire took one and no later acquire of the lease came first.
-	Abandon
 )
 
 // Input is an operation's request.
@@ -67,7 +61,7 @@ type Input struct {
 	// Tag names the operation: a fair waiter's queue place (Join and its
 	// Acquire share it), a refused multi-lock's hold (Take and GiveBack
 	// share it), the lease an Unknown acquire may have granted, and the
-	// hold an Abandon undoes.
+	// hold an abandoned acquire may have taken.
 	Tag     string
 	LeaseID string // Release
 	All     bool   // Release: every hold
@@ -79,8 +73,10 @@ type Output struct {
 	// or may not have taken effect. Its return time is infinity.
 	Unknown bool
 	// Abandoned, with Unknown, on an acquire: lockapi answered 5xx and
-	// undoes whatever the acquire granted (an Abandon with the acquire's
-	// Tag), so a grant it made may end later without any release.
+	// undoes whatever the acquire granted (README: "A grant whose answer
+	// lockapi could not deliver is undone"), in the background, before
+	// the answer or long after it, or never (a later acquire of the lease
+	// came first). The model may drop that hold before any operation.
 	Abandoned bool
 	Status    int
 	Problem   string // the problem type's last segment: lock-held, lease-lost, ...
@@ -124,8 +120,10 @@ func Model(p Promise) porcupine.Model {
 		Init:      func() []any { return []any{&state{}} },
 		Step: func(s, in, out any) []any {
 			var next []any
-			for _, n := range s.(*state).step(p, in.(Input), out.(Output)) {
-				next = append(next, n)
+			for _, settled := range s.(*state).settle() {
+				for _, n := range settled.step(p, in.(Input), out.(Output)) {
+					next = append(next, n)
+				}
 			}
 			return next
 		},
@@ -170,8 +168,12 @@ type lease struct {
 }
 
 // take is a hold that a later operation undoes: a refused multi-lock's,
-// undone by its GiveBack, or an abandoned acquire's, by its Abandon.
-type take struct{ tag, key string }
+// undone by its GiveBack, or an abandoned acquire's, which lockapi may undo
+// at any moment (settle).
+type take struct {
+	tag, key  string
+	abandoned bool
+}
 
 // state is one name. Step never changes a state: it returns new ones.
 type state struct {
@@ -302,7 +304,7 @@ func (s *state) step(p Promise, in Input, out Output) []*state {
 			return nil
 		}
 		n := s.grant(in, d)
-		n.takes = append(n.takes, take{in.Tag, n.leaseKey(in, d)})
+		n.takes = append(n.takes, take{tag: in.Tag, key: n.leaseKey(in, d)})
 		return []*state{n}
 	case GiveBack:
 		n := s.undo(in.Tag)
@@ -310,15 +312,25 @@ func (s *state) step(p Promise, in Input, out Output) []*state {
 			return nil // given back before it was taken
 		}
 		return []*state{n}
-	case Abandon:
-		// It may not drop a hold: the acquire took none, or it was not
-		// the lease's latest acquire when the undo ran.
-		if n := s.undo(in.Tag); n != nil {
-			return []*state{s, n}
-		}
-		return []*state{s}
 	}
 	return nil
+}
+
+// settle returns s and every state that undoing some of its abandoned
+// holds leads to.
+func (s *state) settle() []*state {
+	out := []*state{s}
+	for _, t := range s.takes {
+		if !t.abandoned {
+			continue
+		}
+		for _, x := range out[:len(out):len(out)] {
+			if n := x.undo(t.tag); n != nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // undo drops the hold taken under tag; nil when none was taken.
@@ -372,7 +384,7 @@ func (s *state) acquire(p Promise, in Input, out Output) []*state {
 		if d.grants() {
 			n := s.grant(in, d)
 			if out.Abandoned {
-				n.takes = append(n.takes, take{in.Tag, n.leaseKey(in, d)})
+				n.takes = append(n.takes, take{in.Tag, n.leaseKey(in, d), true})
 			}
 			next = append(next, n)
 		}
@@ -521,7 +533,10 @@ func (s *state) dropHold(i int, all bool) bool {
 		s.leases[i].holds--
 		return false
 	}
+	key := s.leases[i].key
 	s.leases = slices.Delete(s.leases, i, i+1)
+	// An abandoned hold of an ended lease has nothing left to undo.
+	s.takes = slices.DeleteFunc(s.takes, func(t take) bool { return t.abandoned && t.key == key })
 	if len(s.leases) == 0 {
 		s.limit = 0
 	}
@@ -556,8 +571,6 @@ func describe(in, out any) string {
 		return fmt.Sprintf("multi-take(%s %s%s %s)", i.Lock, i.Owner, mode, i.Tag)
 	case GiveBack:
 		return fmt.Sprintf("multi-give-back(%s %s)", i.Lock, i.Tag)
-	case Abandon:
-		return fmt.Sprintf("abandon(%s %s)", i.Lock, i.Tag)
 	}
 	switch {
 	case o.Unknown && o.Abandoned:

@@ -73,8 +73,6 @@ func abandonedAcq(owner, tag string) Input {
 	return Input{Kind: Acquire, Lock: "x", Owner: owner, Tag: tag}
 }
 
-func abandon(tag string) Input { return Input{Kind: Abandon, Lock: "x", Tag: tag} }
-
 var (
 	abandoned = Output{Unknown: true, Abandoned: true}
 	refused   = func(typ string) Output { return Output{Status: 409, Problem: typ} }
@@ -252,7 +250,6 @@ func TestModel(t *testing.T) {
 		), false},
 		{"an abandoned acquire's grant is seen, then undone", Strict, []op{
 			{0, 0, abandonedAcq("a", "g1"), abandoned},
-			{0, 0, abandon("g1"), unknown},
 			{10, 20, acq("b"), held("a", 7)},
 			{30, 40, acq("b"), granted("L2", 8, 1)},
 		}, true},
@@ -264,7 +261,6 @@ func TestModel(t *testing.T) {
 		{"an abandoned reentrant acquire's hold is dropped, the lease lives", Strict, []op{
 			{0, 5, acq("a"), granted("L1", 5, 1)},
 			{10, 0, abandonedAcq("a", "g1"), abandoned},
-			{10, 0, abandon("g1"), unknown},
 			{20, 25, acq("a"), reentered("L1", 5, 3)}, // the abandoned hold is still there
 			{30, 35, release("L1", false, unknown).in, released(1, false)},
 			{40, 45, release("L1", false, unknown).in, released(0, true)}, // and now it is not
@@ -273,7 +269,6 @@ func TestModel(t *testing.T) {
 			{0, 5, acq("a"), granted("L1", 5, 1)},
 			{6, 9, acq("a"), reentered("L1", 5, 2)},
 			{10, 0, abandonedAcq("a", "g1"), abandoned},
-			{10, 0, abandon("g1"), unknown},
 			{30, 35, release("L1", false, unknown).in, released(0, true)},
 		}, false},
 	} {
