@@ -108,10 +108,22 @@ type Promise struct {
 	// ExactHolderToken: a lock-held problem names the fencing token of the
 	// lease in the way. Without it the holder's owner must still be right.
 	ExactHolderToken bool
+	// UnnamedRefusals: a lock-held problem that names no holder promises
+	// only that the acquire took no effect, in any state, the free lock
+	// included (redlock mode: the masters did not all show one lease with
+	// one token; docs/TOPOLOGIES.md, "What redlock's answers promise").
+	// Without it such a refusal means only a queue was in the way.
+	UnnamedRefusals bool
 }
 
 // Strict is the promise of docs/LOCK_KINDS.md.
 var Strict = Promise{ExactHoldCount: true, ExactHolderToken: true}
+
+// Redlock is the promise of redlock mode's answers (docs/TOPOLOGIES.md):
+// Strict, but for a lock-held problem that names no holder. Hold counts are
+// exact while no master is down or slower than its deadline, which a run
+// with a long LOCKAPI_REDLOCK_TIMEOUT and no faults ensures.
+var Redlock = Promise{ExactHoldCount: true, ExactHolderToken: true, UnnamedRefusals: true}
 
 // Model returns the porcupine model of the lock kinds under promise p.
 func Model(p Promise) porcupine.Model {
@@ -423,6 +435,13 @@ func (s *state) acquire(p Promise, in Input, out Output) []*state {
 			return nil
 		}
 		n.leases[d.reenter].holds++
+		return []*state{n}
+	case out.Status == 409 && out.Problem == "lock-held" && out.HolderOwner == "" && p.UnnamedRefusals:
+		if !in.Fair {
+			return []*state{s}
+		}
+		n := s.clone()
+		n.leaveQueue(in.Tag)
 		return []*state{n}
 	case out.Status == 409 && out.Problem == "lock-held" && !d.grants() && d.refusal == "":
 		n := s
