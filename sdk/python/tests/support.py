@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import unittest
-from typing import Callable, List, Optional
+from typing import Callable, List
 from urllib.parse import urlsplit
 
 import lockapi
@@ -77,6 +77,7 @@ class Proxy:
         self._mode = self.PASS
         self._socks: List[socket.socket] = []
         self.heads: List[bytes] = []  # each proxied connection's first bytes from the client
+        self.answers: List[bytes] = []  # and from the server
         self.refused = 0
         self._closed = False
         self._acceptor = threading.Thread(target=self._accept, daemon=True)
@@ -138,20 +139,20 @@ class Proxy:
                 self._socks += [client, upstream]
                 index = len(self.heads)
                 self.heads.append(b"")
-            threading.Thread(target=self._pump, args=(client, upstream, index), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, None), daemon=True).start()
+                self.answers.append(b"")
+            threading.Thread(target=self._pump, args=(client, upstream, self.heads, index), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, self.answers, index), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, head_index: Optional[int]) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, record: List[bytes], index: int) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                if head_index is not None:
-                    with self._cond:
-                        if len(self.heads[head_index]) < 8192:
-                            self.heads[head_index] += data
-                            self._cond.notify_all()
+                with self._cond:
+                    if len(record[index]) < 8192:
+                        record[index] += data
+                        self._cond.notify_all()
                 dst.sendall(data)
         except OSError:
             pass

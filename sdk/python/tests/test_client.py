@@ -141,9 +141,9 @@ class AcquireTest(ServerTestCase):
 class LeaseTest(ServerTestCase):
     def test_scoped_lock_outlives_its_ttl(self) -> None:
         name = self.name()
-        with self.client.lock(name, ttl=0.6) as lease:
-            # The work lasts more than three TTLs; the watchdog renews.
-            self.assertFalse(lease.lost.wait(2.0), "lost during the work: %s" % lease.error)
+        with self.client.lock(name, ttl=1.0) as lease:
+            # The work lasts two and a half TTLs; the watchdog renews.
+            self.assertFalse(lease.lost.wait(2.5), "lost during the work: %s" % lease.error)
             with self.assertRaises(lockapi.LockHeld):
                 self.client.acquire(name)
             self.assertGreater(lease.expires_at, datetime.now(timezone.utc))
@@ -216,7 +216,7 @@ class LeaseTest(ServerTestCase):
         proxy = Proxy(BASE_URL)
         self.addCleanup(proxy.close)
         client = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5)
-        lease = client.acquire(self.name(), ttl=0.3).keep_alive()
+        lease = client.acquire(self.name(), ttl=0.6).keep_alive()
         proxy.wait(lambda p: len(p.heads) >= 2, what="a renewal")
         lease.release()
         sent = len(proxy.heads)
@@ -255,8 +255,9 @@ class AuthTest(ServerTestCase):
 
     def test_key_inside_its_patterns_renews_and_releases(self) -> None:
         client = lockapi.Client(BASE_URL, api_key=LIMITED_KEY)
-        with client.lock(self.name("ci"), ttl=0.3) as lease:
-            self.assertFalse(lease.lost.wait(0.5), "lost: %s" % lease.error)
+        with client.lock(self.name("ci"), ttl=0.9) as lease:
+            # Renewals carry the key too.
+            self.assertFalse(lease.lost.wait(1.0), "lost: %s" % lease.error)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ class EventsTest(ServerTestCase):
         self.addCleanup(proxy.cut)
         self.addCleanup(proxy.set_mode, Proxy.ANSWER_400)
 
-        proxy.wait(lambda p: len(p.heads) == 1 and b"\r\n\r\n" in p.heads[0], what="the stream's request")
+        # The server subscribes before it answers: events from now on count.
+        proxy.wait(lambda p: len(p.answers) == 1 and b"\r\n\r\n" in p.answers[0], what="the stream's answer")
         self.client.acquire(name).release()
         before = [self._next(got), self._next(got)]
         self.assertEqual([e.type for e in before], [lockapi.GRANTED, lockapi.RELEASED])
