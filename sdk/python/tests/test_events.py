@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import unittest
-from typing import List, Union
+from typing import Union
 
 import lockapi
 from support import ADMIN_KEY, BASE_URL, PROMPTLY, Proxy, ServerTestCase
