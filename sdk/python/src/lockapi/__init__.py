@@ -1,0 +1,47 @@
+"""lockapi: the Python client of lockapi, the lock-as-a-service with fencing tokens.
+
+    import lockapi
+
+    client = lockapi.Client("http://localhost:8080", api_key="...")
+    with client.lock("deploy:prod", ttl=10, wait=30) as lease:
+        deploy(fencing_token=lease.fencing_token)
+
+See docs/SDK_PYTHON.md for the whole API.
+"""
+
+from ._client import DEFAULT_TIMEOUT, Client
+from ._errors import (
+    PROBLEM_BASE,
+    APIError,
+    Forbidden,
+    Holder,
+    LeaseLost,
+    LockHeld,
+    Unauthorized,
+    Unavailable,
+)
+from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, Event
+from ._lease import Lease
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "DEFAULT_TIMEOUT",
+    "Lease",
+    "Event",
+    "APIError",
+    "LockHeld",
+    "Holder",
+    "LeaseLost",
+    "Unauthorized",
+    "Forbidden",
+    "Unavailable",
+    "PROBLEM_BASE",
+    "GRANTED",
+    "REENTERED",
+    "RENEWED",
+    "RELEASED",
+    "EXPIRED",
+    "FORCE_RELEASED",
+]

@@ -1,0 +1,196 @@
+"""The client of one lockapi server."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import socket
+import ssl
+import time
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
+
+from ._errors import APIError, LeaseLost, LockHeld, Unavailable, error_from_response
+from ._events import Event, stream_events
+from ._http import Response, Transport, lock_path
+from ._lease import Lease
+from ._timing import Backoff, attempt_timeout
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class Client:
+    """A client of the lockapi server at base_url, e.g. "http://localhost:8080".
+
+    api_key is sent as a bearer token with every request, for a server
+    configured with API keys. timeout (seconds) bounds each request that does
+    not wait for a lock; a waiting acquire may take its wait on top of it.
+    ssl_context replaces the default one for https URLs. A Client is safe to
+    share between threads.
+    """
+
+    def __init__(self, base_url: str, api_key: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        self._http = Transport(base_url, api_key, ssl_context)
+        self.timeout = timeout if timeout > 0 else DEFAULT_TIMEOUT
+
+    def acquire(self, name: str, ttl: Optional[float] = 30.0, wait: float = 0, owner: Optional[str] = None,
+                shared: bool = False, limit: Optional[int] = None, fair: bool = False,
+                metadata: Optional[Mapping[str, str]] = None,
+                idempotency_key: Optional[str] = None) -> Lease:
+        """Acquires the lock name and returns its Lease. Start its watchdog
+        with ``lease.keep_alive()``, or use :meth:`lock`, which does.
+
+        ttl: seconds the lease lasts unless renewed (None: the server's
+        default). wait: seconds to wait while another owner holds the lock; 0
+        tries once. A wait longer than the server's maximum (60 s by default)
+        takes several requests, and failures that may pass (Unavailable) are
+        retried with backoff while the wait lasts. owner: the holder's name;
+        the same owner acquiring a lock it holds is reentrant (same lease and
+        token, one more hold; each release drops one). None means a fresh
+        owner unique to this acquire, whose release drops every hold.
+        shared: a read lease. limit: take one permit of a semaphore with that
+        many. fair: wait in arrival order. metadata: labels kept with the
+        lease (at most 16).
+
+        Every request of one acquire carries the same Idempotency-Key
+        (idempotency_key, or a random one), so a retry that finds a grant
+        whose answer was lost gets that grant back instead of a second hold.
+
+        Raises LockHeld when the lock is still held after the wait, or
+        another APIError.
+        """
+        release_all = owner is None
+        if owner is None:
+            owner = unique_owner()
+        body: Dict[str, Any] = {"owner": owner}
+        if ttl is not None and ttl > 0:
+            body["ttl_ms"] = max(1, math.ceil(ttl * 1000))
+        if metadata:
+            body["metadata"] = dict(metadata)
+        if shared:
+            body["mode"] = "shared"
+        if limit:
+            body["limit"] = limit
+        if fair:
+            body["fair"] = True
+        headers = {"Idempotency-Key": idempotency_key or secrets.token_urlsafe(18)}
+
+        deadline = time.monotonic() + wait if wait and wait > 0 else None
+        backoff = Backoff(0.1, 5.0)
+        path = lock_path(name, "leases")
+        while True:
+            left = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
+            wait_ms = int(left * 1000)
+            if wait_ms > 0:
+                body["wait_ms"] = wait_ms
+            else:
+                body.pop("wait_ms", None)
+            sent, sent_wall = time.monotonic(), time.time()
+            err: APIError
+            try:
+                resp = self._http.request("POST", path, body=body, headers=headers, timeout=left + self.timeout)
+            except Unavailable as e:
+                err, received = e, time.monotonic()
+            else:
+                received = time.monotonic()
+                if resp.status in (200, 201):
+                    return self._grant(resp, release_all, wait_ms > 0, sent, sent_wall, received)
+                err = error_from_response(resp.status, resp.headers, resp.body, name)
+
+            # Asked again only while the wait lasts: a lock still held after
+            # the server's longest wait, or a failure that may pass.
+            if deadline is None or deadline - time.monotonic() < 0.001:
+                raise err
+            if isinstance(err, LockHeld):
+                pause = backoff.next() if received - sent < 0.1 else 0.0  # the server hardly waited: do not spin
+            elif isinstance(err, Unavailable):
+                pause = max(backoff.next(), err.retry_after)
+            else:
+                raise err
+            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+    def _grant(self, resp: Response, release_all: bool, waited: bool, sent: float, sent_wall: float,
+               received: float) -> Lease:
+        lease = Lease(self._http, self.timeout, resp.json(), release_all, sent, sent_wall,
+                      replayed=resp.headers.get("idempotent-replayed", "") == "true")
+        # The lease can only be vouched for from when the request was sent.
+        # An acquire that waited may have been granted long after that, so
+        # confirm the grant with a renewal, which measures afresh. Until then
+        # the time of the answer stands in, only to bound the confirmation.
+        if waited and received - sent > lease.ttl / 10:
+            lease._renewed_at, lease._renewed_wall = received, sent_wall + (received - sent)
+            try:
+                lease.renew()
+            except LeaseLost:
+                try:
+                    lease._delete(attempt_timeout(lease.ttl, self.timeout))
+                except APIError:
+                    pass
+                raise
+        return lease
+
+    @contextlib.contextmanager
+    def lock(self, name: str, ttl: Optional[float] = 30.0, wait: float = 0, owner: Optional[str] = None,
+             shared: bool = False, limit: Optional[int] = None, fair: bool = False,
+             metadata: Optional[Mapping[str, str]] = None, idempotency_key: Optional[str] = None,
+             on_lost: Optional[Callable[[LeaseLost], None]] = None) -> Iterator[Lease]:
+        """Acquires the lock (the arguments of :meth:`acquire`), keeps the
+        lease alive while the block runs, and releases it on the way out,
+        also on an exception::
+
+            with client.lock("deploy:prod", ttl=10, wait=30) as lease:
+                for step in steps:
+                    lease.check()  # raises LeaseLost once the lease is lost
+                    step(lease.fencing_token)
+
+        When the lease is lost, ``lease.lost`` is set and on_lost (if given)
+        is called from the watchdog's thread. A block that ends normally
+        after a loss raises LeaseLost on the way out: its work may have
+        overlapped another holder's. An exception of the block wins over the
+        release's errors.
+        """
+        lease = self.acquire(name, ttl=ttl, wait=wait, owner=owner, shared=shared, limit=limit, fair=fair,
+                             metadata=metadata, idempotency_key=idempotency_key)
+        with lease.keep_alive(on_lost):
+            yield lease
+
+    def events(self, prefix: Optional[str] = None, lock: Optional[str] = None,
+               types: Optional[Sequence[str]] = None, after: Optional[str] = None) -> Iterator[Event]:
+        """Iterates over the changes of the locks selected (GET /v1/events):
+        one lock, or the locks whose names start with prefix, or all the API
+        key may read; only the given types (e.g. ["granted", "released"]);
+        starting after the event with id after, or with the next event.
+
+        The iterator reconnects when the connection drops or the server ends
+        the stream, and resumes with Last-Event-ID after the last event it
+        yielded: it sees every event the server's log keeps, in order, and
+        none twice. It raises the first request's failure, and on a reconnect
+        any answer but one that may pass (e.g. 410 events-gone). Close it
+        (``it.close()``, or leave a ``for`` loop and drop it) to hang up.
+        """
+        return stream_events(self._http, self.timeout, prefix=prefix, lock=lock, types=types, after=after)
+
+    def inspect(self, name: str) -> Dict[str, Any]:
+        """The lock's state (GET /v1/locks/{name}) as the server's JSON:
+        held, holder or holders, fencing_token, queue_length, ..."""
+        resp = self._http.request("GET", lock_path(name), timeout=self.timeout)
+        if resp.status != 200:
+            raise error_from_response(resp.status, resp.headers, resp.body, name)
+        result: Dict[str, Any] = resp.json()
+        return result
+
+    def force_release(self, name: str) -> bool:
+        """Frees the lock whoever holds it (needs the admin scope): the
+        holders' leases are lost. Returns whether anything was held."""
+        resp = self._http.request("DELETE", lock_path(name), timeout=self.timeout)
+        if resp.status != 200:
+            raise error_from_response(resp.status, resp.headers, resp.body, name)
+        return bool(resp.json().get("released"))
+
+
+def unique_owner() -> str:
+    """An owner nobody else uses: host, process id and 48 random bits."""
+    host = (socket.gethostname() or "unknown")[:64]
+    return "%s:%d:%s" % (host, os.getpid(), secrets.token_hex(6))
