@@ -1,0 +1,18 @@
+// @lockapi/client: the TypeScript/JavaScript client of lockapi.
+// See README.md, and docs/SDK_TS.md in the lockapi repository.
+
+export { Client, defaultRequestTimeoutMs } from "./client.js";
+export type { AcquireOptions, ClientOptions } from "./client.js";
+export { Lease, LeaseReleasedError } from "./lease.js";
+export {
+  ApiError,
+  ForbiddenError,
+  LeaseLostError,
+  LockHeldError,
+  UnauthorizedError,
+  UnavailableError,
+  problemTypeBase,
+} from "./errors.js";
+export type { FieldError, Holder } from "./errors.js";
+export type { EventsOptions, EventType, LockEvent } from "./events.js";
+export type { FetchLike } from "./http.js";

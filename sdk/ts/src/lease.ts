@@ -1,0 +1,443 @@
+// A held lock and its watchdog, which renews it every TTL/3 until it is
+// released or lost. The rules are those of the Go client (client/lease.go):
+// renewals that fail in ways that may pass are retried, but only while the
+// lease is surely still held; a 410, a refusal, or no successful renewal
+// before a safety margin ahead of the lease's expiry loses it.
+
+import { ApiError, LeaseLostError, UnavailableError } from "./errors.js";
+import type { Http } from "./http.js";
+import { pathName } from "./http.js";
+import { abortReason, Backoff, monotonicNow, sleep, unref } from "./internal.js";
+
+/** A lease as the server sends it (openapi.yaml, Lease). */
+export interface LeaseData {
+  lock: string;
+  lease_id: string;
+  owner: string;
+  mode: "exclusive" | "shared";
+  limit: number;
+  fencing_token: number;
+  hold_count: number;
+  ttl_ms: number;
+  acquired_at: string;
+  expires_at: string;
+  metadata: Record<string, string>;
+  release_url: string;
+}
+
+/** What Lease.renew, keepAlive and release reject with once the lease was released. */
+export class LeaseReleasedError extends Error {
+  constructor(lock: string, leaseId: string) {
+    super(`lockapi: lease ${leaseId} of lock "${lock}" was released`);
+  }
+
+  override get name(): string {
+    return "LeaseReleasedError";
+  }
+}
+
+/** How often release sends its request at most. */
+const releaseAttempts = 3;
+
+/**
+ * A held lock. Its watchdog renews it every TTL/3 until `release()`, or
+ * until it is lost: then `signal` aborts, with a LeaseLostError as its
+ * `reason`.
+ *
+ * Holding is never certain: a process can pause past its lease. Pass
+ * `fencingToken` to the resources you guard, and have them refuse tokens
+ * smaller than one they have seen.
+ */
+export class Lease {
+  /** The lock's name. */
+  readonly name: string;
+  /** The lease id: the capability to renew and release the lease. */
+  readonly leaseId: string;
+  /** The owner the lease was granted to. */
+  readonly owner: string;
+  /** Larger than that of every earlier grant of the lock; a reentrant acquire gets the same one. */
+  readonly fencingToken: number;
+  /** "shared" for a read lease, else "exclusive". */
+  readonly mode: "exclusive" | "shared";
+  /** The semaphore's number of permits, when the lease is a permit; else 0. */
+  readonly limit: number;
+  /** The labels kept with the lease. */
+  readonly metadata: Readonly<Record<string, string>>;
+  /** A URL, relative to the server, that releases every hold when POSTed to (see openapi.yaml). */
+  readonly releaseUrl: string;
+  /** Aborted when the lease is lost (not when it is released); its reason is the LeaseLostError. */
+  readonly signal: AbortSignal;
+
+  private readonly http: Http;
+  /** The owner is unique to this lease: release drops every hold. */
+  private readonly releaseAll: boolean;
+  private ttl: number;
+  private holds: number;
+  /** When (monotonic ms) the last successful acquire or renewal was sent. */
+  private renewedAt: number;
+  /** Why the lease ended; undefined while held. */
+  private ended: Error | undefined;
+  /** The server said the lease is gone (410). */
+  private gone = false;
+  private readonly lostCtl = new AbortController();
+  /** Aborted by release to stop the watchdog and its renewal in flight. */
+  private readonly stopCtl = new AbortController();
+  private watching: Promise<void> = Promise.resolve();
+  private wake: (() => void) | undefined;
+  private releasing: Promise<void> | undefined;
+
+  /** @internal Leases come from Client.acquire. */
+  constructor(http: Http, g: LeaseData, releaseAll: boolean, sentAt: number) {
+    this.http = http;
+    this.name = g.lock;
+    this.leaseId = g.lease_id;
+    this.owner = g.owner;
+    this.fencingToken = g.fencing_token;
+    this.mode = g.mode === "shared" ? "shared" : "exclusive";
+    this.limit = g.limit ?? 0;
+    this.metadata = g.metadata ?? {};
+    this.releaseUrl = g.release_url;
+    this.releaseAll = releaseAll;
+    this.ttl = g.ttl_ms;
+    this.holds = g.hold_count;
+    this.renewedAt = sentAt;
+    this.signal = this.lostCtl.signal;
+  }
+
+  /** Whether the lease is a read lease. */
+  get shared(): boolean {
+    return this.mode === "shared";
+  }
+
+  /** The lease's TTL in milliseconds, as of the last acquire or renewal. */
+  get ttlMs(): number {
+    return this.ttl;
+  }
+
+  /** Reentrant holds, as of the last acquire or renewal. */
+  get holdCount(): number {
+    return this.holds;
+  }
+
+  /**
+   * When the lease ends unless renewed, as far as this client can vouch
+   * for it: from when the last successful acquire or renewal was sent, so
+   * never later than the server's own expiry.
+   */
+  get expiresAt(): Date {
+    return new Date(Date.now() + (this.renewedAt + this.ttl - monotonicNow()));
+  }
+
+  /** Whether the lease was lost (then `signal.aborted` too). */
+  get lost(): boolean {
+    return this.lostCtl.signal.aborted;
+  }
+
+  /** Why the lease ended: a LeaseLostError, a LeaseReleasedError, or undefined while held. */
+  get error(): Error | undefined {
+    return this.ended;
+  }
+
+  /** @internal Starts the watchdog; Client.acquire calls it once. */
+  startWatchdog(): void {
+    this.watching = this.watch().catch(() => {
+      // watch settles every failure into the lease's end; nothing escapes.
+    });
+  }
+
+  /**
+   * @internal Confirms a grant that came long after its acquire was sent
+   * with a renewal, which measures the lease afresh; until then the time
+   * of the answer stands in, only to bound the confirmation's retries. On
+   * failure it gives the grant back and rejects.
+   */
+  async confirmGrant(receivedAt: number): Promise<void> {
+    this.renewedAt = receivedAt;
+    try {
+      await this.keepAliveUntilSafe(this.stopCtl.signal, false);
+    } catch (e) {
+      await this.deleteOnce(attemptTimeout(this.ttl, this.http.timeoutMs)).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /**
+   * Renews the lease once, optionally with a new TTL (which then becomes
+   * its TTL). A 410 or any refusal but a 400 loses the lease (`signal`
+   * aborts) and rejects with LeaseLostError; a failure that may pass
+   * rejects with UnavailableError and leaves the lease to its watchdog.
+   */
+  async renew(opts: { ttlMs?: number } = {}): Promise<void> {
+    this.mustBeHeld();
+    try {
+      await this.renewOnce(this.stopCtl.signal, this.http.timeoutMs, opts.ttlMs);
+    } catch (e) {
+      if (this.stopCtl.signal.aborted) {
+        throw this.ended ?? new LeaseReleasedError(this.name, this.leaseId);
+      }
+      if (e instanceof UnavailableError || (e instanceof ApiError && e.status === 400)) {
+        throw e;
+      }
+      throw this.lose(this.lostError(e));
+    }
+    this.wake?.();
+  }
+
+  /**
+   * Renews the lease as the watchdog does: failures that may pass are
+   * retried until the safety margin before the lease's expiry. It rejects
+   * with LeaseLostError (and the lease is lost) when that does not succeed.
+   */
+  async keepAlive(): Promise<void> {
+    this.mustBeHeld();
+    try {
+      await this.keepAliveUntilSafe(this.stopCtl.signal, false);
+    } catch (e) {
+      if (this.stopCtl.signal.aborted) {
+        throw this.ended ?? new LeaseReleasedError(this.name, this.leaseId);
+      }
+      throw this.lose(e as LeaseLostError);
+    }
+    this.wake?.();
+  }
+
+  /**
+   * Stops the renewals and releases the lease: one hold, or every hold
+   * when the acquire named no owner. The watchdog has stopped before
+   * release sends anything, and sends nothing after it settles.
+   *
+   * It resolves when the lease was held until released. When it was lost
+   * before, by the watchdog's account or because the server answers 410,
+   * it rejects with LeaseLostError: the guarded work may have overlapped
+   * with another holder's. Failures that may pass are retried a few times
+   * while that is safe, then rejected with; the lease then ends by itself
+   * within its TTL. Calling it again sends nothing and settles as the first
+   * call did.
+   */
+  release(): Promise<void> {
+    this.releasing ??= this.doRelease();
+    return this.releasing;
+  }
+
+  private async doRelease(): Promise<void> {
+    this.stopCtl.abort();
+    this.wake?.();
+    await this.watching;
+
+    const lostBefore = this.ended;
+    if (lostBefore) {
+      if (!this.gone) {
+        // Lost by the watchdog's deadline: the server may still hold the
+        // lease, and releasing it frees the lock sooner.
+        await this.deleteOnce(attemptTimeout(this.ttl, this.http.timeoutMs)).catch(() => undefined);
+      }
+      throw lostBefore;
+    }
+    try {
+      await this.deleteWithRetry();
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 410) {
+        this.gone = true;
+        throw this.lose(this.lostError(e));
+      }
+      this.end(new LeaseReleasedError(this.name, this.leaseId), false);
+      throw e;
+    }
+    this.end(new LeaseReleasedError(this.name, this.leaseId), false);
+  }
+
+  /** Sends the release, and retries failures that may pass a few times: while the lease may still be held, and a retry cannot drop more holds than this lease has. */
+  private async deleteWithRetry(): Promise<void> {
+    const idempotent = this.releaseAll || this.holds <= 1;
+    const bo = renewBackoff(this.ttl);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.deleteOnce(this.http.timeoutMs);
+        return;
+      } catch (e) {
+        const safe = this.safeDeadline();
+        if (!idempotent || !(e instanceof UnavailableError) || attempt === releaseAttempts || monotonicNow() >= safe) {
+          throw e;
+        }
+        await sleep(Math.min(safe - monotonicNow(), bo.next()));
+      }
+    }
+  }
+
+  private async deleteOnce(timeoutMs: number): Promise<void> {
+    const q = this.releaseAll ? "?all=true" : "";
+    await this.http.call("DELETE", `/v1/locks/${pathName(this.name)}/leases/${encodeURIComponent(this.leaseId)}${q}`, {
+      timeoutMs,
+      lockName: this.name,
+    });
+  }
+
+  /** The watchdog: renews every TTL/3 until release stops it or the lease is lost. */
+  private async watch(): Promise<void> {
+    const stop = this.stopCtl.signal;
+    while (!stop.aborted && !this.ended) {
+      const due = this.renewedAt + this.ttl / 3 - monotonicNow();
+      await this.nap(due);
+      if (stop.aborted || this.ended) {
+        return;
+      }
+      if (monotonicNow() < this.renewedAt + this.ttl / 3) {
+        continue; // woken by a renewal from outside: measure afresh
+      }
+      try {
+        await this.keepAliveUntilSafe(stop, true);
+      } catch (e) {
+        if (!stop.aborted) {
+          this.lose(e as LeaseLostError);
+        }
+        return;
+      }
+    }
+  }
+
+  /** Waits ms, or until wake is called (by a renewal from outside, or release). */
+  private nap(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, Math.max(ms, 0));
+      unref(timer);
+      const self = this;
+      function done() {
+        clearTimeout(timer);
+        if (self.wake === done) {
+          self.wake = undefined;
+        }
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  /**
+   * Renews, retrying failures that may pass until the safety margin before
+   * the lease's expiry; rejects with a LeaseLostError, or signal's reason.
+   * The watchdog's (background) retries do not keep a Node.js process alive.
+   */
+  private async keepAliveUntilSafe(signal: AbortSignal, background: boolean): Promise<void> {
+    const bo = renewBackoff(this.ttl);
+    let last: unknown;
+    for (;;) {
+      const safe = this.safeDeadline();
+      const now = monotonicNow();
+      if (now >= safe) {
+        throw this.timeoutError(last);
+      }
+      try {
+        await this.renewOnce(signal, Math.min(safe - now, attemptTimeout(this.ttl, this.http.timeoutMs)));
+        return;
+      } catch (e) {
+        if (signal.aborted) {
+          throw abortReason(signal);
+        }
+        if (!(e instanceof UnavailableError)) {
+          throw this.lostError(e);
+        }
+        last = e;
+      }
+      if (!(await sleep(Math.min(this.safeDeadline() - monotonicNow(), bo.next()), signal, background))) {
+        throw abortReason(signal);
+      }
+    }
+  }
+
+  /** Sends one renewal that must be answered within timeoutMs. */
+  private async renewOnce(signal: AbortSignal, timeoutMs: number, ttlMs?: number): Promise<void> {
+    const sent = monotonicNow();
+    let a;
+    try {
+      a = await this.http.call<LeaseData>(
+        "POST",
+        `/v1/locks/${pathName(this.name)}/leases/${encodeURIComponent(this.leaseId)}/renew`,
+        { body: ttlMs === undefined ? {} : { ttl_ms: Math.ceil(ttlMs) }, signal, timeoutMs, lockName: this.name },
+      );
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 410) {
+        this.gone = true;
+      }
+      throw e;
+    }
+    if (sent > this.renewedAt) {
+      this.renewedAt = sent;
+    }
+    this.ttl = a.data.ttl_ms;
+    this.holds = a.data.hold_count;
+  }
+
+  /** When the watchdog gives the lease up: its expiry less the safety margin. */
+  private safeDeadline(): number {
+    return this.renewedAt + this.ttl - safetyMargin(this.ttl);
+  }
+
+  private mustBeHeld(): void {
+    if (this.ended) {
+      throw this.ended;
+    }
+    if (this.releasing) {
+      throw new LeaseReleasedError(this.name, this.leaseId);
+    }
+  }
+
+  /** Explains a loss shown by cause, an answer to a renewal or the release. */
+  private lostError(cause: unknown): LeaseLostError {
+    let reason: string;
+    if (cause instanceof ApiError && cause.status === 410) {
+      reason = "the server no longer has it: it expired or was force-released";
+      if (cause.requestId) {
+        reason += ` (request id ${cause.requestId})`;
+      }
+    } else {
+      const msg = cause instanceof Error ? cause.message : String(cause);
+      reason = "the server refused to renew it: " + msg.replace(/^lockapi: /, "");
+    }
+    return new LeaseLostError(this.name, this.leaseId, this.fencingToken, reason, cause);
+  }
+
+  /** Explains a loss by the watchdog's deadline; last is the last renewal's failure, if any. */
+  private timeoutError(last: unknown): LeaseLostError {
+    let reason = `no renewal succeeded until ${Math.round(safetyMargin(this.ttl))}ms before its expiry, after which another holder may exist`;
+    if (last instanceof Error) {
+      reason += "; last error: " + last.message.replace(/^lockapi: /, "");
+    } else {
+      reason += "; none could even be sent in time (was this process paused or starved of CPU?)";
+    }
+    return new LeaseLostError(this.name, this.leaseId, this.fencingToken, reason, last);
+  }
+
+  /** Records a loss (once) and returns the error that stands for it. */
+  private lose(err: LeaseLostError): Error {
+    this.end(err, true);
+    return this.ended ?? err;
+  }
+
+  /** Records why the lease ended, once. */
+  private end(err: Error, lost: boolean): void {
+    if (this.ended) {
+      return;
+    }
+    this.ended = err;
+    this.wake?.();
+    if (lost) {
+      this.lostCtl.abort(err);
+    }
+  }
+}
+
+/** How long before a lease's expiry the watchdog gives up renewing: clock drift, and time for the holder to stop its work. */
+function safetyMargin(ttl: number): number {
+  return ttl / 5;
+}
+
+/** Bounds one renewal so that a request lost in the network leaves time to retry; never below a second, so that a slow answer still counts. */
+export function attemptTimeout(ttl: number, limit: number): number {
+  return Math.min(Math.max(ttl / 6, 1000), limit);
+}
+
+/** Paces renewal retries to the TTL: the retries of one lease fit between TTL/3 and the safety margin. */
+function renewBackoff(ttl: number): Backoff {
+  const base = Math.min(Math.max(ttl / 30, 5), 500);
+  return new Backoff(base, Math.min(Math.max(ttl / 6, base), 5000));
+}
