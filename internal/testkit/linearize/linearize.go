@@ -437,12 +437,7 @@ func (s *state) acquire(p Promise, in Input, out Output) []*state {
 		n.leases[d.reenter].holds++
 		return []*state{n}
 	case out.Status == 409 && out.Problem == "lock-held" && out.HolderOwner == "" && p.UnnamedRefusals:
-		if !in.Fair {
-			return []*state{s}
-		}
-		n := s.clone()
-		n.leaveQueue(in.Tag)
-		return []*state{n}
+		return []*state{s.refusedUnnamed(in)}
 	case out.Status == 409 && out.Problem == "lock-held" && !d.grants() && d.refusal == "":
 		n := s
 		if in.Fair {
@@ -604,4 +599,16 @@ func describe(in, out any) string {
 		return fmt.Sprintf("%s -> %d holds %d released %v", req, o.Status, o.HoldCount, o.Released)
 	}
 	return fmt.Sprintf("%s -> %d %s token %d holds %d", req, o.Status, o.LeaseID, o.Token, o.HoldCount)
+}
+
+// refusedUnnamed is the state after a lock-held problem that names no
+// holder under Promise.UnnamedRefusals: nothing changed, but a fair waiter
+// whose wait ran out left the queue.
+func (s *state) refusedUnnamed(in Input) *state {
+	if !in.Fair {
+		return s
+	}
+	n := s.clone()
+	n.leaveQueue(in.Tag)
+	return n
 }
