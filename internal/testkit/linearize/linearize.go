@@ -392,20 +392,7 @@ func (s *state) leaveQueue(tag string) {
 func (s *state) acquire(p Promise, in Input, out Output) []*state {
 	d := s.decide(in)
 	if out.Unknown {
-		next := []*state{s}
-		if d.grants() {
-			n := s.grant(in, d)
-			if out.Abandoned {
-				n.takes = append(n.takes, take{in.Tag, n.leaseKey(in, d), true})
-			}
-			next = append(next, n)
-		}
-		if in.Fair { // a waiter that gave up left the queue
-			n := s.clone()
-			n.leaveQueue(in.Tag)
-			next = append(next, n)
-		}
-		return next
+		return s.acquireUnknown(in, out, d)
 	}
 	switch {
 	case out.Status == 201 && d.grants() && d.reenter < 0:
@@ -599,6 +586,25 @@ func describe(in, out any) string {
 		return fmt.Sprintf("%s -> %d holds %d released %v", req, o.Status, o.HoldCount, o.Released)
 	}
 	return fmt.Sprintf("%s -> %d %s token %d holds %d", req, o.Status, o.LeaseID, o.Token, o.HoldCount)
+}
+
+// acquireUnknown is the states after an acquire with no answer: it took no
+// effect, or it granted (and lockapi may undo that grant later).
+func (s *state) acquireUnknown(in Input, out Output, d decision) []*state {
+	next := []*state{s}
+	if d.grants() {
+		n := s.grant(in, d)
+		if out.Abandoned {
+			n.takes = append(n.takes, take{in.Tag, n.leaseKey(in, d), true})
+		}
+		next = append(next, n)
+	}
+	if in.Fair { // a waiter that gave up left the queue
+		n := s.clone()
+		n.leaveQueue(in.Tag)
+		next = append(next, n)
+	}
+	return next
 }
 
 // refusedUnnamed is the state after a lock-held problem that names no
