@@ -51,6 +51,9 @@ type Config struct {
 	Policy Policy
 	// Timeout bounds each attempt (DefaultTimeout).
 	Timeout time.Duration
+	// MaxDeliveries bounds the attempts in flight at once, over every
+	// subscription, half of them to any one host (DefaultMaxDeliveries).
+	MaxDeliveries int
 	// RetryFor is how long after an event its delivery is retried before
 	// it becomes a dead letter (DefaultRetryFor).
 	RetryFor time.Duration
@@ -98,6 +101,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = DefaultMaxDeliveries
+	}
 	if cfg.RetryFor <= 0 {
 		cfg.RetryFor = DefaultRetryFor
 	}
@@ -127,7 +133,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg:     cfg,
-		send:    newSender(cfg.Policy, cfg.Timeout),
+		send:    newSender(cfg.Policy, cfg.Timeout, cfg.MaxDeliveries),
 		log:     cfg.Logger,
 		byFile:  map[string]Subscription{},
 		workers: map[string]*worker{},
