@@ -33,6 +33,9 @@ const (
 	DefaultPollRefresh = 5 * time.Second
 	// resolveTimeout bounds the look-up of a new subscription's host.
 	resolveTimeout = 5 * time.Second
+	// maxReplayLooks is how many workers may ask the State for their
+	// replays at once (Service.replayLooks).
+	maxReplayLooks = 4
 )
 
 // Config configures a Service. Zero fields get defaults.
@@ -87,6 +90,11 @@ type Service struct {
 	feed    *events.Feed
 	ownFeed bool
 
+	// replayLooks bounds the workers' looks for replays in flight at once:
+	// a State's notice wakes every worker, and a thousand of them asking
+	// at once would take every pooled connection the acquires need.
+	replayLooks chan struct{}
+
 	mu      sync.Mutex
 	workers map[string]*worker
 	// refresh asks Run to read the subscriptions again now.
@@ -138,6 +146,8 @@ func New(cfg Config) (*Service, error) {
 		byFile:  map[string]Subscription{},
 		workers: map[string]*worker{},
 		refresh: make(chan struct{}, 1),
+
+		replayLooks: make(chan struct{}, maxReplayLooks),
 	}
 	for _, sub := range cfg.File {
 		s.byFile[sub.ID] = sub
