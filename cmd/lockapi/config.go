@@ -59,12 +59,13 @@ type serveConfig struct {
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 
-	WebhooksFile         string
-	WebhooksAllowPrivate bool
-	WebhooksTimeout      time.Duration
-	WebhooksRetryFor     time.Duration
-	WebhooksBackoffMin   time.Duration
-	WebhooksBackoffMax   time.Duration
+	WebhooksFile          string
+	WebhooksAllowPrivate  bool
+	WebhooksTimeout       time.Duration
+	WebhooksMaxDeliveries int
+	WebhooksRetryFor      time.Duration
+	WebhooksBackoffMin    time.Duration
+	WebhooksBackoffMax    time.Duration
 
 	// set says, by flag name, where each setting the user gave came from;
 	// a setting left at its default is absent.
@@ -150,6 +151,7 @@ func (c *serveConfig) settings() []setting {
 		{"webhooks-file", events, "JSON file of webhook subscriptions, beside those created over /v1/webhooks", fileValue(&c.WebhooksFile)},
 		{"webhooks-allow-private", events, "let webhooks reach loopback, link-local and private addresses, and use http", boolValue(&c.WebhooksAllowPrivate, false)},
 		{"webhooks-timeout", events, "time limit of one webhook delivery attempt", durationValue(&c.WebhooksTimeout, webhook.DefaultTimeout, positive)},
+		{"webhooks-max-deliveries", events, "most webhook delivery attempts in flight at once, over every webhook; one receiver host gets half of them at most", intValue(&c.WebhooksMaxDeliveries, webhook.DefaultMaxDeliveries, positive)},
 		{"webhooks-retry-for", events, "how long after an event its delivery is retried before it becomes a dead letter", durationValue(&c.WebhooksRetryFor, webhook.DefaultRetryFor, positive)},
 		{"webhooks-backoff-min", events, "ceiling of the first wait between webhook attempts; it doubles per failure (full jitter)", durationValue(&c.WebhooksBackoffMin, webhook.DefaultBackoff.Min, positive)},
 		{"webhooks-backoff-max", events, "largest ceiling of the wait between webhook attempts", durationValue(&c.WebhooksBackoffMax, webhook.DefaultBackoff.Max, positive)},

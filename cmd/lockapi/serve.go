@@ -347,17 +347,18 @@ func openWebhooks(c serveConfig, st lock.Store, feed *events.Feed, state webhook
 		log.Warn().Msg("LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true: webhooks may reach loopback, link-local and private addresses, over http too")
 	}
 	svc, err := webhook.New(webhook.Config{
-		Store:      st,
-		Log:        eventLog,
-		Feed:       feed,
-		State:      state,
-		File:       file,
-		Policy:     policy,
-		Timeout:    c.WebhooksTimeout,
-		RetryFor:   c.WebhooksRetryFor,
-		Backoff:    webhook.Backoff{Min: c.WebhooksBackoffMin, Max: c.WebhooksBackoffMax},
-		Logger:     log,
-		OnDelivery: func(o webhook.Outcome) { m.WebhookDelivery(string(o)) },
+		Store:         st,
+		Log:           eventLog,
+		Feed:          feed,
+		State:         state,
+		File:          file,
+		Policy:        policy,
+		Timeout:       c.WebhooksTimeout,
+		MaxDeliveries: c.WebhooksMaxDeliveries,
+		RetryFor:      c.WebhooksRetryFor,
+		Backoff:       webhook.Backoff{Min: c.WebhooksBackoffMin, Max: c.WebhooksBackoffMax},
+		Logger:        log,
+		OnDelivery:    func(o webhook.Outcome) { m.WebhookDelivery(string(o)) },
 	})
 	if err != nil {
 		return nil, err

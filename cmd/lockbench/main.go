@@ -13,6 +13,7 @@
 //	lockbench redisson -redis URL                               Redis CPU per pair of a Redisson-style script pair
 //	lockbench bare [-store redis|memory]                        lockapi's server CPU per pair against a bare front
 //	lockbench cost -redis URL [-events-off URL] [-memory URL]   all of the CPU per pair comparisons, in one run
+//	lockbench webhooks -redis URL [-hooks 1000] [-jobs 10]      webhook deliveries/s and Redis commands per delivery
 //
 // -record docs/BENCHMARKS.md adds the run to that file, with the machine it
 // ran on and the project's targets beside the measured values. Progress goes
@@ -75,6 +76,8 @@ type config struct {
 	listen    string // bare-front: address to listen on
 	eventsOff string // cost: a lockapi with events off, on the same Redis
 	memory    string // cost: a lockapi on the memory store
+
+	hooks, jobs int // webhooks: webhooks, and acquire+release pairs delivered to each
 }
 
 // mode is a way to run lockbench: what it measures, for -h and errors, and
@@ -96,6 +99,7 @@ var modes = []mode{
 	{"redisson", "the throughput cycle as a Redisson-style script pair straight from go-redis, unpipelined: Redis CPU per pair (needs -redis)", loadMode(redisson)},
 	{"bare", "lockapi at -server against a bare front (net/http and the same store, nothing else) that lockbench starts: server CPU per pair, in alternating -rounds", runBare},
 	{"cost", "Redisson-style baseline, lockapi, lockapi -events-off, bare front, and with -memory lockapi and a bare front on the memory store: Redis and server CPU per pair, in alternating -rounds (needs -redis)", runCost},
+	{"webhooks", "H webhooks (-hooks, default 1000) to a local receiver, then -jobs acquire+release pairs delivered to each: deliveries/s, Redis commands per delivery and idle, acquire latency meanwhile (needs -redis; the server needs LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true)", runWebhooks},
 	{"bare-front", "serve the bare front on -listen (bare and cost start it themselves)", nil},
 }
 
@@ -166,6 +170,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.kind.name, "kind", "lock", "throughput, rate, handoff: the kind of lock: lock, shared, semaphore (-limit), fair, or multi (-names at once)")
 	fs.IntVar(&cfg.kind.limit, "limit", 4, "-kind semaphore: permits per name (handoff uses 1, so that every grant is a hand-off)")
 	fs.IntVar(&cfg.kind.names, "names", 3, "-kind multi: names per multi-lock")
+	fs.IntVar(&cfg.hooks, "hooks", targetHooks, hooksFlagHelp)
+	fs.IntVar(&cfg.jobs, "jobs", 10, "webhooks: acquire+release pairs, two events each, delivered to every webhook")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -192,8 +198,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("which mode? lockbench -h lists them")
 	case !known:
 		return nil, fmt.Errorf("unknown mode %q; lockbench -h lists them", cfg.mode)
-	case cfg.c < 1 || cfg.k < 1 || cfg.n < 1 || cfg.waiters < 0 || cfg.inflight < 0:
-		return nil, errors.New("-c, -k and -n must be at least 1; -waiters and -inflight not negative")
+	case cfg.c < 1 || cfg.k < 1 || cfg.n < 1 || cfg.hooks < 1 || cfg.jobs < 1 || cfg.waiters < 0 || cfg.inflight < 0:
+		return nil, errors.New("-c, -k, -n, -hooks and -jobs must be at least 1; -waiters and -inflight not negative")
 	case cfg.duration <= 0 || cfg.warmup < 0 || cfg.window <= 0 || cfg.settle < 0:
 		return nil, errors.New("-duration and -window must be positive; -warmup and -settle not negative")
 	case cfg.against != "" && (cfg.mode != "throughput" || cfg.rounds < 1):

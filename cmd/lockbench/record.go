@@ -44,7 +44,7 @@ func (r row) cells() []string {
 }
 
 // modeOrder orders the table: the headline ratio first.
-var modeOrder = []string{"all", "cost", "bare", "redisson", "throughput", "baseline", "rate", "handoff", "idle"}
+var modeOrder = []string{"all", "cost", "bare", "redisson", "throughput", "baseline", "rate", "handoff", "idle", "sse", "webhooks"}
 
 // record adds res to the benchmarks file cfg.record.
 func record(ctx context.Context, cfg *config, res *result, log io.Writer) error {
@@ -384,6 +384,11 @@ each figure's median with every round's value (` + "`*_rounds`" + `). Latencies 
   the smallest net/http server running the same store and scripts with none of
   lockapi's validation, authentication, logs or metrics, on Redis and on the memory
   store (` + "`cost`" + `, or ` + "`bare`" + `).
+- **Webhooks at scale:** with 1,000 webhooks on one instance, acquires and webhook
+  creations answer within 1 s and never 503 while events are delivered to every
+  webhook (` + "`webhooks`" + `, which also records deliveries/s and Redis commands per
+  delivery; ` + "`tests/webhook_scale_test.go`" + ` holds 100 webhooks to 4,000
+  deliveries within 30 s).
 
 ## Results
 

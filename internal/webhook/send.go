@@ -52,25 +52,30 @@ func (a Attempt) OK() bool { return a.Outcome == OutcomeDelivered }
 
 // sender makes delivery attempts: each a signed POST through a transport
 // that dials only addresses the Policy allows, follows no redirect and
-// uses no proxy (a proxy would dial for us, unchecked).
+// uses no proxy (a proxy would dial for us, unchecked). No more than
+// maxDeliveries attempts run at once (slots).
 type sender struct {
 	client  *http.Client
 	timeout time.Duration
+	slots   *slots
 	now     func() time.Time
 }
 
-func newSender(p Policy, timeout time.Duration) *sender {
+func newSender(p Policy, timeout time.Duration, maxDeliveries int) *sender {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	slots := newSlots(maxDeliveries)
 	tr := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           p.DialContext,
 		ForceAttemptHTTP2:     true,
 		TLSHandshakeTimeout:   timeout,
 		ResponseHeaderTimeout: timeout,
-		MaxIdleConnsPerHost:   2,
-		IdleConnTimeout:       90 * time.Second,
+		// As many kept-alive connections as one host may use at once, so
+		// that a busy receiver's deliveries reuse them.
+		MaxIdleConnsPerHost: slots.perHost,
+		IdleConnTimeout:     90 * time.Second,
 	}
 	return &sender{
 		client: &http.Client{
@@ -80,12 +85,20 @@ func newSender(p Policy, timeout time.Duration) *sender {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		timeout: timeout,
+		slots:   slots,
 		now:     time.Now,
 	}
 }
 
-// send POSTs one signed message to sub's URL.
+// send POSTs one signed message to sub's URL once a delivery slot is free.
+// The attempt's time limit starts with the slot: waiting for one is not the
+// receiver's time. It fails, unreachable, only when ctx ends first.
 func (s *sender) send(ctx context.Context, sub Subscription, id string, body []byte) Attempt {
+	release, err := s.slots.take(ctx, hostOf(sub.URL))
+	if err != nil {
+		return Attempt{Outcome: OutcomeUnreachable, Err: err}
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := s.now()

@@ -33,6 +33,9 @@ const (
 	DefaultPollRefresh = 5 * time.Second
 	// resolveTimeout bounds the look-up of a new subscription's host.
 	resolveTimeout = 5 * time.Second
+	// maxReplayLooks is how many workers may ask the State for their
+	// replays at once (Service.replayLooks).
+	maxReplayLooks = 4
 )
 
 // Config configures a Service. Zero fields get defaults.
@@ -51,6 +54,9 @@ type Config struct {
 	Policy Policy
 	// Timeout bounds each attempt (DefaultTimeout).
 	Timeout time.Duration
+	// MaxDeliveries bounds the attempts in flight at once, over every
+	// subscription, half of them to any one host (DefaultMaxDeliveries).
+	MaxDeliveries int
 	// RetryFor is how long after an event its delivery is retried before
 	// it becomes a dead letter (DefaultRetryFor).
 	RetryFor time.Duration
@@ -84,6 +90,11 @@ type Service struct {
 	feed    *events.Feed
 	ownFeed bool
 
+	// replayLooks bounds the workers' looks for replays in flight at once:
+	// a State's notice wakes every worker, and a thousand of them asking
+	// at once would take every pooled connection the acquires need.
+	replayLooks chan struct{}
+
 	mu      sync.Mutex
 	workers map[string]*worker
 	// refresh asks Run to read the subscriptions again now.
@@ -97,6 +108,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = DefaultMaxDeliveries
 	}
 	if cfg.RetryFor <= 0 {
 		cfg.RetryFor = DefaultRetryFor
@@ -127,11 +141,13 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg:     cfg,
-		send:    newSender(cfg.Policy, cfg.Timeout),
+		send:    newSender(cfg.Policy, cfg.Timeout, cfg.MaxDeliveries),
 		log:     cfg.Logger,
 		byFile:  map[string]Subscription{},
 		workers: map[string]*worker{},
 		refresh: make(chan struct{}, 1),
+
+		replayLooks: make(chan struct{}, maxReplayLooks),
 	}
 	for _, sub := range cfg.File {
 		s.byFile[sub.ID] = sub

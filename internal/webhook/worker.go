@@ -324,7 +324,7 @@ func (w *worker) cursor(ctx context.Context) (string, bool) {
 // ended first.
 func (w *worker) replays(ctx context.Context) bool {
 	for {
-		rs, err := w.svc.cfg.State.Replays(ctx, w.sub.ID, batch)
+		rs, err := w.lookForReplays(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn().Err(err).Msg("webhook worker cannot read its replays")
@@ -344,6 +344,18 @@ func (w *worker) replays(ctx context.Context) bool {
 			}
 		}
 	}
+}
+
+// lookForReplays reads up to a batch of the subscription's replays once a
+// look is free (Service.replayLooks).
+func (w *worker) lookForReplays(ctx context.Context) ([]DeadLetter, error) {
+	select {
+	case w.svc.replayLooks <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	defer func() { <-w.svc.replayLooks }()
+	return w.svc.cfg.State.Replays(ctx, w.sub.ID, batch)
 }
 
 // deliverOne delivers one message until the receiver takes it or the
