@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -321,6 +322,35 @@ func TestService_ping(t *testing.T) {
 	r.fail.Store(1)
 	if a, _, _ := f.svc.Ping(context.Background(), sub.ID); a.OK() || a.Status != 500 || a.Outcome != webhook.OutcomeRejected {
 		t.Fatalf("failed ping: %+v", a)
+	}
+}
+
+// A replay notice that wakes an idle worker delivers nothing: the wake ends
+// the wait for an event, and no event came. (It once delivered an empty
+// event, with a blank webhook-id, to a catch-all webhook.)
+func TestService_woken_idle_worker_delivers_nothing(t *testing.T) {
+	f := newFixture(t, nil)
+	r := newReceiver(t)
+	sub := f.subscribe(r, "")
+	ctx := context.Background()
+	// Each create is a State notice that wakes every worker.
+	for i := range 40 {
+		other := newReceiver(t)
+		if _, err := f.svc.Create(ctx, webhook.Spec{URL: other.URL + fmt.Sprint(i), Prefix: "elsewhere:"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, p, err := f.svc.Ping(ctx, sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range r.waitFor(1) {
+		if e.ID == "" {
+			t.Fatalf("delivered an event with no id: %+v", e)
+		}
+	}
+	if got := r.payloads(); got[0].ID != p.ID {
+		t.Fatalf("first delivery %+v, want the ping %s", got[0], p.ID)
 	}
 }
 

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -292,10 +293,20 @@ func (w *worker) next(ctx context.Context, feed *events.Subscription) (e lock.Ev
 	close(stop)
 	<-done
 	if woken.Load() && err != nil {
+		// The wake cancelled the read: no event, and no failure either
+		// unless ctx itself ended. err must stay non-nil, or the caller
+		// would deliver the empty event as if one had been read.
 		err = ctx.Err()
+		if err == nil {
+			err = errWoken
+		}
 	}
 	return e, woken.Load(), err
 }
+
+// errWoken is next's answer when a replay notice ended the wait before an
+// event came.
+var errWoken = errors.New("webhook worker woken for replays")
 
 // cursor returns where the subscription's delivery stands. A subscription
 // without one (from the file, delivered for the first time) starts after
