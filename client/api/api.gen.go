@@ -354,7 +354,7 @@ type HealthStatus string
 //
 // Example: {"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"}
 type HeldBy struct {
-	// ExpiresInMs Milliseconds until the holder's lease expires unless renewed.
+	// ExpiresInMs Milliseconds until the holder's lease expires unless renewed: the lease's own TTL, never shortened by a queue (when to look again is `Retry-After`).
 	//
 	// Example: 12500
 	ExpiresInMs int64 `json:"expires_in_ms"`
