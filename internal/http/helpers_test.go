@@ -240,7 +240,7 @@ type HookStore struct {
 	OnReadEvents func(ctx context.Context, after string, limit int) ([]lock.Event, error)
 }
 
-// EventsEnabled, ReadEvents, WaitEvents and LastEventID show the wrapped
+// EventsEnabled and the lock.EventLog methods show the wrapped
 // store's event log, when it has one: without, the server answers as with
 // events off.
 func (h *HookStore) EventsEnabled() bool {
@@ -264,6 +264,10 @@ func (h *HookStore) WaitEvents(ctx context.Context, after string, limit int) ([]
 
 func (h *HookStore) LastEventID(ctx context.Context) (string, error) {
 	return h.Store.(lock.EventLog).LastEventID(ctx)
+}
+
+func (h *HookStore) ReadEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
+	return h.Store.(lock.EventLog).ReadEventsBefore(ctx, before, limit)
 }
 
 func (h *HookStore) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {

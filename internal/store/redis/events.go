@@ -203,6 +203,37 @@ func (s *Store) blockUntilAfter(ctx context.Context, conns *blockingConns, node 
 	}
 }
 
+// ReadEventsBefore implements lock.EventLog with XREVRANGE (one per
+// master's log on Redis Cluster, merged).
+func (s *Store) ReadEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
+	if !s.events {
+		return nil, s.eventsOff()
+	}
+	if before != "" {
+		if _, _, ok := lock.ParseEventID(before); !ok {
+			return nil, lock.Invalid(lock.FieldError{Field: "before", Detail: "not an event id"})
+		}
+	}
+	if limit <= 0 {
+		limit = defaultEventsLimit
+	}
+	if s.clusterLogs != nil {
+		return s.readClusterEventsBefore(ctx, before, limit)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	end := "+"
+	if before != "" {
+		end = "(" + before
+	}
+	msgs, err := s.rdb.XRevRangeN(ctx, s.eventsKey(), end, "-", int64(limit)).Result()
+	if err != nil {
+		s.noteFailure(err)
+		return nil, storeError(err)
+	}
+	return parseEvents(msgs), nil
+}
+
 // LastEventID implements lock.EventLog.
 func (s *Store) LastEventID(ctx context.Context) (string, error) {
 	if !s.events {
