@@ -148,12 +148,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The admin dashboard, beside the API and a client of its rules: its
 	// live feed asks the API for /v1/events, and its force release is the
 	// API's, counted alike.
-	srv.Mount("/ui", ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks)}))
+	srv.MountDashboard(ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks)}))
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Str("setting", c.source("addr")).Msg("cannot listen")
 		return 1
 	}
-	log.Info().Str("addr", c.Addr).Str("url", srv.URL()).Msg("lockapi listening")
+	// One line that says where to go next: the browser's page, the API
+	// and its contract.
+	url := srv.URL()
+	log.Info().Str("addr", c.Addr).Str("url", url).Str("dashboard", url+lockhttp.DashboardPath).
+		Str("api", url+"/v1/").Str("openapi", url+"/openapi.yaml").Msg("lockapi listening")
 	closeAdmin, err := openAdminFor(c, m, log)
 	if err != nil {
 		return 1
