@@ -11,6 +11,7 @@ import (
 
 	"crypto/tls"
 
+	"github.com/mattn/go-isatty"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -35,11 +36,25 @@ func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 	switch c.LogFormat {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !colourful(w)}
 	default:
 		return zerolog.Logger{}, fmt.Errorf("-log-format %q: want json or console", c.LogFormat)
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+// colourful reports whether console logs to w may have colour: only on a
+// terminal, and not when NO_COLOR is set (https://no-color.org), so that a
+// file, a pipe or a log collector gets no escape codes.
+func colourful(w io.Writer) bool {
+	return os.Getenv("NO_COLOR") == "" && isTerminal(w)
+}
+
+// isTerminal reports whether w is a terminal; a variable for the tests,
+// which have none.
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 // checkTopology checks at startup that Redis is the deployment c says
