@@ -39,6 +39,7 @@ var contract = []struct {
 	{http.MethodPost, "/v1/webhooks/{id}/ping", "pingWebhook", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
 	{http.MethodGet, "/v1/webhooks/{id}/dead-letters", "listDeadLetters", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
 	{http.MethodPost, "/v1/webhooks/{id}/dead-letters/{event_id}/replay", "replayDeadLetter", []string{"202", "400", "401", "403", "404", "429", "501", "503"}},
+	{http.MethodGet, "/", "getRoot", []string{"302"}},
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
 	{http.MethodGet, "/openapi.yaml", "getOpenAPI", []string{"200"}},

@@ -64,6 +64,12 @@ type EventsOptions struct {
 	// After resumes after the event with this id, as the last run left off;
 	// "" starts with the next event.
 	After string
+	// OnReconnect, when set, is called before each reconnect: err says why
+	// the stream ended, after is the id it resumes after ("" when no event
+	// came yet and After was "": it starts with the next event), and pause
+	// is how long it waits first. Events shows nothing while it
+	// reconnects; this lets a caller say so.
+	OnReconnect func(err error, after string, pause time.Duration)
 }
 
 // Reconnection pacing of Events, and how long a stream may stay silent:
@@ -128,6 +134,9 @@ func (c *Client) Events(ctx context.Context, opts EventsOptions) iter.Seq2[Event
 			pause := bo.next()
 			if pe, ok := errors.AsType[*ProblemError](err); ok {
 				pause = max(pause, pe.RetryAfter)
+			}
+			if opts.OnReconnect != nil {
+				opts.OnReconnect(err, after, pause)
 			}
 			if !sleepUntil(ctx, time.Now().Add(pause)) {
 				yield(Event{}, fmt.Errorf("lockapi: events: %w", context.Cause(ctx)))

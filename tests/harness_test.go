@@ -58,6 +58,9 @@ type server struct {
 	env  []string
 	// ready is the client that start polls /healthz with.
 	ready *http.Client
+	// bare runs lockapi as a newcomer would first: no configuration at
+	// all, an environment of PATH and HOME only, and no flag but --addr.
+	bare bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -72,11 +75,23 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 	return launch(t, "http", http.DefaultClient, env, args...)
 }
 
+// startBare runs lockapi as a newcomer would first (see server.bare) on
+// a free loopback port, and waits until /healthz answers.
+func startBare(t *testing.T) *server {
+	t.Helper()
+	return launchServer(t, &server{t: t, addr: freeAddr(t), ready: http.DefaultClient, bare: true}, "http")
+}
+
 // launch starts lockapi serving scheme and waits until /healthz answers
 // through ready.
 func launch(t *testing.T, scheme string, ready *http.Client, env []string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, addr: freeAddr(t), env: env, args: args, ready: ready}
+	return launchServer(t, &server{t: t, addr: freeAddr(t), env: env, args: args, ready: ready}, scheme)
+}
+
+// launchServer starts s serving scheme, and stops it when t ends.
+func launchServer(t *testing.T, s *server, scheme string) *server {
+	t.Helper()
 	s.URL = scheme + "://" + s.addr
 	s.start()
 	t.Cleanup(func() {
@@ -102,6 +117,10 @@ func (s *server) start() {
 	s.t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", s.addr, "--log-level", "debug"}, s.args...)...)
 	cmd.Env = append(os.Environ(), s.env...)
+	if s.bare {
+		cmd = exec.Command(binary, "--addr", s.addr)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

@@ -44,6 +44,15 @@ func walkthrough(t *testing.T) string {
 // TestREADME_walkthrough runs the README's curl walkthrough as written
 // against the real binary and a real PostgreSQL with the fencing migration.
 func TestREADME_walkthrough(t *testing.T) {
+	needWalkthroughTools(t)
+	s := startServer(t, []string{"LOCKAPI_REDIS_URL="})
+	runWalkthrough(t, s)
+}
+
+// needWalkthroughTools skips the test (fails it under CI) when a tool the
+// walkthrough runs is missing.
+func needWalkthroughTools(t *testing.T) {
+	t.Helper()
 	for _, tool := range []string{"bash", "curl", "psql", "sed"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") != "" {
@@ -52,13 +61,19 @@ func TestREADME_walkthrough(t *testing.T) {
 			t.Skipf("the README walkthrough needs %s", tool)
 		}
 	}
+}
+
+// runWalkthrough runs the README's walkthrough against s, with a fresh
+// PostgreSQL database that has the fencing migration, and checks what it
+// printed.
+func runWalkthrough(t *testing.T, s *server) {
+	t.Helper()
 	pg := pgtest.Start(t)
 	dsn := pg.NewDatabase(t)
 	db := pgtest.Open(t, dsn)
 	if err := migrations.Up(context.Background(), db); err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(t, []string{"LOCKAPI_REDIS_URL="})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -354,7 +354,7 @@ type HealthStatus string
 //
 // Example: {"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"}
 type HeldBy struct {
-	// ExpiresInMs Milliseconds until the holder's lease expires unless renewed.
+	// ExpiresInMs Milliseconds until the holder's lease expires unless renewed: the lease's own TTL, never shortened by a queue (when to look again is `Retry-After`).
 	//
 	// Example: 12500
 	ExpiresInMs int64 `json:"expires_in_ms"`
@@ -1218,6 +1218,13 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// GetRoot The front door
+	//
+	// Redirects to the admin dashboard, `/ui/` (302 Found: temporary, so that no browser keeps it for good). `HEAD /` answers the same without a body. Any other path this document does not list is a `not-found` problem.
+	//
+	// Corresponds with GET / (the `GetRoot` operationId).
+	GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetHealth Liveness
 	//
 	// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
@@ -1626,6 +1633,23 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/webhooks/{id}/ping (the `PingWebhook` operationId).
 	PingWebhook(ctx context.Context, id WebhookID, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetRoot The front door
+//
+// Redirects to the admin dashboard, `/ui/` (302 Found: temporary, so that no browser keeps it for good). `HEAD /` answers the same without a body. Any other path this document does not list is a `not-found` problem.
+//
+// Corresponds with GET / (the `GetRoot` operationId).
+func (c *Client) GetRoot(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRootRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // GetHealth Liveness
@@ -2295,6 +2319,33 @@ func (c *Client) PingWebhook(ctx context.Context, id WebhookID, reqEditors ...Re
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewGetRootRequest constructs an http.Request for the GetRoot method
+func NewGetRootRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
@@ -3385,6 +3436,15 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// GetRootWithResponse The front door
+	//
+	// Redirects to the admin dashboard, `/ui/` (302 Found: temporary, so that no browser keeps it for good). `HEAD /` answers the same without a body. Any other path this document does not list is a `not-found` problem.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET / (the `GetRoot` operationId).
+	GetRootWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetRootResponse, error)
+
 	// GetHealthWithResponse Liveness
 	//
 	// Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
@@ -3825,6 +3885,62 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/webhooks/{id}/ping (the `PingWebhook` operationId).
 	PingWebhookWithResponse(ctx context.Context, id WebhookID, reqEditors ...RequestEditorFn) (*PingWebhookResponse, error)
+}
+
+// GetRootResponse302Headers the declared response headers of an HTTP 302 response for GetRoot
+type GetRootResponse302Headers struct {
+	Location   string
+	XRequestID string
+}
+
+// GetRootResponseDefaultHeaders the declared response headers of an HTTP default response for GetRoot
+type GetRootResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type GetRootResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers302 the parsed response headers for an HTTP 302 response
+	Headers302 *GetRootResponse302Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetRootResponseDefaultHeaders
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetRootResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRootResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRootResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRootResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRootResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // GetHealthResponse200Headers the declared response headers of an HTTP 200 response for GetHealth
@@ -6819,6 +6935,21 @@ func (r PingWebhookResponse) ContentType() string {
 	return ""
 }
 
+// GetRootWithResponse The front door
+//
+// Redirects to the admin dashboard, `/ui/` (302 Found: temporary, so that no browser keeps it for good). `HEAD /` answers the same without a body. Any other path this document does not list is a `not-found` problem.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET / (the `GetRoot` operationId).
+func (c *ClientWithResponses) GetRootWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetRootResponse, error) {
+	rsp, err := c.GetRoot(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRootResponse(rsp)
+}
+
 // GetHealthWithResponse Liveness
 //
 // Answers 200 while the process serves HTTP; it does not touch the store. `HEAD /healthz` answers the same without the body.
@@ -7414,6 +7545,65 @@ func (c *ClientWithResponses) PingWebhookWithResponse(ctx context.Context, id We
 		return nil, err
 	}
 	return ParsePingWebhookResponse(rsp)
+}
+
+// ParseGetRootResponse parses an HTTP response from a GetRootWithResponse call
+func ParseGetRootResponse(rsp *http.Response) (*GetRootResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRootResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 302:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 302:
+		var headers GetRootResponse302Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers302 = &headers
+	case true:
+		var headers GetRootResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
 }
 
 // ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/lockapi/lockapi/client"
 	"github.com/lockapi/lockapi/event"
@@ -18,7 +19,8 @@ const eventsUsage = `usage: lockapi events [flags]
 Prints every change of the locks as it happens, one line per event: time,
 type, lock, owner, fencing token and the holds left. It runs until
 interrupted (SIGINT, SIGTERM), and rides out a dropped connection or a
-server restart: it resumes after the last event it printed.
+server restart: it resumes after the last event it printed, and says on
+stderr why and where from each time it reconnects.
 
 Flags:
   --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
@@ -75,6 +77,13 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		fmt.Fprintf(stderr, "lockapi events: %s\n", errText(err))
 		return exitUsage
+	}
+	opts.OnReconnect = func(err error, after string, pause time.Duration) {
+		from := "after " + after
+		if after == "" {
+			from = "with the next event"
+		}
+		fmt.Fprintf(stderr, "lockapi events: the stream ended (%s); reconnecting in %v, resuming %s\n", errText(err), pause.Round(time.Millisecond), from)
 	}
 	for ev, err := range cl.Events(ctx, opts) {
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,6 +110,47 @@ func TestEvents(t *testing.T) {
 		_ = ln.Close()
 		if r := lockapi(t, "events", "--server", down); r.Code != exitUnavailable {
 			t.Errorf("exit %d, want %d", r.Code, exitUnavailable)
+		}
+	})
+
+	// A stream that ends is reconnected, and stderr says so: why, and
+	// after which event it resumes.
+	t.Run("Reconnect", func(t *testing.T) {
+		var calls atomic.Int32
+		resumed := make(chan string, 4)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := calls.Add(1)
+			if n > 1 {
+				resumed <- r.Header.Get("Last-Event-ID")
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			id := fmt.Sprintf("%d-0", n)
+			fmt.Fprintf(w, "id: %s\nevent: granted\ndata: {\"id\":%q,\"type\":\"granted\",\"lock\":\"job:%d\",\"owner\":\"w\",\"principal\":\"\",\"mode\":\"exclusive\",\"fencing_token\":%d,\"hold_count\":1,\"time\":\"2025-11-22T14:02:00Z\"}\n\n", id, id, n, n)
+			w.(http.Flusher).Flush()
+			if n > 1 {
+				<-r.Context().Done() // the second stream stays open
+			}
+		}))
+		defer srv.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := start(ctx, "events", "--server", srv.URL)
+		mustSee(t, r.Stdout.Seen("job:2"), "the event after the reconnect", r)
+		select {
+		case id := <-resumed:
+			if id != "1-0" {
+				t.Errorf("resumed after %q, want 1-0", id)
+			}
+		case <-time.After(promptly):
+			t.Fatal("no reconnect")
+		}
+		cancel()
+		res := r.Wait(t, promptly)
+		lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+		if len(lines) != 1 || !strings.Contains(lines[0], "reconnecting") || !strings.Contains(lines[0], "resuming after 1-0") ||
+			!strings.Contains(lines[0], "ended") {
+			t.Errorf("stderr, want one line per reconnect with the reason and the resume id:\n%s", res.Stderr)
 		}
 	})
 

@@ -11,6 +11,7 @@ import (
 
 	"crypto/tls"
 
+	"github.com/mattn/go-isatty"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -36,11 +37,25 @@ func newLogger(c serveConfig, w io.Writer) (zerolog.Logger, error) {
 	switch c.LogFormat {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !colourful(w)}
 	default:
 		return zerolog.Logger{}, fmt.Errorf("-log-format %q: want json or console", c.LogFormat)
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+// colourful reports whether console logs to w may have colour: only on a
+// terminal, and not when NO_COLOR is set (https://no-color.org), so that a
+// file, a pipe or a log collector gets no escape codes.
+func colourful(w io.Writer) bool {
+	return os.Getenv("NO_COLOR") == "" && isTerminal(w)
+}
+
+// isTerminal reports whether w is a terminal; a variable for the tests,
+// which have none.
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 // checkTopology checks at startup that Redis is the deployment c says
@@ -157,12 +172,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The admin dashboard, beside the API and a client of its rules: its
 	// live feed asks the API for /v1/events, and its force release is the
 	// API's, counted alike.
-	srv.Mount("/ui", ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks)}))
+	srv.MountDashboard(ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks)}))
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Str("setting", c.source("addr")).Msg("cannot listen")
 		return 1
 	}
-	log.Info().Str("addr", c.Addr).Str("url", srv.URL()).Msg("lockapi listening")
+	// One line that says where to go next: the browser's page, the API
+	// and its contract.
+	url := srv.URL()
+	log.Info().Str("addr", c.Addr).Str("url", url).Str("dashboard", url+lockhttp.DashboardPath).
+		Str("api", url+"/v1/").Str("openapi", url+"/openapi.yaml").Msg("lockapi listening")
 	closeAdmin, err := openAdminFor(c, m, log)
 	if err != nil {
 		return 1

@@ -127,6 +127,18 @@ func (l *testLog) WaitEvents(ctx context.Context, after string, limit int) ([]lo
 	}
 }
 
+func (l *testLog) ReadEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []lock.Event
+	for i := len(l.events) - 1; i >= 0 && len(out) < limit; i-- {
+		if before == "" || lock.CompareEventIDs(l.events[i].ID, before) < 0 {
+			out = append(out, l.events[i])
+		}
+	}
+	return out, nil
+}
+
 func (l *testLog) LastEventID(ctx context.Context) (string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -97,7 +97,7 @@ func checkContract(t *testing.T, store lock.Store, seed uint64, n int) {
 		Metrics:  metrics.New(),
 		Webhooks: mustRunWebhooks(t, store, nil),
 		Logger:   zerolog.Nop(),
-	})
+	}, withDashboard) // as lockapi serve runs it: GET / is the dashboard's
 
 	gen, err := apitest.NewGen(seed)
 	if err != nil {

@@ -184,7 +184,7 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 					p.Holder = &ProblemHolder{
 						Owner:        by.Owner,
 						FencingToken: by.Token,
-						ExpiresInMs:  max(by.ExpiresIn.Milliseconds(), 0),
+						ExpiresInMs:  max(by.LeaseExpiresIn.Milliseconds(), 0),
 					}
 				} else if !by.Unconfirmed {
 					p.Detail = queuedDetail(p.Lock, by.Queue)
@@ -225,9 +225,11 @@ func queuedDetail(name string, queue int) string {
 	return fmt.Sprintf("no lease is in the way, but %s before this acquire%s", waiters, of)
 }
 
-// retryAfter is the Retry-After of a lock-held answer: when the holder's
-// lease ends (or the queue's head must have renewed its place), in whole
-// seconds rounded up, and at least 1.
+// retryAfter is the Retry-After of a lock-held answer: when to look again
+// (the holder's lease ends, or the queue's head must have renewed its
+// place, whichever is sooner), in whole seconds rounded up, and at least 1.
+// It may be sooner than the holder's expires_in_ms: a queue that moves may
+// change the answer before the lease ends.
 func retryAfter(e *lock.Error) int64 {
 	if e.HeldBy == nil {
 		return 1

@@ -63,7 +63,7 @@ func TestHead_NoGETRoute405(t *testing.T) {
 type headResult struct {
 	status                       int
 	contentType, requestID, body string
-	allow                        string
+	allow, location              string
 }
 
 // do sends one request with no body; an event stream is read no further
@@ -81,7 +81,7 @@ func do(t *testing.T, client *http.Client, base, method, path string) headResult
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	r := headResult{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), requestID: resp.Header.Get("X-Request-ID"), allow: resp.Header.Get("Allow")}
+	r := headResult{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), requestID: resp.Header.Get("X-Request-ID"), allow: resp.Header.Get("Allow"), location: resp.Header.Get("Location")}
 	if r.contentType != "text/event-stream" || method == http.MethodHead {
 		b, _ := io.ReadAll(resp.Body)
 		r.body = string(b)

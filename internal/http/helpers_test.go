@@ -55,11 +55,14 @@ func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockht
 	return e.For(t)
 }
 
-// mustOpenServer starts a server on store with cfg; it is closed when the
-// test ends.
-func mustOpenServer(t *testing.T, store lock.Store, cfg lockhttp.Config) *lockhttp.Server {
+// mustOpenServer starts a server on store with cfg, after setup (such as
+// mounting a dashboard) when given; it is closed when the test ends.
+func mustOpenServer(t *testing.T, store lock.Store, cfg lockhttp.Config, setup ...func(*lockhttp.Server)) *lockhttp.Server {
 	t.Helper()
 	srv := lockhttp.NewServer(store, withRelease(cfg))
+	for _, f := range setup {
+		f(srv)
+	}
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +266,10 @@ func (h *HookStore) WaitEvents(ctx context.Context, after string, limit int) ([]
 
 func (h *HookStore) LastEventID(ctx context.Context) (string, error) {
 	return h.Store.Events().LastEventID(ctx)
+}
+
+func (h *HookStore) ReadEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
+	return h.Store.Events().ReadEventsBefore(ctx, before, limit)
 }
 
 func (h *HookStore) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {

@@ -118,11 +118,14 @@ func TestConflicts(t *testing.T) {
 
 	t.Run("HeldWithQueue409", func(t *testing.T) {
 		e := e.For(t)
-		refuse(lock.Held("busy", lock.HeldBy{Owner: "w", Token: 7, ExpiresIn: 2500 * time.Millisecond, Queue: 2}))
+		refuse(lock.Held("busy", lock.HeldBy{Owner: "w", Token: 7, ExpiresIn: 2500 * time.Millisecond, LeaseExpiresIn: 9 * time.Second, Queue: 2}))
 		resp := e.Do("POST", "/v1/locks/busy/leases", `{"owner":"late"}`)
 		p := WantProblem(t, resp, http.StatusConflict, "lock-held")
 		if p.Holder == nil || p.Holder.Owner != "w" || p.Holder.FencingToken != 7 || p.QueueLength == nil || *p.QueueLength != 2 {
 			t.Fatalf("problem %+v holder %+v", p, p.Holder)
+		}
+		if p.Holder.ExpiresInMs != 9000 {
+			t.Errorf("expires_in_ms = %d, want the lease's 9000, not when to look again", p.Holder.ExpiresInMs)
 		}
 		if ra := resp.Header.Get("Retry-After"); ra != "3" {
 			t.Errorf("Retry-After = %q, want 3", ra)

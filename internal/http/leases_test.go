@@ -154,6 +154,37 @@ func TestAcquire(t *testing.T) {
 		}
 	})
 
+	// A fair waiter's queue place must be renewed within a second, which
+	// makes it worth looking again sooner (Retry-After) but leaves the
+	// holder's expiry (expires_in_ms) what it is.
+	t.Run("HeldWithFairWaiter409", func(t *testing.T) {
+		e := MustOpenEnv(t, lockhttp.Config{})
+		holder := e.Acquire("busyq", `{"owner":"h","ttl_ms":30000}`)
+		ctx, cancel := context.WithCancel(context.Background())
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			e.send(ctx, "POST", "/v1/locks/busyq/leases", `{"owner":"q","fair":true,"wait_ms":60000}`)
+		}()
+		t.Cleanup(func() { cancel(); <-waited })
+		for deadline := time.Now().Add(10 * time.Second); e.State("busyq").Queue != 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the fair waiter never queued")
+			}
+		}
+		resp := e.Do("POST", "/v1/locks/busyq/leases", `{"owner":"b"}`)
+		p := WantProblem(t, resp, http.StatusConflict, "lock-held")
+		if p.Holder == nil || p.Holder.Owner != "h" || p.Holder.FencingToken != holder.FencingToken || p.QueueLength == nil || *p.QueueLength != 1 {
+			t.Fatalf("problem %+v holder %+v", p, p.Holder)
+		}
+		if p.Holder.ExpiresInMs < 20000 || p.Holder.ExpiresInMs > 30000 {
+			t.Errorf("expires_in_ms = %d, want the holder's ~30 s lease", p.Holder.ExpiresInMs)
+		}
+		if ra := resp.Header.Get("Retry-After"); ra != "1" {
+			t.Errorf("Retry-After = %q, want 1 (the queue head's renewal deadline)", ra)
+		}
+	})
+
 	t.Run("HeldByOther409", func(t *testing.T) {
 		e := MustOpenEnv(t, lockhttp.Config{})
 		holder := e.Acquire("busy", `{"owner":"a","ttl_ms":2500}`)

@@ -159,7 +159,7 @@ func TestMalformed(t *testing.T) {
 		// Routes and methods.
 		{"UnknownRoute404", "GET", "/v2/locks/busy", "", "", 404, "not-found", ""},
 		{"UnknownSubroute404", "POST", "/v1/locks/busy/leases/{L}/extend", "", "", 404, "not-found", ""},
-		{"Root404", "GET", "/", "", "", 404, "not-found", ""},
+		{"UnknownRootPath404", "GET", "/index.html", "", "", 404, "not-found", ""}, // GET / is the dashboard's (TestRoot_RedirectsToTheDashboard)
 		{"PutLock405", "PUT", "/v1/locks/busy", "", "", 405, "method-not-allowed", ""},
 		{"GetLeases405", "GET", "/v1/locks/busy/leases", "", "", 405, "method-not-allowed", ""},
 		{"PostHealthz405", "POST", "/healthz", "", "", 405, "method-not-allowed", ""},

@@ -3,7 +3,9 @@ package http_test
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -12,6 +14,8 @@ import (
 	"github.com/lockapi/lockapi"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
+	"github.com/lockapi/lockapi/internal/store/memory"
+	"github.com/lockapi/lockapi/internal/testkit/apitest"
 )
 
 // Defects a newcomer met in the first hour: answers that were right in
@@ -136,4 +140,45 @@ func TestOpenAPI_YAMLAsText(t *testing.T) {
 			t.Errorf("Accept %q: %d %q, want 200 %q with the YAML", accept, resp.StatusCode, got, want)
 		}
 	}
+}
+
+// The root sends a browser to the dashboard once one is mounted: GET and
+// HEAD answer 302 Found to /ui/ (as the spec says), any other method on it
+// is a 405, and other unknown paths stay problem+json 404s.
+func TestRoot_RedirectsToTheDashboard(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	srv := lockhttp.NewServer(mem, withRelease(lockhttp.Config{}))
+	withDashboard(srv)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	noFollow := func(c *http.Client) *http.Client {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		return c
+	}
+	spec := apitest.NewClient(t, ts.URL) // checked against the spec; follows no redirect
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		r := do(t, spec, ts.URL, method, "/")
+		if r.status != http.StatusFound || r.location != lockhttp.DashboardPath || r.requestID == "" {
+			t.Errorf("%s /: %+v, want 302 to %s", method, r, lockhttp.DashboardPath)
+		}
+	}
+	if r := do(t, http.DefaultClient, ts.URL, http.MethodGet, "/"); r.status != http.StatusOK || !strings.Contains(r.body, "the dashboard") {
+		t.Errorf("GET / followed: %+v", r)
+	}
+	plain := noFollow(&http.Client{})
+	if r := do(t, plain, ts.URL, http.MethodPost, "/"); r.status != http.StatusMethodNotAllowed || r.contentType != "application/problem+json" {
+		t.Errorf("POST /: %+v", r)
+	}
+	if r := do(t, plain, ts.URL, http.MethodGet, "/nothing/here"); r.status != http.StatusNotFound || r.contentType != "application/problem+json" {
+		t.Errorf("GET /nothing/here: %+v", r)
+	}
+}
+
+// withDashboard mounts a stand-in dashboard on srv.
+func withDashboard(srv *lockhttp.Server) {
+	srv.MountDashboard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, "<html>the dashboard</html>")
+	}))
 }

@@ -221,11 +221,26 @@ func NewServer(store lock.Store, cfg Config) *Server {
 // Handler returns the API's handler, with all middleware.
 func (s *Server) Handler() http.Handler { return s.router }
 
-// Mount serves h under pattern beside the API, behind the same middleware
-// (request ids, logs, request metrics, panics): cmd/lockapi mounts the
-// dashboard at /ui. The API does not know what is mounted. Mount before
-// serving.
-func (s *Server) Mount(pattern string, h http.Handler) { s.router.Mount(pattern, h) }
+// DashboardPath is where MountDashboard serves the dashboard.
+const DashboardPath = "/ui/"
+
+// MountDashboard serves h under /ui beside the API, behind the same
+// middleware (request ids, logs, request metrics, panics), and sends the
+// root there: a newcomer who opens the server's address in a browser lands
+// on the dashboard. The API knows no more of h. Mount before serving.
+func (s *Server) MountDashboard(h http.Handler) {
+	s.router.Mount(strings.TrimSuffix(DashboardPath, "/"), h)
+	s.router.Get("/", handleRoot)
+}
+
+// handleRoot handles the "GET /" route (HEAD too) once a dashboard is
+// mounted: 302 Found to it. Temporary, not 308 Permanent: a browser keeps a
+// permanent redirect for good, and the root may serve something else
+// later (or sit behind a proxy that does) without clients stuck on /ui/.
+// Other unknown paths stay problem+json 404s.
+func handleRoot(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, DashboardPath, http.StatusFound)
+}
 
 // Open listens on addr (":0" picks a free port) and serves in the
 // background.

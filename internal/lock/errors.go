@@ -49,8 +49,14 @@ type HeldBy struct {
 	Owner string
 	Token uint64
 	// ExpiresIn is when to look again at the latest: the lease in the way
-	// ends then, or the queue's head must have renewed its place.
+	// ends then, or the queue's head must have renewed its place, whichever
+	// comes first. It is a hint for retrying (Retry-After), not the
+	// holder's expiry: see LeaseExpiresIn.
 	ExpiresIn time.Duration
+	// LeaseExpiresIn is the remaining TTL of the lease named by Owner and
+	// Token (0 when none is named): what a caller is told as the holder's
+	// expiry. A queue's renewal deadline never shortens it.
+	LeaseExpiresIn time.Duration
 	// Queue is the number of queued waiters.
 	Queue int
 	// Queued is true when the acquire holds a place in the queue, which its

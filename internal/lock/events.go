@@ -93,6 +93,11 @@ type EventLog interface {
 	// LastEventID returns the newest event's id, "" when there is none: a
 	// reader that wants only what comes next starts after it.
 	LastEventID(ctx context.Context) (string, error)
+	// ReadEventsBefore returns up to limit events recorded before the event
+	// before ("" starts at the newest), newest first: the recent events of a
+	// busy log, which reading forward from a guessed point would miss. It
+	// ends at the oldest event kept, and never fails with CodeEventsGone.
+	ReadEventsBefore(ctx context.Context, before string, limit int) ([]Event, error)
 }
 
 // CodeEventsGone: a resume point older than the event log keeps (HTTP 410).

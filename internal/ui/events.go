@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"time"
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -40,17 +38,15 @@ type eventView struct {
 	Time      string
 }
 
-// How the pages find recent events: the log reads only forward, so they
-// read from a while before its newest event (by the time in its id, see
-// lock.ParseEventID), first the last minute, then the last hour when that
-// held too few, reading at most scanLimit events each time.
+// How the pages find recent events: they read the log backwards from its
+// newest event (LastEventID, where the live feed continues, so that every
+// event is on the page or in the feed), scanPage events at a time, until
+// they have recentEvents that the page shows or have read scanLimit.
 const (
 	recentEvents = 20
 	scanLimit    = 2000
 	scanPage     = 500
 )
-
-var lookbacks = []time.Duration{time.Minute, time.Hour}
 
 // errNoEventLog is the note of a store that records no events.
 var errNoEventLog = errors.New("this store does not record events yet")
@@ -66,7 +62,7 @@ func (h *Handler) feed(ctx context.Context, s session, f lock.EventFilter) feed 
 	case err != nil:
 		out.EventsNote = "Events unavailable: " + errDetail(err)
 	case partial:
-		out.EventsNote = "The event log is busy: newer events than these may be missing here; the live feed has them."
+		out.EventsNote = fmt.Sprintf("The event log is busy: these are this page's events among the newest %d of the log; older ones are not shown.", scanLimit)
 	}
 	for _, e := range events {
 		out.Events = append(out.Events, eventView{
@@ -78,8 +74,9 @@ func (h *Handler) feed(ctx context.Context, s session, f lock.EventFilter) feed 
 }
 
 // recent returns up to recentEvents events that keep passes, newest first,
-// and the log's newest id; partial is true when the scan stopped at
-// scanLimit before it reached that id.
+// up to and including the log's newest id, last, which it returns too;
+// partial is true when it read scanLimit events without finding
+// recentEvents that keep passes and the log holds older ones.
 func (h *Handler) recent(ctx context.Context, keep func(lock.Event) bool) (events []lock.Event, last string, partial bool, err error) {
 	log := h.store.Events()
 	if log == nil {
@@ -88,52 +85,27 @@ func (h *Handler) recent(ctx context.Context, keep func(lock.Event) bool) (event
 	if last, err = log.LastEventID(ctx); err != nil || last == "" {
 		return nil, last, false, err
 	}
-	newest, _, parsed := lock.ParseEventID(last)
-	for _, back := range lookbacks {
-		from := "" // the oldest event kept
-		if ms := uint64(back.Milliseconds()); parsed && newest > ms {
-			from = fmt.Sprintf("%d-0", newest-ms)
-		}
-		events, partial, err = scan(ctx, log, from, last, keep)
-		if err != nil || partial || len(events) >= recentEvents || from == "" {
-			break
-		}
-	}
-	slices.Reverse(events)
-	return events, last, partial, err
-}
-
-// scan reads the log after from up to last and keeps the newest
-// recentEvents events that keep passes, oldest first.
-func scan(ctx context.Context, log lock.EventLog, from, last string, keep func(lock.Event) bool) (events []lock.Event, partial bool, err error) {
-	for read := 0; ; {
+	before := ""
+	for read := 0; ; read += scanPage {
 		if read >= scanLimit {
-			return events, true, nil
+			return events, last, true, nil
 		}
-		batch, err := log.ReadEvents(ctx, from, scanPage)
-		if lock.ErrorCode(err) == lock.CodeEventsGone && from != "" {
-			from = "" // the log starts after from: read all it keeps
-			continue
-		}
+		batch, err := log.ReadEventsBefore(ctx, before, scanPage)
 		if err != nil {
-			return nil, false, err
+			return nil, last, false, err
 		}
 		for _, e := range batch {
-			if lock.CompareEventIDs(e.ID, last) > 0 {
-				return events, false, nil // the live feed shows it
-			}
-			if keep(e) {
-				events = append(events, e)
-				if len(events) > recentEvents {
-					events = events[1:]
+			// Newer than last: recorded since, and the live feed's.
+			if lock.CompareEventIDs(e.ID, last) <= 0 && keep(e) {
+				if events = append(events, e); len(events) == recentEvents {
+					return events, last, false, nil
 				}
 			}
 		}
 		if len(batch) < scanPage {
-			return events, false, nil
+			return events, last, false, nil // the oldest event kept
 		}
-		from = batch[len(batch)-1].ID
-		read += len(batch)
+		before = batch[len(batch)-1].ID
 	}
 }
 

@@ -387,6 +387,16 @@ func (s *eventStore) WaitEvents(ctx context.Context, after string, limit int) ([
 	return s.ReadEvents(ctx, after, limit)
 }
 
+func (s *eventStore) ReadEventsBefore(_ context.Context, before string, limit int) ([]lock.Event, error) {
+	var out []lock.Event
+	for i := len(s.events) - 1; i >= 0 && len(out) < limit; i-- {
+		if before == "" || lock.CompareEventIDs(s.events[i].ID, before) < 0 {
+			out = append(out, s.events[i])
+		}
+	}
+	return out, nil
+}
+
 func (s *eventStore) LastEventID(context.Context) (string, error) {
 	if len(s.events) == 0 {
 		return "", nil

@@ -182,6 +182,33 @@ func (l *eventLog) read(after string, limit int) ([]lock.Event, error) {
 	return out, nil
 }
 
+// readBefore returns up to limit events before the id before ("" from the
+// newest), newest first. Callers hold Store.mu.
+func (l *eventLog) readBefore(before string, limit int) ([]lock.Event, error) {
+	if l.off {
+		return nil, errEventsOff
+	}
+	end := l.n
+	if before != "" {
+		ms, seq, ok := lock.ParseEventID(before)
+		if !ok {
+			return nil, lock.Invalid(lock.FieldError{Field: "before", Detail: "not an event id (<ms>-<seq>)"})
+		}
+		end = sort.Search(l.n, func(i int) bool {
+			e := l.at(i)
+			return e.ms > ms || (e.ms == ms && e.seq >= seq)
+		})
+	}
+	if limit <= 0 {
+		limit = defaultReadLimit
+	}
+	out := make([]lock.Event, 0, min(limit, end))
+	for i := end - 1; i >= 0 && len(out) < limit; i-- {
+		out = append(out, l.at(i).e)
+	}
+	return out, nil
+}
+
 // Events implements lock.Store: the store itself, or nil when it was made
 // with Options.NoEvents.
 func (m *Store) Events() lock.EventLog {
@@ -225,6 +252,14 @@ func (m *Store) WaitEvents(ctx context.Context, after string, limit int) ([]lock
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// ReadEventsBefore implements lock.EventLog. A limit <= 0 reads up to
+// 1000 events.
+func (m *Store) ReadEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.log.readBefore(before, limit)
 }
 
 // LastEventID implements lock.EventLog.

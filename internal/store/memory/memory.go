@@ -507,6 +507,7 @@ func (m *Store) refuse(n *memName, f *memFence, req lock.AcquireRequest, now tim
 	}
 	if first != nil {
 		by.Owner, by.Token, by.ExpiresIn = first.Owner, first.Token, first.ExpiresAt.Sub(now)
+		by.LeaseExpiresIn = by.ExpiresIn // the queue below may shorten only ExpiresIn
 	}
 	// The queue's head must renew its place by its deadline; a request
 	// that is the head times only the lease in its way.

@@ -337,6 +337,69 @@ func (j *journal) lastClusterEventID(ctx context.Context) (string, error) {
 	return newest, nil
 }
 
+// logBefore returns the stream id of slot's log before which its entries
+// have ids before before, "" when none has.
+func logBefore(slot int, before string) string {
+	ms, seq, _ := lock.ParseEventID(before)
+	if seq > uint64(slot) {
+		// seq*slotCount+slot < before's seq, rounded up.
+		return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint((seq-uint64(slot)+slotCount-1)/slotCount, 10)
+	}
+	if ms == 0 {
+		return ""
+	}
+	return strconv.FormatUint(ms, 10) + "-0"
+}
+
+// readClusterEventsBefore implements ReadEventsBefore on Redis Cluster: the
+// newest limit entries of every log before before, merged newest first. It
+// holds nothing back: an event recorded later with an earlier id (see
+// clusterHold) is one a forward reader after the newest id (LastEventID)
+// is handed, marked Late.
+func (j *journal) readClusterEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
+	logs, err := j.clusterLogs.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
+	defer cancel()
+	pipe := j.rdb.Pipeline()
+	reads := make([]*goredis.XMessageSliceCmd, len(logs))
+	for i, l := range logs {
+		end := "+"
+		if before != "" {
+			if end = logBefore(l.slot, before); end == "" {
+				continue
+			}
+			end = "(" + end
+		}
+		reads[i] = pipe.XRevRangeN(ctx, l.key, end, "-", int64(limit))
+	}
+	_, _ = pipe.Exec(ctx)
+	var all []logEntry
+	for i, l := range logs {
+		if reads[i] == nil {
+			continue
+		}
+		msgs, err := reads[i].Result()
+		if err != nil {
+			j.noteFailure(err)
+			return nil, storeError(err)
+		}
+		for _, m := range msgs {
+			all = append(all, logEntry{slot: l.slot, id: clusterEventID(l.slot, m.ID), msg: m})
+		}
+	}
+	slices.SortFunc(all, func(a, b logEntry) int { return lock.CompareEventIDs(b.id, a.id) })
+	evs := make([]lock.Event, 0, min(limit, len(all)))
+	for _, e := range all[:min(limit, len(all))] {
+		ev := parseEvent(e.msg)
+		ev.ID = e.id
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
 // EventsHold is how long a read of the log holds back the newest events:
 // clusterHold on Redis Cluster, 0 elsewhere.
 func (j *journal) EventsHold() time.Duration {

@@ -197,6 +197,34 @@ func (j *journal) blockUntilAfter(ctx context.Context, conns *blockingConns, nod
 	}
 }
 
+// ReadEventsBefore implements lock.EventLog with XREVRANGE (one per
+// master's log on Redis Cluster, merged).
+func (j *journal) ReadEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
+	if before != "" {
+		if _, _, ok := lock.ParseEventID(before); !ok {
+			return nil, lock.Invalid(lock.FieldError{Field: "before", Detail: "not an event id"})
+		}
+	}
+	if limit <= 0 {
+		limit = defaultEventsLimit
+	}
+	if j.clusterLogs != nil {
+		return j.readClusterEventsBefore(ctx, before, limit)
+	}
+	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
+	defer cancel()
+	end := "+"
+	if before != "" {
+		end = "(" + before
+	}
+	msgs, err := j.rdb.XRevRangeN(ctx, j.eventsKey(), end, "-", int64(limit)).Result()
+	if err != nil {
+		j.noteFailure(err)
+		return nil, storeError(err)
+	}
+	return parseEvents(msgs), nil
+}
+
 // LastEventID implements lock.EventLog.
 func (j *journal) LastEventID(ctx context.Context) (string, error) {
 	if j.clusterLogs != nil {

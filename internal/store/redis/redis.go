@@ -202,6 +202,8 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 			ExpiresIn: time.Duration(max(r.int(3), 0)) * time.Millisecond,
 			Queue:     int(r.int(4)),
 			Queued:    r.int(5) == 1,
+			// The holder's own TTL: look again (3) may be the queue's.
+			LeaseExpiresIn: time.Duration(max(r.int(6), 0)) * time.Millisecond,
 		})
 	case -1: // abandoned before it ran: its caller was told 503 already
 		return lock.Grant{}, lock.Unavailable(errors.New("store: acquire ran after it was abandoned"))

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_f4e76d882df6b4f9"},
-		{"cluster", true, "lockapi_5195d3d33266b850"},
+		{"plain", false, "lockapi_eba326153101a114"},
+		{"cluster", true, "lockapi_6979402fc48e82a8"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

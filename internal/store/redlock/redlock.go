@@ -431,7 +431,7 @@ func (s *Store) confirmRefusal(ctx context.Context, name string, lead int, err e
 		}
 		for _, h := range a.v.Holders {
 			if h.Owner == by.Owner && h.Token == by.Token {
-				sightings[i] = &lock.HeldBy{Owner: h.Owner, Token: h.Token, ExpiresIn: h.ExpiresIn}
+				sightings[i] = &lock.HeldBy{Owner: h.Owner, Token: h.Token, ExpiresIn: h.ExpiresIn, LeaseExpiresIn: h.ExpiresIn}
 			}
 		}
 	}
@@ -454,24 +454,26 @@ func (s *Store) confirmRefusal(ctx context.Context, name string, lead int, err e
 // the master left out may have proposed more, or not granted at all. So
 // with a master down nothing is named. Otherwise the refusal says only
 // that this acquire took no effect (lock.HeldBy.Unconfirmed), and to look
-// again when the longest lease seen ends.
+// again when the longest lease seen ends. A named lease's expiry is the
+// longest its masters show, as its look-again time is.
 func heldRefusal(name string, sightings []*lock.HeldBy) error {
 	var agreed *lock.HeldBy
 	same := true
-	var longest time.Duration
+	var longest, lease time.Duration
 	for _, by := range sightings {
 		if by == nil {
 			same = false
 			continue
 		}
 		longest = max(longest, by.ExpiresIn)
+		lease = max(lease, by.LeaseExpiresIn)
 		if agreed == nil {
 			agreed = by
 		}
 		same = same && by.Owner == agreed.Owner && by.Token == agreed.Token
 	}
 	if same && agreed != nil {
-		return lock.Held(name, lock.HeldBy{Owner: agreed.Owner, Token: agreed.Token, ExpiresIn: longest})
+		return lock.Held(name, lock.HeldBy{Owner: agreed.Owner, Token: agreed.Token, ExpiresIn: longest, LeaseExpiresIn: lease})
 	}
 	if longest == 0 {
 		// Nothing seen for long: the masters disagree (a lease granted on

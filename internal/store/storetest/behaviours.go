@@ -156,7 +156,8 @@ var coreBehaviours = []behaviour{
 		WantCode(t, err, lock.CodeHeld)
 		var e *lock.Error
 		errors.As(err, &e)
-		if e.HeldBy.Owner != "a" || e.HeldBy.Token != a.Token || e.HeldBy.ExpiresIn <= 0 || e.HeldBy.ExpiresIn > 10*time.Second {
+		if e.HeldBy.Owner != "a" || e.HeldBy.Token != a.Token || e.HeldBy.ExpiresIn <= 0 || e.HeldBy.ExpiresIn > 10*time.Second ||
+			e.HeldBy.LeaseExpiresIn < e.HeldBy.ExpiresIn || e.HeldBy.LeaseExpiresIn > 10*time.Second {
 			t.Fatalf("held by = %+v", e.HeldBy)
 		}
 	}},

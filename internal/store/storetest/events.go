@@ -315,6 +315,65 @@ var eventBehaviours = []behaviour{
 			t.Fatalf("read after %s (an hour ahead) = %d events, %v", future, len(evs), err)
 		}
 	}},
+	// ReadEventsBefore reads the log backwards, newest first, page by page:
+	// the same events as a forward read, in reverse.
+	{"Events_read_before_an_id_newest_first", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		log := eventLogOf(t, s)
+		for i := range 4 { // names on several masters of a cluster
+			name := fmt.Sprintf("ev:b:%d", i)
+			l := Acquire(t, s, name, "w", time.Minute)
+			release(t, s, name, l.ID, false)
+		}
+		settle(log)
+		last, err := log.LastEventID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newest, err := log.ReadEventsBefore(ctx, "", 1)
+		if err != nil || len(newest) != 1 || lock.CompareEventIDs(newest[0].ID, last) < 0 {
+			t.Fatalf("the newest event = %+v, %v; the last event id is %q", newest, err, last)
+		}
+		forward := only(readAll(t, log, "", 100), "ev:b:")
+		if len(forward) != 8 {
+			t.Fatalf("read forward: %d events, want 8", len(forward))
+		}
+		var backward []lock.Event
+		for before, pages := "", 0; ; pages++ {
+			if pages > 1000 {
+				t.Fatal("read backwards: no end")
+			}
+			batch, err := log.ReadEventsBefore(ctx, before, 3)
+			if err != nil {
+				t.Fatalf("read before %q: %v", before, err)
+			}
+			if len(batch) > 3 {
+				t.Fatalf("read %d events with limit 3", len(batch))
+			}
+			for i, e := range batch {
+				notBefore := before != "" && lock.CompareEventIDs(e.ID, before) >= 0
+				if notBefore || i > 0 && lock.CompareEventIDs(e.ID, batch[i-1].ID) >= 0 {
+					t.Fatalf("read before %q: %q is out of order in %+v", before, e.ID, batch)
+				}
+			}
+			backward = append(backward, only(batch, "ev:b:")...)
+			if len(batch) < 3 {
+				break
+			}
+			before = batch[len(batch)-1].ID
+		}
+		slices.Reverse(backward)
+		if len(backward) != len(forward) {
+			t.Fatalf("read backwards: %d events, forwards %d", len(backward), len(forward))
+		}
+		for i := range forward {
+			if backward[i].ID != forward[i].ID || backward[i].Type != forward[i].Type || backward[i].Lock != forward[i].Lock {
+				t.Fatalf("event #%d backwards is %+v, forwards %+v", i, backward[i], forward[i])
+			}
+		}
+		_, err = log.ReadEventsBefore(ctx, "not-an-id", 10)
+		WantCode(t, err, lock.CodeInvalid)
+	}},
 	{"Events_WaitEvents_wakes_on_a_new_event", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
 		log := eventLogOf(t, s)

@@ -1065,6 +1065,27 @@ var kindBehaviours = []behaviour{
 			}
 		})
 	}},
+	// Rule 10: a refusal tells when to look again, which a queued head's
+	// renewal deadline may make sooner than the lease in the way ends, and
+	// apart from it the holder's own expiry, which no queue shortens
+	// (lock-held's holder.expires_in_ms).
+	{"Held_by_reports_the_holders_expiry_behind_a_queue", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		const name = "held:queue"
+		Acquire(t, s, name, "h", 30*time.Second)
+		joinQueue(t, s, lock.AcquireRequest{Lock: name, Owner: "q", Fair: true})
+		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "b", TTL: time.Minute})
+		hb := refusal(t, err)
+		if hb.Owner != "h" || hb.Queue != 1 {
+			t.Fatalf("refused with %+v, want h in the way and 1 queued", hb)
+		}
+		if hb.LeaseExpiresIn < 20*time.Second || hb.LeaseExpiresIn > 30*time.Second {
+			t.Errorf("holder's lease expires in %v, want about 30s (refused with %+v)", hb.LeaseExpiresIn, hb)
+		}
+		if hb.ExpiresIn <= 0 || hb.ExpiresIn > lock.QueueEntryTTL {
+			t.Errorf("look again in %v, want within the queue head's renewal deadline %v", hb.ExpiresIn, lock.QueueEntryTTL)
+		}
+	}},
 	// A waiter that has a place keeps it when refused again, until it is
 	// granted. A plain exclusive entry holds off only shared acquires, so a
 	// plain exclusive try may pass it (rule 8; only fair waiting promises

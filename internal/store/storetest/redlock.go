@@ -31,6 +31,7 @@ var notOnRedlock = map[string]string{
 	"Fair_waiters_are_granted_in_arrival_order":         fairRefused,
 	"Queue_holds_off_every_other_acquire":               queueless,
 	"Who_joins_the_queue":                               queueless,
+	"Held_by_reports_the_holders_expiry_behind_a_queue": fairRefused,
 	"Queue_place_is_kept_until_granted":                 queueless,
 	"Unrenewed_queue_place_lapses":                      queueless,
 	"Leave_takes_a_place_out_and_wakes_the_next":        queueless,

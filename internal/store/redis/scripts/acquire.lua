@@ -24,7 +24,10 @@
 --    mode ("exclusive"|"shared"), limit}
 -- when refused:
 --   {0, owner in the way ("" for the queue), its token, look again in ms,
---    queue length, queued (1|0)}
+--    queue length, queued (1|0), the owner's lease ttl in ms (0 for the
+--    queue)}
+-- (look again is the sooner of the lease's end and the queue head's renewal
+-- deadline: a retry hint, while the lease ttl is the holder's own expiry)
 -- {-1} when this request was abandoned before it ran (see abandon.lua),
 -- {-2, the held limit} on a limit mismatch, {-3} for an upgrade.
 --
@@ -270,13 +273,14 @@ if way_owner or held_off then
 	-- queue's head must have renewed its place (unless this is the head).
 	local n = redis.call('ZCARD', KEYS[6])
 	local head = queue_head()
+	local look_ms = way_ms
 	if head and head ~= waiter then
 		local left = tonumber(redis.call('ZSCORE', KEYS[7], head)) - now
-		if not way_ms or left < way_ms then
-			way_ms = left
+		if not look_ms or left < look_ms then
+			look_ms = left
 		end
 	end
-	return {0, way_owner or '', way_token or '0', way_ms or QUEUE_TTL, n, has_place}
+	return {0, way_owner or '', way_token or '0', look_ms or QUEUE_TTL, n, has_place, way_ms or 0}
 end
 
 -- A fresh grant.

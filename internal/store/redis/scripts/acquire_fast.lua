@@ -17,7 +17,8 @@
 --
 -- Returns, for a fresh grant, "<token> <acquired ms>" (a string costs Redis
 -- less than an array), for a refusal what acquire.lua returns ({0, owner,
--- token, look again in ms, 0, 0}), and FALLBACK for all it leaves to
+-- token, look again in ms, 0, 0, lease ttl in ms}: with no queue, look
+-- again is the lease's ttl), and FALLBACK for all it leaves to
 -- acquire.lua: a name with any of KEYS[3..5], a reentrant acquire, or an
 -- expired lease whose expiry is not recorded yet. It changes nothing then.
 
@@ -32,7 +33,8 @@ if held[1] then
 	if held[2] == owner and held[3] == principal then
 		return FALLBACK
 	end
-	return {0, held[2], held[4], redis.call('PTTL', KEYS[1]), 0, 0}
+	local ttl = redis.call('PTTL', KEYS[1])
+	return {0, held[2], held[4], ttl, 0, 0, ttl}
 end
 local f = redis.call('HMGET', KEYS[2], 'token', 'evx')
 if EVENTS_MAX > 0 and f[2] then
