@@ -124,7 +124,8 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	req.WaiterID = ""
 	start := time.Now()
 	id := ulid.Make().String()
-	answers, err := s.ask(ctx, req, id)
+	lead := s.leader(req.Lock)
+	answers, err := s.ask(ctx, req, id, lead)
 	if err != nil {
 		return lock.Grant{}, err
 	}
@@ -134,6 +135,10 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		return lock.Grant{}, s.refusal(req.Lock, answers)
 	}
 	g, writeBack := mergeGrants(group)
+	if err := raced(answers[lead], leaseID, g, writeBack); err != nil {
+		s.undo(ctx, req.Lock, id, answers)
+		return lock.Grant{}, err
+	}
 	if a := answers[s.first(req.Lock)]; a.err == nil && a.v.Lease.ID == leaseID {
 		// The first master's count, not the largest: see first.
 		g.Lease.HoldCount = a.v.Lease.HoldCount
@@ -159,17 +164,16 @@ func unsupported(req lock.AcquireRequest) error {
 }
 
 // ask asks every master to grant req as request id, the name's leader
-// first, and returns their answers in master order; or the refusal when the
+// (master lead, see leader) first, and returns their answers in master order; or the refusal when the
 // leader refused. When many acquire a free lock at once, the leader grants
 // one of them, and only that one asks the others. Asking all at once, each
 // master could grant a different caller, and no caller would win a
 // majority. When the leader refuses, nothing was granted (no other master
 // was asked); when it does not answer, the others must grant all but it.
-func (s *Store) ask(ctx context.Context, req lock.AcquireRequest, id string) ([]answer[lock.Grant], error) {
+func (s *Store) ask(ctx context.Context, req lock.AcquireRequest, id string, lead int) ([]answer[lock.Grant], error) {
 	acquire := func(ctx context.Context, m *redisstore.Store) (lock.Grant, error) {
 		return m.AcquireAs(ctx, req, id)
 	}
-	lead := s.leader(req.Lock)
 	leadGrant, leadErr := call(ctx, s, lead, acquire)
 	if leadErr != nil && !unknown(leadErr) {
 		return nil, s.confirmRefusal(ctx, req.Lock, lead, leadErr)
@@ -228,6 +232,40 @@ func (s *Store) majorityLease(ctx context.Context, name, id string, answers []an
 		group = append(group, a.v)
 	}
 	return leaseID, group
+}
+
+// raced is the error of an acquire whose majority's grant (lease leaseID,
+// merged into g, writeBack as mergeGrants said) does not fit the order in
+// which the leader (its answer lead) ran the name's calls; nil when it fits
+// or the leader did not answer. Two cases, both races with another call of
+// the same lease, which every master runs in the order it receives them:
+//
+//   - The majority granted another lease than the leader: two acquires of
+//     one owner on a free lock reached the leader in one order and the
+//     others in the other (each master grants the first afresh and lets
+//     the second re-enter it), or an acquire and a release of the lease it
+//     re-enters did. Answered, the leader would not hold the lease
+//     granted, and its hold counts and refusals would no longer describe
+//     the lock (see first).
+//   - A re-entry whose masters hold the lease with different tokens: the
+//     lease's own acquire is still in flight, its token (the largest
+//     proposal, perhaps of a master outside this majority) not yet
+//     written back. Answered, the re-entry would name a token the lease
+//     may not have, and the lease's acquire may still fail.
+//
+// Such an acquire is undone and answered unavailable, not refused: the
+// leader counted its hold until the undo, so a concurrent acquire or
+// release of the lease may have answered with that hold counted.
+func raced(lead answer[lock.Grant], leaseID string, g lock.Grant, writeBack bool) error {
+	switch {
+	case lead.err == nil && lead.v.Lease.ID != leaseID:
+		return &lock.Error{Code: lock.CodeUnavailable,
+			Detail: "concurrent calls on this owner's lease reached the redlock masters in different orders; the acquire was undone: try again"}
+	case !g.Fresh && !g.Replayed && writeBack:
+		return &lock.Error{Code: lock.CodeUnavailable,
+			Detail: "the lease re-entered is still being granted (its fencing token is not yet written back); the acquire was undone: try again"}
+	}
+	return nil
 }
 
 // writeBack writes a fresh grant's token, the largest proposal, back to
@@ -588,9 +626,17 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	return lease, nil
 }
 
-// Release implements lock.Store: a majority must release. Once a majority
-// freed the lock, masters that still count holds of the lease (they missed
-// a release, or saw a reentrant acquire the others did not) drop them all.
+// Release implements lock.Store: a majority must answer it. Whether it
+// ended the lease, and the holds left, are the first master's answer when
+// it gave one (see first): concurrent releases of one lease reach the
+// other masters in other orders, and the release that ends the lease there
+// need not be the one that ends it on the first master, which also ran the
+// lease's acquires. (Answering the majority's end but the first master's
+// counts, two releases of three holds could both answer 2 holds left.)
+// Without the first master's answer, a majority freeing the lock ends it.
+// Once the lease ended, masters that still count holds of it (they ran the
+// releases in another order, missed one, or saw a reentrant acquire the
+// others did not) drop them all.
 func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.ReleaseResult, error) {
 		return m.Release(ctx, ref, all)
@@ -612,10 +658,11 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	if ok < s.quorum {
 		return lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID}, s.failure(errs)
 	}
-	if a := answers[s.first(ref.Lock)]; a.err == nil && !a.v.Released {
-		out.HoldCount = a.v.HoldCount // see first
+	ended := released >= s.quorum
+	if a := answers[s.first(ref.Lock)]; a.err == nil {
+		ended, out.HoldCount = a.v.Released, a.v.HoldCount // see first
 	}
-	if released >= s.quorum {
+	if ended {
 		out.Released, out.HoldCount = true, 0
 		releaseAll := func(ctx context.Context, m *redisstore.Store) error {
 			_, err := m.Release(ctx, ref, true)
