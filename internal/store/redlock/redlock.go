@@ -132,6 +132,9 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	leaseID, group := s.majorityLease(ctx, req.Lock, id, answers)
 	if group == nil {
 		s.undo(ctx, req.Lock, id, answers)
+		if a := answers[lead]; a.err == nil && !a.v.Fresh {
+			return lock.Grant{}, errOrderRaced()
+		}
 		return lock.Grant{}, s.refusal(req.Lock, answers)
 	}
 	g, writeBack := mergeGrants(group)
@@ -234,6 +237,19 @@ func (s *Store) majorityLease(ctx context.Context, name, id string, answers []an
 	return leaseID, group
 }
 
+// errOrderRaced is the error of an acquire undone because the masters ran
+// it and other calls of the same lease in different orders: the leader
+// granted another lease than the majority did (see raced), or let it
+// re-enter a lease that fewer than a majority then granted (the others
+// had not yet run that lease's acquire, or had run its release). Not a
+// refusal: the leader counted the hold until the undo, and a concurrent
+// acquire or release of the lease may have answered with it counted, so
+// the acquire may have taken effect before it was undone.
+func errOrderRaced() error {
+	return &lock.Error{Code: lock.CodeUnavailable,
+		Detail: "concurrent calls on this owner's lease reached the redlock masters in different orders; the acquire was undone: try again"}
+}
+
 // raced is the error of an acquire whose majority's grant (lease leaseID,
 // merged into g, writeBack as mergeGrants said) does not fit the order in
 // which the leader (its answer lead) ran the name's calls; nil when it fits
@@ -259,8 +275,7 @@ func (s *Store) majorityLease(ctx context.Context, name, id string, answers []an
 func raced(lead answer[lock.Grant], leaseID string, g lock.Grant, writeBack bool) error {
 	switch {
 	case lead.err == nil && lead.v.Lease.ID != leaseID:
-		return &lock.Error{Code: lock.CodeUnavailable,
-			Detail: "concurrent calls on this owner's lease reached the redlock masters in different orders; the acquire was undone: try again"}
+		return errOrderRaced()
 	case !g.Fresh && !g.Replayed && writeBack:
 		return &lock.Error{Code: lock.CodeUnavailable,
 			Detail: "the lease re-entered is still being granted (its fencing token is not yet written back); the acquire was undone: try again"}
@@ -626,16 +641,20 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	return lease, nil
 }
 
-// Release implements lock.Store: a majority must answer it. Whether it
-// ended the lease, and the holds left, are the first master's answer when
-// it gave one (see first): concurrent releases of one lease reach the
-// other masters in other orders, and the release that ends the lease there
-// need not be the one that ends it on the first master, which also ran the
-// lease's acquires. (Answering the majority's end but the first master's
-// counts, two releases of three holds could both answer 2 holds left.)
-// Without the first master's answer, a majority freeing the lock ends it.
-// Once the lease ended, masters that still count holds of it (they ran the
-// releases in another order, missed one, or saw a reentrant acquire the
+// Release implements lock.Store: a majority must answer it (a master that
+// no longer knows the lease answers too). The answer is the first
+// master's whenever it carried the release out (see first): whether it
+// ended the lease, the holds left, and whether it is a retry of the
+// release that ended it. Concurrent calls of one lease reach the other
+// masters in other orders: the release that ends the lease there need not
+// be the one that ends it on the first master, which also ran the lease's
+// acquires in its order (answering the majority's end with the first
+// master's counts, two releases of three holds could both leave 2), and a
+// release that ended another lease there moves their record of the last
+// lease released. Without the first master's release, a majority must
+// carry it out, and the lease ended when a majority freed the lock. Once
+// the lease ended, masters that still count holds of it (they ran the
+// calls in another order, missed a release, or saw a reentrant acquire the
 // others did not) drop them all.
 func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.ReleaseResult, error) {
@@ -643,8 +662,11 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	})
 	out := lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID, Retried: true}
 	errs, ok := errsOf(answers)
-	released := 0
+	answered, released := 0, 0
 	for _, a := range answers {
+		if !unknown(a.err) {
+			answered++
+		}
 		if a.err != nil {
 			continue
 		}
@@ -655,30 +677,32 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 			out.HoldCount = max(out.HoldCount, a.v.HoldCount)
 		}
 	}
-	if ok < s.quorum {
+	first := answers[s.first(ref.Lock)]
+	switch {
+	case first.err == nil && answered >= s.quorum:
+		out.Released, out.HoldCount, out.Retried = first.v.Released, first.v.HoldCount, first.v.Retried // see first
+	case ok < s.quorum:
 		return lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID}, s.failure(errs)
+	default:
+		out.Released = released >= s.quorum
 	}
-	ended := released >= s.quorum
-	if a := answers[s.first(ref.Lock)]; a.err == nil {
-		ended, out.HoldCount = a.v.Released, a.v.HoldCount // see first
-	}
-	if ended {
-		out.Released, out.HoldCount = true, 0
-		releaseAll := func(ctx context.Context, m *redisstore.Store) error {
-			_, err := m.Release(ctx, ref, true)
-			return err
-		}
-		for i, a := range answers {
-			if a.err == nil && !a.v.Released {
-				_ = releaseAll(ctx, s.masters[i])
-			}
-		}
-		// A master marked down would hold the lease until its TTL, and
-		// refuse every acquire it is asked first for meanwhile.
-		s.laterOnDown(errs, releaseAll)
+	if !out.Released {
+		out.Retried = false
 		return out, nil
 	}
-	out.Retried = false
+	out.HoldCount = 0
+	releaseAll := func(ctx context.Context, m *redisstore.Store) error {
+		_, err := m.Release(ctx, ref, true)
+		return err
+	}
+	for i, a := range answers {
+		if a.err == nil && !a.v.Released {
+			_ = releaseAll(ctx, s.masters[i])
+		}
+	}
+	// A master marked down would hold the lease until its TTL, and refuse
+	// every acquire it is asked first for meanwhile.
+	s.laterOnDown(errs, releaseAll)
 	return out, nil
 }
 
