@@ -24,7 +24,10 @@
 //     it with one token (heldRefusal): one master's view may be a grant
 //     still in flight, with a token proposal that is not the grant's.
 //   - Hold counts are the name's first master's, which runs the name's
-//     acquires and releases in one order (see first).
+//     acquires and releases in one order (see first). The answers keep
+//     to that order: an acquire that the other masters ran in another
+//     order with other calls of its lease is undone (raced), and a
+//     release is the first master's answer (Release).
 //   - Renew and release go to every master and succeed with a majority.
 //   - Waiters watch every master: a release notice from any of them wakes
 //     them.
