@@ -310,3 +310,68 @@ func TestRace_release_ends_the_lease_where_the_first_master_does(t *testing.T) {
 		}
 	}
 }
+
+// TestRace_reentry_refused_by_the_others_answers_unavailable: alice's
+// lease is on the first master only (the others have not run its acquire
+// yet; they hold other owners' leases). Her re-entry is counted there
+// until it is undone: a concurrent release may answer with it counted, so
+// a 409 (no effect) would not fit; it answers unavailable.
+func TestRace_reentry_refused_by_the_others_answers_unavailable(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := open(t, rl)
+	prefix := prefixOf(t, s, rl)
+	const name = "reref"
+	r := rolesOf(s, name)
+	req := func(owner string) lock.AcquireRequest {
+		return lock.AcquireRequest{Lock: name, Owner: owner, TTL: time.Minute}
+	}
+	if _, err := masterStore(t, rl.Masters[r.first], prefix).AcquireAs(ctx, req("alice"), "01HX0000000000000000000000"); err != nil {
+		t.Fatal(err)
+	}
+	for m, owner := range map[int]string{r.second: "bob", r.third: "carol"} {
+		if _, err := masterStore(t, rl.Masters[m], prefix).TryAcquire(ctx, req(owner)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, err := s.TryAcquire(ctx, req("alice"))
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	count, _ := rl.Masters[r.first].Client(t).HGet(ctx, prefix+"{"+name+"}:lock", "count").Result()
+	if count != "1" {
+		t.Fatalf("the first master counts %q holds after the undo, want 1", count)
+	}
+}
+
+// TestRace_retried_release_is_the_first_masters_answer: alice's lease
+// ended everywhere; then another lease of the name was released on the
+// other masters only (its release reached them, and the first master ran
+// an abandon that ended it there). Her retried release is still the
+// lease's last release on the first master, which ran every call of the
+// name in one order: it answers 200 again, not the others' lease-lost.
+func TestRace_retried_release_is_the_first_masters_answer(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := open(t, rl)
+	prefix := prefixOf(t, s, rl)
+	const name = "retry"
+	r := rolesOf(s, name)
+	l := storetest.Acquire(t, s, name, "alice", time.Minute)
+	ref := lock.LeaseRef{Lock: name, ID: l.ID}
+	if res, err := s.Release(ctx, ref, false); err != nil || !res.Released {
+		t.Fatalf("release = %+v, %v", res, err)
+	}
+	for _, m := range []int{r.second, r.third} {
+		st := masterStore(t, rl.Masters[m], prefix)
+		g, err := st.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "bob", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	res, err := s.Release(ctx, ref, false)
+	if err != nil || !res.Released || !res.Retried {
+		t.Fatalf("retried release = %+v, %v; want 200 again, as the first master answers", res, err)
+	}
+}
