@@ -198,3 +198,180 @@ func masterStore(t *testing.T, m *redistest.Server, prefix string) *redisstore.S
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestRace_granted_only_as_the_first_master_granted: two acquires of alice
+// on a free lock reach the masters in different orders. The first master
+// ran hers first (a fresh lease of her request id); the two others ran
+// the other's first (lease x, which hers re-enters there). Answered as the
+// majority's re-entry of x, the first master would not hold the lease
+// granted, and later refusals and hold counts read there would not
+// describe the lock. The acquire is undone instead and answered
+// unavailable, leaving x as it was.
+func TestRace_granted_only_as_the_first_master_granted(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := open(t, rl)
+	prefix := prefixOf(t, s, rl)
+	const name = "order"
+	r := rolesOf(s, name)
+	req := lock.AcquireRequest{Lock: name, Owner: "alice", TTL: time.Minute}
+	const x = "01HX0000000000000000000000" // the other acquire's request id
+	for _, m := range []int{r.second, r.third} {
+		if _, err := masterStore(t, rl.Masters[m], prefix).AcquireAs(ctx, req, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	g, err := s.TryAcquire(ctx, req)
+	if err == nil {
+		t.Fatalf("granted %+v, a lease the first master does not hold", g.Lease)
+	}
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	first := rl.Masters[r.first].Client(t)
+	if n, _ := first.Exists(ctx, prefix+"{"+name+"}:lock").Result(); n != 0 {
+		t.Fatalf("the first master still holds the undone acquire's lease")
+	}
+	for _, m := range []int{r.second, r.third} {
+		count, _ := rl.Masters[m].Client(t).HGet(ctx, prefix+"{"+name+"}:lock", "count").Result()
+		if count != "1" {
+			t.Fatalf("master %d holds x with %q holds, want the other acquire's 1", m, count)
+		}
+	}
+}
+
+// TestRace_no_reentry_of_a_lease_still_being_granted: alice's lease x is
+// on the first two masters with their own token proposals, its write-back
+// (of the larger, or of the stopped third master's, larger still) not yet
+// done. A re-entry must not answer either proposal as the lease's token:
+// it is undone and answered unavailable.
+func TestRace_no_reentry_of_a_lease_still_being_granted(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := open(t, rl)
+	prefix := prefixOf(t, s, rl)
+	const name = "inflight"
+	r := rolesOf(s, name)
+	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
+	if err := rl.Masters[r.second].Client(t).HSet(ctx, prefix+"{"+name+"}:fence", "token", ahead).Err(); err != nil {
+		t.Fatal(err)
+	}
+	req := lock.AcquireRequest{Lock: name, Owner: "alice", TTL: time.Minute}
+	const x = "01HX0000000000000000000000"
+	for _, m := range []int{r.first, r.second} {
+		if _, err := masterStore(t, rl.Masters[m], prefix).AcquireAs(ctx, req, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	g, err := s.TryAcquire(ctx, req)
+	if err == nil {
+		t.Fatalf("re-entered with token %d while the lease's token is not written back", g.Lease.Token)
+	}
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	for _, m := range []int{r.first, r.second} {
+		count, _ := rl.Masters[m].Client(t).HGet(ctx, prefix+"{"+name+"}:lock", "count").Result()
+		if count != "1" {
+			t.Fatalf("master %d holds x with %q holds after the undo, want 1", m, count)
+		}
+	}
+}
+
+// TestRace_release_ends_the_lease_where_the_first_master_does: alice holds
+// her lease twice and releases twice at once. The other masters ran the
+// other release first, the first master runs this one first: this release
+// frees a majority but leaves the first master one hold. Answered as the
+// majority's end of the lease, the other release would then end it too,
+// and neither would answer one hold left. The first master's order
+// decides: this one leaves 1 hold, the other ends the lease.
+func TestRace_release_ends_the_lease_where_the_first_master_does(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := open(t, rl)
+	prefix := prefixOf(t, s, rl)
+	const name = "rel"
+	r := rolesOf(s, name)
+	l := storetest.Acquire(t, s, name, "alice", time.Minute)
+	storetest.Acquire(t, s, name, "alice", time.Minute)
+	ref := lock.LeaseRef{Lock: name, ID: l.ID}
+	for _, m := range []int{r.second, r.third} { // the other release, there first
+		if res, err := masterStore(t, rl.Masters[m], prefix).Release(ctx, ref, false); err != nil || res.HoldCount != 1 {
+			t.Fatalf("master %d: release = %+v, %v", m, res, err)
+		}
+	}
+
+	res, err := s.Release(ctx, ref, false)
+	if err != nil || res.Released || res.HoldCount != 1 {
+		t.Fatalf("this release = %+v, %v; want 1 hold left, as the first master ran it first", res, err)
+	}
+	res, err = s.Release(ctx, ref, false) // the other, on the first master
+	if err != nil || !res.Released || res.HoldCount != 0 {
+		t.Fatalf("the other release = %+v, %v; want the lease ended", res, err)
+	}
+	for i, m := range rl.Masters {
+		if n, _ := m.Client(t).Exists(ctx, prefix+"{"+name+"}:lock").Result(); n != 0 {
+			t.Fatalf("master %d still holds the lease after it ended", i)
+		}
+	}
+}
+
+// TestRace_reentry_refused_by_the_others_answers_unavailable: alice's
+// lease is on the first master only (the others have not run its acquire
+// yet; they hold other owners' leases). Her re-entry is counted there
+// until it is undone: a concurrent release may answer with it counted, so
+// a 409 (no effect) would not fit; it answers unavailable.
+func TestRace_reentry_refused_by_the_others_answers_unavailable(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := open(t, rl)
+	prefix := prefixOf(t, s, rl)
+	const name = "reref"
+	r := rolesOf(s, name)
+	req := func(owner string) lock.AcquireRequest {
+		return lock.AcquireRequest{Lock: name, Owner: owner, TTL: time.Minute}
+	}
+	if _, err := masterStore(t, rl.Masters[r.first], prefix).AcquireAs(ctx, req("alice"), "01HX0000000000000000000000"); err != nil {
+		t.Fatal(err)
+	}
+	for m, owner := range map[int]string{r.second: "bob", r.third: "carol"} {
+		if _, err := masterStore(t, rl.Masters[m], prefix).TryAcquire(ctx, req(owner)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, err := s.TryAcquire(ctx, req("alice"))
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	count, _ := rl.Masters[r.first].Client(t).HGet(ctx, prefix+"{"+name+"}:lock", "count").Result()
+	if count != "1" {
+		t.Fatalf("the first master counts %q holds after the undo, want 1", count)
+	}
+}
+
+// TestRace_retried_release_is_the_first_masters_answer: alice's lease
+// ended everywhere; then another lease of the name was released on the
+// other masters only (its release reached them, and the first master ran
+// an abandon that ended it there). Her retried release is still the
+// lease's last release on the first master, which ran every call of the
+// name in one order: it answers 200 again, not the others' lease-lost.
+func TestRace_retried_release_is_the_first_masters_answer(t *testing.T) {
+	rl := redistest.StartRedlock(t, 3)
+	s := open(t, rl)
+	prefix := prefixOf(t, s, rl)
+	const name = "retry"
+	r := rolesOf(s, name)
+	l := storetest.Acquire(t, s, name, "alice", time.Minute)
+	ref := lock.LeaseRef{Lock: name, ID: l.ID}
+	if res, err := s.Release(ctx, ref, false); err != nil || !res.Released {
+		t.Fatalf("release = %+v, %v", res, err)
+	}
+	for _, m := range []int{r.second, r.third} {
+		st := masterStore(t, rl.Masters[m], prefix)
+		g, err := st.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "bob", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	res, err := s.Release(ctx, ref, false)
+	if err != nil || !res.Released || !res.Retried {
+		t.Fatalf("retried release = %+v, %v; want 200 again, as the first master answers", res, err)
+	}
+}

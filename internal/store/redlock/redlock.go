@@ -24,7 +24,10 @@
 //     it with one token (heldRefusal): one master's view may be a grant
 //     still in flight, with a token proposal that is not the grant's.
 //   - Hold counts are the name's first master's, which runs the name's
-//     acquires and releases in one order (see first).
+//     acquires and releases in one order (see first). The answers keep
+//     to that order: an acquire that the other masters ran in another
+//     order with other calls of its lease is undone (raced), and a
+//     release is the first master's answer (Release).
 //   - Renew and release go to every master and succeed with a majority.
 //   - Waiters watch every master: a release notice from any of them wakes
 //     them.
@@ -124,16 +127,24 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	req.WaiterID = ""
 	start := time.Now()
 	id := ulid.Make().String()
-	answers, err := s.ask(ctx, req, id)
+	lead := s.leader(req.Lock)
+	answers, err := s.ask(ctx, req, id, lead)
 	if err != nil {
 		return lock.Grant{}, err
 	}
 	leaseID, group := s.majorityLease(ctx, req.Lock, id, answers)
 	if group == nil {
 		s.undo(ctx, req.Lock, id, answers)
+		if a := answers[lead]; a.err == nil && !a.v.Fresh {
+			return lock.Grant{}, errOrderRaced()
+		}
 		return lock.Grant{}, s.refusal(req.Lock, answers)
 	}
 	g, writeBack := mergeGrants(group)
+	if err := raced(answers[lead], leaseID, g, writeBack); err != nil {
+		s.undo(ctx, req.Lock, id, answers)
+		return lock.Grant{}, err
+	}
 	if a := answers[s.first(req.Lock)]; a.err == nil && a.v.Lease.ID == leaseID {
 		// The first master's count, not the largest: see first.
 		g.Lease.HoldCount = a.v.Lease.HoldCount
@@ -159,17 +170,16 @@ func unsupported(req lock.AcquireRequest) error {
 }
 
 // ask asks every master to grant req as request id, the name's leader
-// first, and returns their answers in master order; or the refusal when the
+// (master lead, see leader) first, and returns their answers in master order; or the refusal when the
 // leader refused. When many acquire a free lock at once, the leader grants
 // one of them, and only that one asks the others. Asking all at once, each
 // master could grant a different caller, and no caller would win a
 // majority. When the leader refuses, nothing was granted (no other master
 // was asked); when it does not answer, the others must grant all but it.
-func (s *Store) ask(ctx context.Context, req lock.AcquireRequest, id string) ([]answer[lock.Grant], error) {
+func (s *Store) ask(ctx context.Context, req lock.AcquireRequest, id string, lead int) ([]answer[lock.Grant], error) {
 	acquire := func(ctx context.Context, m *redisstore.Store) (lock.Grant, error) {
 		return m.AcquireAs(ctx, req, id)
 	}
-	lead := s.leader(req.Lock)
 	leadGrant, leadErr := call(ctx, s, lead, acquire)
 	if leadErr != nil && !unknown(leadErr) {
 		return nil, s.confirmRefusal(ctx, req.Lock, lead, leadErr)
@@ -228,6 +238,52 @@ func (s *Store) majorityLease(ctx context.Context, name, id string, answers []an
 		group = append(group, a.v)
 	}
 	return leaseID, group
+}
+
+// errOrderRaced is the error of an acquire undone because the masters ran
+// it and other calls of the same lease in different orders: the leader
+// granted another lease than the majority did (see raced), or let it
+// re-enter a lease that fewer than a majority then granted (the others
+// had not yet run that lease's acquire, or had run its release). Not a
+// refusal: the leader counted the hold until the undo, and a concurrent
+// acquire or release of the lease may have answered with it counted, so
+// the acquire may have taken effect before it was undone.
+func errOrderRaced() error {
+	return &lock.Error{Code: lock.CodeUnavailable,
+		Detail: "concurrent calls on this owner's lease reached the redlock masters in different orders; the acquire was undone: try again"}
+}
+
+// raced is the error of an acquire whose majority's grant (lease leaseID,
+// merged into g, writeBack as mergeGrants said) does not fit the order in
+// which the leader (its answer lead) ran the name's calls; nil when it fits
+// or the leader did not answer. Two cases, both races with another call of
+// the same lease, which every master runs in the order it receives them:
+//
+//   - The majority granted another lease than the leader: two acquires of
+//     one owner on a free lock reached the leader in one order and the
+//     others in the other (each master grants the first afresh and lets
+//     the second re-enter it), or an acquire and a release of the lease it
+//     re-enters did. Answered, the leader would not hold the lease
+//     granted, and its hold counts and refusals would no longer describe
+//     the lock (see first).
+//   - A re-entry whose masters hold the lease with different tokens: the
+//     lease's own acquire is still in flight, its token (the largest
+//     proposal, perhaps of a master outside this majority) not yet
+//     written back. Answered, the re-entry would name a token the lease
+//     may not have, and the lease's acquire may still fail.
+//
+// Such an acquire is undone and answered unavailable, not refused: the
+// leader counted its hold until the undo, so a concurrent acquire or
+// release of the lease may have answered with that hold counted.
+func raced(lead answer[lock.Grant], leaseID string, g lock.Grant, writeBack bool) error {
+	switch {
+	case lead.err == nil && lead.v.Lease.ID != leaseID:
+		return errOrderRaced()
+	case !g.Fresh && !g.Replayed && writeBack:
+		return &lock.Error{Code: lock.CodeUnavailable,
+			Detail: "the lease re-entered is still being granted (its fencing token is not yet written back); the acquire was undone: try again"}
+	}
+	return nil
 }
 
 // writeBack writes a fresh grant's token, the largest proposal, back to
@@ -590,17 +646,32 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	return lease, nil
 }
 
-// Release implements lock.Store: a majority must release. Once a majority
-// freed the lock, masters that still count holds of the lease (they missed
-// a release, or saw a reentrant acquire the others did not) drop them all.
+// Release implements lock.Store: a majority must answer it (a master that
+// no longer knows the lease answers too). The answer is the first
+// master's whenever it carried the release out (see first): whether it
+// ended the lease, the holds left, and whether it is a retry of the
+// release that ended it. Concurrent calls of one lease reach the other
+// masters in other orders: the release that ends the lease there need not
+// be the one that ends it on the first master, which also ran the lease's
+// acquires in its order (answering the majority's end with the first
+// master's counts, two releases of three holds could both leave 2), and a
+// release that ended another lease there moves their record of the last
+// lease released. Without the first master's release, a majority must
+// carry it out, and the lease ended when a majority freed the lock. Once
+// the lease ended, masters that still count holds of it (they ran the
+// calls in another order, missed a release, or saw a reentrant acquire the
+// others did not) drop them all.
 func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.ReleaseResult, error) {
 	answers := each(ctx, s, func(ctx context.Context, m *redisstore.Store) (lock.ReleaseResult, error) {
 		return m.Release(ctx, ref, all)
 	})
 	out := lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID, Retried: true}
 	errs, ok := errsOf(answers)
-	released := 0
+	answered, released := 0, 0
 	for _, a := range answers {
+		if !unknown(a.err) {
+			answered++
+		}
 		if a.err != nil {
 			continue
 		}
@@ -611,29 +682,32 @@ func (s *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 			out.HoldCount = max(out.HoldCount, a.v.HoldCount)
 		}
 	}
-	if ok < s.quorum {
+	first := answers[s.first(ref.Lock)]
+	switch {
+	case first.err == nil && answered >= s.quorum:
+		out.Released, out.HoldCount, out.Retried = first.v.Released, first.v.HoldCount, first.v.Retried // see first
+	case ok < s.quorum:
 		return lock.ReleaseResult{Lock: ref.Lock, LeaseID: ref.ID}, s.failure(errs)
+	default:
+		out.Released = released >= s.quorum
 	}
-	if a := answers[s.first(ref.Lock)]; a.err == nil && !a.v.Released {
-		out.HoldCount = a.v.HoldCount // see first
-	}
-	if released >= s.quorum {
-		out.Released, out.HoldCount = true, 0
-		releaseAll := func(ctx context.Context, m *redisstore.Store) error {
-			_, err := m.Release(ctx, ref, true)
-			return err
-		}
-		for i, a := range answers {
-			if a.err == nil && !a.v.Released {
-				_ = releaseAll(ctx, s.masters[i])
-			}
-		}
-		// A master marked down would hold the lease until its TTL, and
-		// refuse every acquire it is asked first for meanwhile.
-		s.laterOnDown(errs, releaseAll)
+	if !out.Released {
+		out.Retried = false
 		return out, nil
 	}
-	out.Retried = false
+	out.HoldCount = 0
+	releaseAll := func(ctx context.Context, m *redisstore.Store) error {
+		_, err := m.Release(ctx, ref, true)
+		return err
+	}
+	for i, a := range answers {
+		if a.err == nil && !a.v.Released {
+			_ = releaseAll(ctx, s.masters[i])
+		}
+	}
+	// A master marked down would hold the lease until its TTL, and refuse
+	// every acquire it is asked first for meanwhile.
+	s.laterOnDown(errs, releaseAll)
 	return out, nil
 }
 
