@@ -39,7 +39,9 @@ type Error struct {
 	Fields []FieldError
 	// Oldest is the oldest event id kept when Code is CodeEventsGone.
 	Oldest string
-	Err    error
+	// RetryIn is the lock-delay left when Code is CodeLockDelay.
+	RetryIn time.Duration
+	Err     error
 }
 
 // HeldBy is what a refused acquirer learns of the holder.

@@ -38,9 +38,12 @@ type Event struct {
 	Owner     string
 	Principal string
 	// LeaseID is the lease's id: a capability, shown to admins only.
-	LeaseID   string
-	Mode      Mode
-	Token     uint64
+	LeaseID string
+	Mode    Mode
+	Token   uint64
+	// Session is the session the lease was bound to, "" for none: an
+	// expired event with one says the session's end ended the lease.
+	Session   string
 	HoldCount int // holds left after the change
 	Queue     int // queued waiters, where the store knew it (-1: unknown)
 	Time      time.Time

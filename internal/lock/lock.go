@@ -23,7 +23,10 @@ type Lease struct {
 	Principal string // who acquired it; "" when the server runs open
 	Token     uint64 // fencing token, strictly larger for every fresh grant
 	HoldCount int
-	TTL       time.Duration // the TTL the lease was last given
+	TTL       time.Duration // the TTL the lease was last given; a bound lease's is its session's
+	// Session is the id of the session the lease is bound to, "" for none:
+	// a bound lease ends with its session (docs/SESSIONS.md).
+	Session string
 	// AcquiredAt is the fresh grant's time; ExpiresAt is when the lease ends
 	// unless renewed. Both come from the store's clock (Redis TIME).
 	AcquiredAt time.Time
@@ -35,11 +38,13 @@ type Lease struct {
 // lease id, which is the holder's capability to renew and release.
 type Holder struct {
 	// Mode is the mode of this holder's lease: Exclusive or Shared.
-	Mode       Mode
-	Owner      string
-	Principal  string
-	Token      uint64
-	HoldCount  int
+	Mode      Mode
+	Owner     string
+	Principal string
+	Token     uint64
+	HoldCount int
+	// Session is the session the lease is bound to, "" for none.
+	Session    string
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
 	// ExpiresIn is the lease's remaining TTL when the state was read: a
@@ -81,8 +86,13 @@ type AcquireRequest struct {
 	Lock      string
 	Owner     string
 	Principal string
-	TTL       time.Duration
-	Metadata  map[string]string
+	// TTL is the lease's; 0 with Session set, where the session's counts.
+	TTL      time.Duration
+	Metadata map[string]string
+	// Session, when set, binds the lease to that session of Principal's:
+	// it lives as long as the session (docs/SESSIONS.md). A store without
+	// sessions refuses it with CodeUnsupported.
+	Session string
 	// MinReplicas, when positive, asks that a grant be answered only once
 	// that many replicas confirmed it (Redis WAIT); otherwise it is undone
 	// and the acquire fails as unavailable.
@@ -205,6 +215,9 @@ type Store interface {
 	Watch(ctx context.Context, name string, kind WatchKind) (Watcher, error)
 	// Ping reports whether the store is reachable.
 	Ping(ctx context.Context) error
+	// Sessions returns the store's sessions, nil when it has none: the
+	// server then answers every session route 501 unsupported.
+	Sessions() Sessions
 	// Events returns the store's event log (docs/EVENTS.md), nil when it
 	// records none: events turned off (LOCKAPI_EVENTS=false), or redlock
 	// mode. cmd/lockapi hands this one log to every consumer.

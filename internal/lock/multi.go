@@ -113,7 +113,7 @@ func CheckLocks(field string, names []string) *FieldError {
 func AcquireAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Duration) ([]Grant, error) {
 	order := byName(reqs)
 	grants, err := takeAll(ctx, s, reqs, order)
-	if wait <= 0 || ErrorCode(err) != CodeHeld {
+	if wait <= 0 || !waitMends(err) {
 		return grants, err
 	}
 
@@ -200,6 +200,9 @@ func (mw *multiWait) next(ctx context.Context, err error) (retry <-chan time.Tim
 			mw.w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
 		}
 		return nil, false, nil
+	case e != nil && e.Code == CodeLockDelay:
+		// Nothing publishes the delay's end: look again then.
+		return time.After(e.RetryIn), false, nil
 	case e != nil && e.Code == CodeUnavailable:
 		retry = time.After(mw.backoff)
 		mw.backoff = min(2*mw.backoff, maxUnavailableBackoff)
@@ -214,8 +217,12 @@ func (mw *multiWait) next(ctx context.Context, err error) (retry <-chan time.Tim
 // the error to leave with when the wait or ctx ends first (last is the
 // last try's), and nil to try again.
 func (mw *multiWait) sleep(ctx context.Context, deadline <-chan time.Time, retry <-chan time.Time, last error) error {
+	var woken <-chan struct{} // nil, never ready, before a name is watched (a lock-delay)
+	if mw.w != nil {
+		woken = mw.w.C()
+	}
 	select {
-	case <-mw.w.C():
+	case <-woken:
 		mw.woken = true
 		if !pause(ctx, deadline, rand.N(maxRetryJitter)) {
 			return leaveErr(ctx, last)

@@ -142,8 +142,27 @@ func (r AcquireRequest) Validate() error {
 		CheckIdempotencyKey("Idempotency-Key", r.IdempotencyKey),
 		CheckMode("mode", r.Mode),
 		CheckLimit("limit", r.Limit, r.Mode),
-		CheckTTL("ttl_ms", r.TTL),
+		r.checkTTL(),
+		r.checkSession(),
 	)
+}
+
+// checkTTL checks the TTL of an unbound lease; a bound one has none.
+func (r AcquireRequest) checkTTL() *FieldError {
+	if r.Session != "" {
+		if r.TTL != 0 {
+			return &FieldError{Field: "ttl_ms", Detail: "a lease bound to a session has no TTL of its own: give session or ttl_ms, not both"}
+		}
+		return nil
+	}
+	return CheckTTL("ttl_ms", r.TTL)
+}
+
+func (r AcquireRequest) checkSession() *FieldError {
+	if r.Session == "" {
+		return nil
+	}
+	return CheckSessionID("session", r.Session)
 }
 
 // CheckKind returns an invalid error unless the request's mode and limit

@@ -39,7 +39,7 @@ const storeCallTimeout = 5 * time.Second
 func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
 	req, keep := withWaiterID(req, wait)
 	g, err := tryAcquire(ctx, s, req)
-	if wait <= 0 || ErrorCode(err) != CodeHeld {
+	if wait <= 0 || !waitMends(err) {
 		return g, err
 	}
 	sw := &singleWait{queued: heldBy(err).Queued, backoff: minUnavailableBackoff}
@@ -113,6 +113,10 @@ func (sw *singleWait) next(g Grant, err error) (retry <-chan time.Time, done boo
 			return time.After(QueueRenewal), false
 		}
 		return nil, false
+	case e != nil && e.Code == CodeLockDelay:
+		// Nothing publishes the delay's end: look again then.
+		sw.woken = false
+		return time.After(e.RetryIn), false
 	case e != nil && e.Code == CodeUnavailable:
 		retry = time.After(sw.backoff)
 		sw.backoff = min(2*sw.backoff, maxUnavailableBackoff)
@@ -159,6 +163,13 @@ func (sw *singleWait) sleep(ctx context.Context, mode Mode, deadline, retry <-ch
 		}
 		return ctx.Err()
 	}
+}
+
+// waitMends reports whether a first try's refusal is one that waiting may
+// turn into a grant: the lock is held, or closed for a lock-delay.
+func waitMends(err error) bool {
+	c := ErrorCode(err)
+	return c == CodeHeld || c == CodeLockDelay
 }
 
 // heldBy returns the HeldBy of a CodeHeld error, or an empty one.

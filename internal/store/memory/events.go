@@ -294,6 +294,7 @@ func leaseEvent(typ lock.EventType, n *memName, l *memLease, holds int, now time
 		LeaseID:   l.ID,
 		Mode:      l.Mode,
 		Token:     l.Token,
+		Session:   l.Session,
 		HoldCount: holds,
 		Queue:     len(n.queue),
 		Time:      at,

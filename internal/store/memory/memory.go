@@ -35,7 +35,10 @@ type Store struct {
 	mu     sync.Mutex
 	names  map[string]*memName  // leases and queues; may hold expired ones until swept
 	fences map[string]*memFence // never deleted, like the Redis fence hash
-	log    *eventLog
+	// sessions holds live sessions, and ended ones for
+	// lock.EndedSessionMemory (sessions.go).
+	sessions map[string]*memSession
+	log      *eventLog
 	// due holds every live lease, earliest expiry first; timer fires at
 	// the earliest (expiry.go). armedAt is when it is set to fire.
 	due     schedule
@@ -72,6 +75,9 @@ type memLease struct {
 	// before, as the Redis store prunes none (docs/LOCK_KINDS.md, "Abandon").
 	marks map[string]byte
 	slot  int // index in Store.due; -1 once the lease ended
+	// session is the session the lease is bound to, nil for none; the
+	// lease's ExpiresAt is then the session's.
+	session *memSession
 }
 
 // The marks of a lease's acquires, as the Redis store's scripts write them.
@@ -90,6 +96,8 @@ type memFence struct {
 	releasedBy string // the principal of the released lease
 	version    uint64
 	arrivals   uint64
+	// delayedUntil is the end of the name's lock-delay (sessions.go).
+	delayedUntil time.Time
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -117,8 +125,10 @@ func NewWithOptions(o Options) *Store {
 		hub:    notify.New(nil),
 		names:  make(map[string]*memName),
 		fences: make(map[string]*memFence),
-		log:    newEventLog(o),
-		done:   make(chan struct{}),
+
+		sessions: make(map[string]*memSession),
+		log:      newEventLog(o),
+		done:     make(chan struct{}),
 	}
 	m.cursors = newCursorSealer()
 	m.timer = time.AfterFunc(time.Hour, m.expireDue)
@@ -144,6 +154,7 @@ func (m *Store) sweep() {
 				m.live(name, now)
 			}
 			m.log.trim(now)
+			m.forgetSessions(now)
 			m.mu.Unlock()
 		}
 	}
@@ -196,6 +207,7 @@ func (m *Store) prune(n *memName, now time.Time) {
 	slices.SortFunc(expired, expiresFirst)
 	for _, l := range expired {
 		m.end(n, l)
+		m.delay(l, l.ExpiresAt)
 		m.record(lock.EventExpired, n, l, 0, now)
 	}
 }
@@ -205,6 +217,9 @@ func (m *Store) prune(n *memName, now time.Time) {
 func (m *Store) end(n *memName, l *memLease) {
 	n.drop(l)
 	m.unschedule(l)
+	if l.session != nil {
+		delete(l.session.leases, l)
+	}
 }
 
 func (n *memName) empty() bool { return !n.held() && len(n.queue) == 0 }
@@ -250,8 +265,10 @@ func (n *memName) limit() int {
 	return 0
 }
 
+// ownedBy reports whether req re-enters l: same owner and principal, and
+// bound to the same session (or to none).
 func (l *memLease) ownedBy(req lock.AcquireRequest) bool {
-	return l.Owner == req.Owner && l.Principal == req.Principal
+	return l.Owner == req.Owner && l.Principal == req.Principal && l.Session == req.Session
 }
 
 // ownShared returns the shared lease (not a permit) of req's owner, or nil.
@@ -324,7 +341,13 @@ func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 		req.Mode = lock.Exclusive
 	}
 	m.mu.Lock()
-	g, ns, err := m.acquire(req, time.Now())
+	now := time.Now()
+	var g lock.Grant
+	var ns []notice
+	bound, err := m.binding(req, now)
+	if err == nil {
+		g, ns, err = m.acquire(req, bound, now)
+	}
 	m.tidy(req.Lock)
 	m.mu.Unlock()
 	m.notify(req.Lock, ns...)
@@ -333,8 +356,8 @@ func (m *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 
 // acquire decides an acquire by the store rules of docs/LOCK_KINDS.md, whose
 // numbers the comments cite. req.Mode is set. Callers hold m.mu and tidy the
-// name afterwards.
-func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []notice, error) {
+// name afterwards. bound is the live session req binds the lease to, or nil.
+func (m *Store) acquire(req lock.AcquireRequest, bound *memSession, now time.Time) (lock.Grant, []notice, error) {
 	n := m.live(req.Lock, now) // 2
 	if n == nil {
 		n = &memName{shared: make(map[string]*memLease)}
@@ -343,6 +366,9 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 	if l := n.replay(req); l != nil { // 3
 		l.settle(l.idemOp, markClaimed)
 		return lock.Grant{Lease: copyLease(&l.Lease), Fresh: l.idemOp == l.ID, RequestID: l.idemOp, Replayed: true}, nil, nil
+	}
+	if err := m.delayed(req.Lock, now); err != nil {
+		return lock.Grant{}, nil, err
 	}
 	if held := n.limit(); held != req.Limit && (held > 0 || n.held()) { // 4
 		return lock.Grant{}, nil, lock.LimitMismatch(req.Lock, req.Limit, held)
@@ -361,7 +387,7 @@ func (m *Store) acquire(req lock.AcquireRequest, now time.Time) (lock.Grant, []n
 	if len(c.inTheWay) > 0 || (!c.skipQueue && n.heldOff(req)) {
 		return lock.Grant{}, nil, m.refuse(n, f, req, now, c.inTheWay, c.joins)
 	}
-	return m.grantFresh(n, f, req, requestID, now)
+	return m.grantFresh(n, f, req, bound, requestID, now)
 }
 
 // contest is what an acquire meets on a name: the lease it re-enters, or
@@ -419,22 +445,24 @@ func (n *memName) contest(req lock.AcquireRequest) (contest, error) {
 // now, and the fence's version moves (the state changed), not its token.
 func (m *Store) reenter(n *memName, l *memLease, f *memFence, req lock.AcquireRequest, requestID string, now time.Time) (lock.Grant, []notice) {
 	l.HoldCount++
-	l.TTL = req.TTL
-	m.reschedule(l, now.Add(req.TTL))
+	if l.session == nil { // a bound lease's expiry is its session's
+		l.TTL = req.TTL
+		m.reschedule(l, now.Add(req.TTL))
+	}
 	l.mark(requestID, markAdded)
 	if req.IdempotencyKey != "" {
 		l.idem, l.idemOp = req.IdempotencyKey, requestID
 	}
 	f.version++
 	g := lock.Grant{Lease: copyLease(&l.Lease), RequestID: requestID}
-	ns := n.admit(req)
+	ns := n.admit(req, l)
 	m.record(lock.EventReentered, n, l, l.HoldCount, now)
 	return g, ns
 }
 
 // grantFresh grants req a new lease, named requestID, with the name's next
-// fencing token.
-func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, requestID string, now time.Time) (lock.Grant, []notice, error) {
+// fencing token, bound to session bound unless that is nil.
+func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, bound *memSession, requestID string, now time.Time) (lock.Grant, []notice, error) {
 	token, err := fencing.Next(f.token, now)
 	if err != nil {
 		return lock.Grant{}, nil, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
@@ -458,6 +486,9 @@ func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, req
 	if req.IdempotencyKey != "" {
 		l.idem, l.idemOp = req.IdempotencyKey, requestID
 	}
+	if bound != nil {
+		bound.bind(l)
+	}
 	if req.Mode == lock.Exclusive && req.Limit == 0 {
 		n.excl = l
 	} else {
@@ -465,7 +496,7 @@ func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, req
 	}
 	m.schedule(l)
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
-	ns := n.admit(req)
+	ns := n.admit(req, l)
 	m.record(lock.EventGranted, n, l, 1, now)
 	return g, ns, nil
 }
@@ -474,8 +505,9 @@ func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, req
 // returns the grant's notices: "c:<ttl>", and "q:<new head>" when it took
 // a place out of a queue that is still not empty and the next head may be
 // granted beside it (a reader behind a reader, a permit behind a permit).
-func (n *memName) admit(req lock.AcquireRequest) []notice {
-	ns := []notice{granted(req.TTL)}
+// req was granted l.
+func (n *memName) admit(req lock.AcquireRequest, l *memLease) []notice {
+	ns := []notice{granted(l.TTL)}
 	if n.leave(req.WaiterID) >= 0 && len(n.queue) > 0 && (req.Mode == lock.Shared || req.Limit > 0) {
 		ns = append(ns, notice{head: n.head()})
 	}
@@ -568,6 +600,12 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	if ref.Principal != "" && ref.Principal != l.Principal {
 		m.mu.Unlock()
 		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
+	}
+	if l.session != nil {
+		// A bound lease's expiry is its session's: renew the session.
+		out := copyLease(&l.Lease)
+		m.mu.Unlock()
+		return out, nil
 	}
 	if ttl > 0 {
 		l.TTL = ttl
@@ -673,6 +711,7 @@ func holder(l *memLease, now time.Time) lock.Holder {
 		Principal:  l.Principal,
 		Token:      l.Token,
 		HoldCount:  l.HoldCount,
+		Session:    l.Session,
 		AcquiredAt: l.AcquiredAt,
 		ExpiresAt:  l.ExpiresAt,
 		ExpiresIn:  l.ExpiresAt.Sub(now),
@@ -756,6 +795,7 @@ func (m *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 	slices.SortFunc(ls, func(a, b *memLease) int { return cmp.Compare(a.Token, b.Token) })
 	for _, l := range ls {
 		m.end(n, l)
+		m.delay(l, now)
 		e := leaseEvent(lock.EventForceReleased, n, l, 0, now)
 		e.Principal = principal
 		m.log.add(e, now)

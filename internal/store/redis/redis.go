@@ -164,6 +164,9 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	if err := req.CheckKind(); err != nil {
 		return lock.Grant{}, err
 	}
+	if req.Session != "" {
+		return lock.Grant{}, errNoSessions
+	}
 	meta := ""
 	if len(req.Metadata) > 0 {
 		b, err := json.Marshal(req.Metadata)

@@ -166,8 +166,14 @@ func unsupported(req lock.AcquireRequest) error {
 	if req.Fair {
 		return lock.Unsupported("fair locks are not offered in redlock mode: each master's queue may name a different head")
 	}
+	if req.Session != "" {
+		return errNoSessions
+	}
 	return nil
 }
+
+// errNoSessions refuses sessions in redlock mode: docs/SESSIONS.md says why.
+var errNoSessions = lock.Unsupported("sessions are not offered in redlock mode: a session renewed on a minority of masters would leave them disagreeing on whether its leases live (docs/SESSIONS.md)")
 
 // ask asks every master to grant req as request id, the name's leader
 // (master lead, see leader) first, and returns their answers in master order; or the refusal when the
@@ -895,6 +901,9 @@ func (s *Store) Close() error {
 // record its own copy of every change), so /v1/events and webhooks answer
 // 501.
 func (s *Store) Events() lock.EventLog { return nil }
+
+// Sessions is nil: redlock mode offers no sessions (errNoSessions).
+func (s *Store) Sessions() lock.Sessions { return nil }
 
 // Reconnects, Ghosts and WatcherCount sum or bound the masters' own, for
 // metrics and tests.

@@ -13,6 +13,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func Run(t *testing.T, b Backend) {
 		clockSlack = 5 * time.Second
 		t.Run("Redlock_refuses_semaphores_and_fair_locks", func(t *testing.T) { redlockRefusals(t, b) })
 	}
-	for _, c := range behaviours {
+	for _, c := range slices.Concat(behaviours, sessionBehaviours) {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := notOnRedlock[c.name]; ok && b.Redlock {
 				t.Skip("redlock mode " + why + " (docs/GUARANTEES.md, choosing a deployment)")

@@ -1,0 +1,371 @@
+package storetest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// sessionBehaviours are the behaviours of sessions and lock-delay
+// (docs/SESSIONS.md). A store that declares no sessions (Sessions() is
+// nil) must refuse an acquire that names one and change nothing: that is
+// all Sessions_are_declared asks of it, and the others skip it by name.
+var sessionBehaviours = []behaviour{
+	{"Sessions_are_declared", sessionsDeclared},
+	{"Session_binds_every_kind", sessionBindsEveryKind},
+	{"Session_renewal_keeps_every_lease", sessionRenewalKeepsAll},
+	{"Session_expiry_ends_every_lease_within_a_second", sessionExpiryEndsAll},
+	{"Session_end_releases_every_lease_at_once", sessionEndReleasesAll},
+	{"Lock_delay_after_expiry", lockDelayAfterExpiry},
+	{"Lock_delay_after_force_release", lockDelayAfterForceRelease},
+	{"No_lock_delay_after_a_clean_release", noLockDelayAfterCleanRelease},
+	{"Waiter_is_granted_when_the_lock_delay_ends", waiterGrantedAfterLockDelay},
+	{"Session_of_another_principal_is_not_found", sessionOfAnotherPrincipal},
+	{"Acquire_with_an_unknown_or_ended_session_changes_nothing", acquireWithBadSession},
+}
+
+// openSessions opens a store of b and its sessions, skipping the test on a
+// store that declares none.
+func openSessions(t *testing.T, b Backend) (lock.Store, lock.Sessions) {
+	t.Helper()
+	s := b.Open(t)
+	ss := s.Sessions()
+	if ss == nil {
+		t.Skip("this store declares no sessions (Sessions() is nil); Sessions_are_declared checks its refusal")
+	}
+	return s, ss
+}
+
+func newSession(t *testing.T, ss lock.Sessions, req lock.SessionRequest) lock.Session {
+	t.Helper()
+	if req.Owner == "" {
+		req.Owner = "worker"
+	}
+	if req.TTL == 0 {
+		req.TTL = time.Minute
+	}
+	sess, err := ss.CreateSession(ctx, req)
+	if err != nil {
+		t.Fatalf("create session %+v: %v", req, err)
+	}
+	return sess
+}
+
+func sessionsDeclared(t *testing.T, b Backend) {
+	s := b.Open(t)
+	if s.Sessions() != nil {
+		t.Skip("this store keeps sessions; the other session behaviours check them")
+	}
+	_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "sd", Owner: "o", Session: "01HZZZZZZZZZZZZZZZZZZZZZZZ"})
+	WantCode(t, err, lock.CodeUnsupported)
+	if st := Inspect(t, s, "sd"); st.Held || st.LastToken != 0 {
+		t.Fatalf("a refused session acquire changed the lock: %+v", st)
+	}
+}
+
+func sessionBindsEveryKind(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	sess := newSession(t, ss, lock.SessionRequest{})
+	bound := func(req lock.AcquireRequest) lock.AcquireRequest {
+		req.Owner, req.Session, req.TTL = "w", sess.ID, 0
+		return req
+	}
+	var leases []lock.Lease
+	excl := tryAcquire(t, s, bound(lock.AcquireRequest{Lock: "sb:excl"}))
+	again := tryAcquire(t, s, bound(lock.AcquireRequest{Lock: "sb:excl"}))
+	if again.Fresh || again.Lease.ID != excl.Lease.ID || again.Lease.HoldCount != 2 {
+		t.Fatalf("a bound exclusive lease is not reentrant: %+v then %+v", excl, again)
+	}
+	leases = append(leases, excl.Lease)
+	leases = append(leases, tryAcquire(t, s, bound(lock.AcquireRequest{Lock: "sb:shared", Mode: lock.Shared})).Lease)
+	leases = append(leases, tryAcquire(t, s, bound(lock.AcquireRequest{Lock: "sb:sem", Limit: 2})).Lease)
+	fair, err := lock.AcquireWait(ctx, s, bound(lock.AcquireRequest{Lock: "sb:fair", Fair: true}), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases = append(leases, fair.Lease)
+	multi, err := lock.AcquireAll(ctx, s, []lock.AcquireRequest{bound(lock.AcquireRequest{Lock: "sb:m1"}), bound(lock.AcquireRequest{Lock: "sb:m2"})}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range multi {
+		leases = append(leases, g.Lease)
+	}
+
+	for _, l := range leases {
+		if l.Session != sess.ID || !sameTime(l.ExpiresAt, sess.ExpiresAt) || l.TTL != sess.TTL {
+			t.Fatalf("lease %+v is not bound to session %+v", l, sess)
+		}
+		st := Inspect(t, s, l.Lock)
+		if !st.Held || st.Holders[0].Session != sess.ID {
+			t.Fatalf("%s's state does not show the session: %+v", l.Lock, st)
+		}
+	}
+	got, err := ss.GetSession(ctx, lock.SessionRef{ID: sess.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range got.Leases {
+		names = append(names, l.Lock)
+	}
+	want := []string{"sb:excl", "sb:fair", "sb:m1", "sb:m2", "sb:sem", "sb:shared"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("session leases = %v, want %v", names, want)
+	}
+
+	// The lease bound to the session is another holder to the same owner
+	// acquiring without it.
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "sb:excl", Owner: "w", TTL: time.Minute})
+	WantCode(t, err, lock.CodeHeld)
+	// A bound lease is released as any lease.
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "sb:shared", ID: leases[1].ID}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ss.GetSession(ctx, lock.SessionRef{ID: sess.ID}); len(got.Leases) != len(want)-1 {
+		t.Fatalf("after one release the session has %d leases, want %d", len(got.Leases), len(want)-1)
+	}
+}
+
+func sessionRenewalKeepsAll(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	sess := newSession(t, ss, lock.SessionRequest{TTL: 400 * time.Millisecond})
+	names := []string{"sr:a", "sr:b", "sr:c"}
+	for _, n := range names {
+		tryAcquire(t, s, lock.AcquireRequest{Lock: n, Owner: "w", Session: sess.ID})
+	}
+	// Renewed every 100 ms for three TTLs, the leases never lapse.
+	end := time.Now().Add(1200 * time.Millisecond)
+	var renewed lock.Session
+	for time.Now().Before(end) {
+		var err error
+		if renewed, err = ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range names {
+		st := Inspect(t, s, n)
+		if !st.Held || st.Holders[0].ExpiresAt.Before(sess.ExpiresAt) || !sameTime(st.Holders[0].ExpiresAt, renewed.ExpiresAt) {
+			t.Fatalf("%s after renewals: %+v, session %+v", n, st, renewed)
+		}
+	}
+	// A renewal with a new TTL sets it on the session and its leases.
+	renewed, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, time.Minute)
+	if err != nil || renewed.TTL != time.Minute || len(renewed.Leases) != len(names) {
+		t.Fatalf("renew with a TTL = %+v, %v", renewed, err)
+	}
+}
+
+func sessionExpiryEndsAll(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	after := lastEventID(t, s)
+	sess := newSession(t, ss, lock.SessionRequest{TTL: 300 * time.Millisecond})
+	names := []string{"se:a", "se:b", "se:c", "se:d"}
+	tokens := map[string]uint64{}
+	for _, n := range names {
+		tokens[n] = tryAcquire(t, s, lock.AcquireRequest{Lock: n, Owner: "w", Session: sess.ID}).Lease.Token
+	}
+	waited := make(chan lock.Grant, 1)
+	go func() {
+		g, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "se:a", Owner: "next", TTL: time.Minute}, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- g
+	}()
+
+	if log := s.Events(); log != nil {
+		// Nobody touches the locks: the store ends them on its own, and
+		// records each expiry, naming the session, within 1 s of the TTL.
+		expired := map[string]lock.Event{}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(expired) < len(names) && time.Now().Before(deadline) {
+			evs, err := log.ReadEvents(ctx, after, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				after = e.ID
+				if e.Type == lock.EventExpired && e.Session == sess.ID {
+					expired[e.Lock] = e
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		for _, n := range names {
+			e, ok := expired[n]
+			if !ok {
+				t.Fatalf("no expired event of %s naming the session; got %v", n, expired)
+			}
+			if late := e.Time.Sub(sess.ExpiresAt); late > time.Second+clockSlack {
+				t.Fatalf("%s expired %v after its session's TTL", n, late)
+			}
+		}
+	}
+	g := <-waited
+	if g.Lease.Token <= tokens["se:a"] {
+		t.Fatalf("the waiter's token %d is not above the bound lease's %d", g.Lease.Token, tokens["se:a"])
+	}
+	for _, n := range names[1:] {
+		if st := Inspect(t, s, n); st.Held {
+			t.Fatalf("%s is held after its session expired: %+v", n, st)
+		}
+	}
+	_, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, 0)
+	WantCode(t, err, lock.CodeSessionLost)
+	_, err = ss.GetSession(ctx, lock.SessionRef{ID: sess.ID})
+	WantCode(t, err, lock.CodeSessionLost)
+}
+
+// lastEventID is where a reader of only the events to come starts; "" on a
+// store without events.
+func lastEventID(t *testing.T, s lock.Store) string {
+	t.Helper()
+	log := s.Events()
+	if log == nil {
+		return ""
+	}
+	id, err := log.LastEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func sessionEndReleasesAll(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	sess := newSession(t, ss, lock.SessionRequest{LockDelay: 10 * time.Second})
+	names := []string{"sd:a", "sd:b", "sd:c"}
+	for _, n := range names {
+		tryAcquire(t, s, lock.AcquireRequest{Lock: n, Owner: "w", Session: sess.ID})
+	}
+	ended, err := ss.EndSession(ctx, lock.SessionRef{ID: sess.ID})
+	if err != nil || len(ended.Leases) != len(names) {
+		t.Fatalf("end session = %+v, %v", ended, err)
+	}
+	for _, n := range names {
+		if st := Inspect(t, s, n); st.Held {
+			t.Fatalf("%s is held after its session ended: %+v", n, st)
+		}
+		// A clean end: no lock-delay.
+		tryAcquire(t, s, lock.AcquireRequest{Lock: n, Owner: "next"})
+	}
+	_, err = ss.GetSession(ctx, lock.SessionRef{ID: sess.ID})
+	WantCode(t, err, lock.CodeSessionLost)
+	_, err = ss.EndSession(ctx, lock.SessionRef{ID: sess.ID})
+	WantCode(t, err, lock.CodeSessionLost)
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "sd:late", Owner: "w", Session: sess.ID})
+	WantCode(t, err, lock.CodeSessionLost)
+}
+
+// wantLockDelay checks that an acquire of name is refused for a lock-delay
+// of at most most, and returns what is left of it.
+func wantLockDelay(t *testing.T, s lock.Store, name string, most time.Duration) time.Duration {
+	t.Helper()
+	_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "next", TTL: time.Minute})
+	WantCode(t, err, lock.CodeLockDelay)
+	left := lock.AsError(err).RetryIn
+	if left <= 0 || left > most {
+		t.Fatalf("lock-delay left = %v, want (0, %v]", left, most)
+	}
+	return left
+}
+
+func lockDelayAfterExpiry(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	const delay = 2 * time.Second
+	sess := newSession(t, ss, lock.SessionRequest{TTL: 200 * time.Millisecond, LockDelay: delay})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ld:exp", Owner: "w", Session: sess.ID})
+	time.Sleep(time.Until(sess.ExpiresAt) + 50*time.Millisecond)
+	left := wantLockDelay(t, s, "ld:exp", delay)
+	time.Sleep(left + 50*time.Millisecond)
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ld:exp", Owner: "next"})
+}
+
+func lockDelayAfterForceRelease(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	const delay = 2 * time.Second
+	sess := newSession(t, ss, lock.SessionRequest{LockDelay: delay})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ld:force", Owner: "w", Session: sess.ID})
+	if held, err := s.ForceRelease(ctx, "ld:force", "admin"); err != nil || !held {
+		t.Fatalf("force release = %v, %v", held, err)
+	}
+	wantLockDelay(t, s, "ld:force", delay)
+	// The session lives on without the lease.
+	if got, err := ss.GetSession(ctx, lock.SessionRef{ID: sess.ID}); err != nil || len(got.Leases) != 0 {
+		t.Fatalf("session after the force release = %+v, %v", got, err)
+	}
+}
+
+func noLockDelayAfterCleanRelease(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	sess := newSession(t, ss, lock.SessionRequest{LockDelay: 10 * time.Second})
+	l := tryAcquire(t, s, lock.AcquireRequest{Lock: "ld:clean", Owner: "w", Session: sess.ID}).Lease
+	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "ld:clean", ID: l.ID}, false); err != nil {
+		t.Fatal(err)
+	}
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ld:clean", Owner: "next"})
+}
+
+func waiterGrantedAfterLockDelay(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	const delay = time.Second
+	sess := newSession(t, ss, lock.SessionRequest{LockDelay: delay})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ld:wait", Owner: "w", Session: sess.ID})
+	forced := time.Now()
+	if _, err := s.ForceRelease(ctx, "ld:wait", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "ld:wait", Owner: "next", TTL: time.Minute}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Lease.AcquiredAt.Before(forced.Add(delay - clockSlack - 50*time.Millisecond)) {
+		t.Fatalf("the waiter was granted at %v, before the lock-delay ended (%v)", g.Lease.AcquiredAt, forced.Add(delay))
+	}
+}
+
+func sessionOfAnotherPrincipal(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	sess := newSession(t, ss, lock.SessionRequest{Principal: "alice"})
+	bob := lock.SessionRef{ID: sess.ID, Principal: "bob"}
+	_, err := ss.GetSession(ctx, bob)
+	WantCode(t, err, lock.CodeSessionNotFound)
+	_, err = ss.RenewSession(ctx, bob, 0)
+	WantCode(t, err, lock.CodeSessionNotFound)
+	_, err = ss.EndSession(ctx, bob)
+	WantCode(t, err, lock.CodeSessionNotFound)
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "sp", Owner: "w", Principal: "bob", Session: sess.ID})
+	WantCode(t, err, lock.CodeSessionNotFound)
+	if st := Inspect(t, s, "sp"); st.Held || st.LastToken != 0 {
+		t.Fatalf("a refused acquire changed the lock: %+v", st)
+	}
+	list, err := ss.ListSessions(ctx, lock.SessionFilter{Principal: "bob"})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("bob's sessions = %+v, %v", list, err)
+	}
+	// The owner, and an admin (no principal), find it.
+	if _, err := ss.GetSession(ctx, lock.SessionRef{ID: sess.ID, Principal: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	list, err = ss.ListSessions(ctx, lock.SessionFilter{OwnerPrefix: "work"})
+	if err != nil || len(list) != 1 || list[0].ID != sess.ID {
+		t.Fatalf("every session with owner prefix work = %+v, %v", list, err)
+	}
+}
+
+func acquireWithBadSession(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "bad", Owner: "w", Session: "01HZZZZZZZZZZZZZZZZZZZZZZZ"})
+	WantCode(t, err, lock.CodeSessionNotFound)
+	sess := newSession(t, ss, lock.SessionRequest{TTL: 100 * time.Millisecond})
+	time.Sleep(time.Until(sess.ExpiresAt) + 20*time.Millisecond)
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "bad", Owner: "w", Session: sess.ID})
+	WantCode(t, err, lock.CodeSessionLost)
+	if st := Inspect(t, s, "bad"); st.Held || st.LastToken != 0 {
+		t.Fatalf("refused acquires changed the lock: %+v", st)
+	}
+}
