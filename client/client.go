@@ -153,11 +153,17 @@ func (opts AcquireOptions) body(owner string) api.AcquireRequest {
 // the error is a *HeldError (IsHeld). Other errors are a *ProblemError, a
 // failure wrapping ErrUnavailable, or ctx's error.
 func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+	return c.acquire(ctx, name, opts, nil)
+}
+
+// acquire is Acquire, of a lease bound to sess unless that is nil.
+func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, sess *Session) (*Lease, error) {
 	owner, unique := opts.Owner, false
 	if owner == "" {
 		owner, unique = uniqueOwner(), true
 	}
 	body := opts.body(owner)
+	sess.bind(&body.Session, &body.TTLMs)
 
 	var deadline time.Time
 	if opts.Wait > 0 {
@@ -183,9 +189,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		case err != nil:
 			err = unavailable(err)
 		case resp.JSON201 != nil:
-			return c.grant(ctx, resp.JSON201, unique, wait > 0, sent, received)
+			return c.grant(ctx, resp.JSON201, unique, wait > 0, sent, received, sess)
 		case resp.JSON200 != nil:
-			return c.grant(ctx, resp.JSON200, unique, wait > 0, sent, received)
+			return c.grant(ctx, resp.JSON200, unique, wait > 0, sent, received, sess)
 		default:
 			err = responseError(name, resp.HTTPResponse, resp.Body)
 		}
@@ -215,9 +221,14 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	}
 }
 
-// grant makes the lease of a granted acquire and starts its watchdog.
-func (c *Client) grant(ctx context.Context, g *api.Lease, unique, waited bool, sent, received time.Time) (*Lease, error) {
+// grant makes the lease of a granted acquire and starts its watchdog; a
+// lease bound to sess has none of its own, and follows the session's.
+func (c *Client) grant(ctx context.Context, g *api.Lease, unique, waited bool, sent, received time.Time, sess *Session) (*Lease, error) {
 	l := newLease(c, g, unique, sent)
+	if sess != nil {
+		go l.follow(sess)
+		return l, nil
+	}
 	// The lease can only be vouched for from when the request was sent. An
 	// acquire that waited may have been granted long after that, so confirm
 	// the grant with a renewal, which measures afresh. Until then the time
@@ -337,6 +348,11 @@ func earliest(a, b time.Time) time.Time {
 // the server gives back whatever the lost answer granted when it notices,
 // or the leases end with their TTL.
 func (c *Client) AcquireAll(ctx context.Context, names []string, opts AcquireOptions) ([]*Lease, error) {
+	return c.acquireAll(ctx, names, opts, nil)
+}
+
+// acquireAll is AcquireAll, of leases bound to sess unless that is nil.
+func (c *Client) acquireAll(ctx context.Context, names []string, opts AcquireOptions, sess *Session) ([]*Lease, error) {
 	if opts.Limit > 0 || opts.Fair {
 		return nil, errors.New("lockapi: acquire all: Limit and Fair do not apply to a multi-lock")
 	}
@@ -346,6 +362,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts AcquireOpt
 	}
 	one := opts.body(owner)
 	body := api.MultiAcquireRequest{Locks: names, Owner: one.Owner, TTLMs: one.TTLMs, Metadata: one.Metadata, Mode: one.Mode}
+	sess.bind(&body.Session, &body.TTLMs)
 	what := strings.Join(names, ", ")
 
 	var deadline time.Time
@@ -367,7 +384,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts AcquireOpt
 		case err != nil:
 			return nil, fmt.Errorf("lockapi: acquire %s: %w", what, unavailable(err))
 		case resp.JSON201 != nil:
-			return c.grantAll(ctx, resp.JSON201.Leases, unique, wait > 0, sent, received)
+			return c.grantAll(ctx, resp.JSON201.Leases, unique, wait > 0, sent, received, sess)
 		}
 		err = responseError(what, resp.HTTPResponse, resp.Body)
 		if !IsHeld(err) || opts.Wait <= 0 || time.Until(deadline) < time.Millisecond {
@@ -380,10 +397,10 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts AcquireOpt
 }
 
 // grantAll makes the leases of a granted multi-lock, all or none.
-func (c *Client) grantAll(ctx context.Context, gs []api.Lease, unique, waited bool, sent, received time.Time) ([]*Lease, error) {
+func (c *Client) grantAll(ctx context.Context, gs []api.Lease, unique, waited bool, sent, received time.Time, sess *Session) ([]*Lease, error) {
 	leases := make([]*Lease, 0, len(gs))
 	for i := range gs {
-		l, err := c.grant(ctx, &gs[i], unique, waited, sent, received)
+		l, err := c.grant(ctx, &gs[i], unique, waited, sent, received, sess)
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 			_ = ReleaseAll(rctx, leases)

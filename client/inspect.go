@@ -54,6 +54,8 @@ type Holder struct {
 	// ExpiresAt is when the lease ends unless renewed, by the server's clock.
 	ExpiresAt time.Time
 	Metadata  map[string]string
+	// Session is the session the lease is bound to; "" for none.
+	Session string
 }
 
 // Inspect returns the state of the lock name (GET /v1/locks/{name}). A free
@@ -98,7 +100,7 @@ func newLockState(s *api.LockState) *LockState {
 }
 
 func newHolder(h api.Holder) Holder {
-	return Holder{
+	out := Holder{
 		Owner:      h.Owner,
 		Shared:     h.Mode == api.LeaseModeShared,
 		Token:      uint64(h.FencingToken),
@@ -107,6 +109,10 @@ func newHolder(h api.Holder) Holder {
 		ExpiresAt:  h.ExpiresAt,
 		Metadata:   h.Metadata,
 	}
+	if h.Session != nil {
+		out.Session = *h.Session
+	}
+	return out
 }
 
 // MarshalJSON writes s as the server answers it.
@@ -142,7 +148,7 @@ func (h Holder) api() api.Holder {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return api.Holder{
+	out := api.Holder{
 		Owner:        h.Owner,
 		Mode:         mode,
 		FencingToken: api.FencingToken(h.Token),
@@ -151,4 +157,8 @@ func (h Holder) api() api.Holder {
 		ExpiresAt:    h.ExpiresAt,
 		Metadata:     md,
 	}
+	if h.Session != "" {
+		out.Session = &h.Session
+	}
+	return out
 }

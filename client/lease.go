@@ -166,6 +166,9 @@ func (l *Lease) release(ctx context.Context) error {
 	l.mu.Lock()
 	lostErr, gone := l.err, l.gone
 	l.mu.Unlock()
+	if errors.Is(lostErr, ErrReleased) {
+		return nil // its session's Close released it
+	}
 	if lostErr != nil {
 		if !gone {
 			// Lost by the watchdog's timeout: the server may still hold the

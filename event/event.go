@@ -34,4 +34,7 @@ type Event struct {
 	// LeaseID is the lease's capability to renew and release: shown to
 	// admins only, never in a webhook delivery.
 	LeaseID string `json:"lease_id,omitempty"`
+	// Session is the session the lease was bound to; absent for none. An
+	// expired event with one says the session's end ended the lease.
+	Session string `json:"session,omitempty"`
 }

@@ -240,6 +240,9 @@ type AcquireRequest struct {
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
 
+	// Session Binds the lease to this session of the caller's (createSession): it lives as long as the session, with no TTL of its own, so not with `ttl_ms`.
+	Session *SessionID `json:"session,omitempty"`
+
 	// TTLMs Lease TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (`LOCKAPI_MAX_TTL`, default 86400000), which no server sets above 2592000000 (30 days).
 	//
 	// Example: 30000
@@ -249,6 +252,26 @@ type AcquireRequest struct {
 	//
 	// Example: 0
 	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
+// CreateSessionRequest Every field is optional; the body itself may be omitted.
+//
+// Example: {"lock_delay_ms":5000,"owner":"worker-7","ttl_ms":10000}
+type CreateSessionRequest struct {
+	// LockDelayMs How long a name stays closed to new grants (409 `lock-delay`) after a lease bound to this session ended by the session's expiry or a force release. Default 0; at most 60000.
+	//
+	// Example: 5000
+	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
+	//
+	// Example: worker-7
+	Owner *Owner `json:"owner,omitempty"`
+
+	// TTLMs The session's TTL in milliseconds. Default 10000; at least 100 and at most 3600000 (1 h), and the server's maximum TTL.
+	//
+	// Example: 10000
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
 }
 
 // CreateWebhookRequest Example: {"prefix":"ci:","types":["released"],"url":"https://ci.example/hooks/lockapi"}
@@ -402,6 +425,9 @@ type Holder struct {
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
+
+	// Session The session the lease is bound to; absent for none.
+	Session *SessionID `json:"session,omitempty"`
 }
 
 // Lease A holder's lease. `lease_id` is the capability to renew and release it.
@@ -462,6 +488,9 @@ type Lease struct {
 	//
 	// Example: /v1/locks/deploy:prod/leases/01JD3Z8Q6W9M4T5R2K7X1B0C8N/release?exp=1795435320&sig=2sXfYl0m2mQ2xv3b8m9u7Q0c1x4d2e5f6a7b8c9d0e1
 	ReleaseURL string `json:"release_url"`
+
+	// Session The session the lease is bound to; absent for a lease with a TTL of its own. A bound lease's `ttl_ms` and `expires_at` are its session's, and renewing it by renewLease changes nothing: renew the session.
+	Session *SessionID `json:"session,omitempty"`
 
 	// TTLMs The TTL the lease was last given, in milliseconds.
 	//
@@ -570,6 +599,9 @@ type MultiAcquireRequest struct {
 	//
 	// Example: worker-7
 	Owner *Owner `json:"owner,omitempty"`
+
+	// Session Binds the lease to this session of the caller's (createSession): it lives as long as the session, with no TTL of its own, so not with `ttl_ms`.
+	Session *SessionID `json:"session,omitempty"`
 
 	// TTLMs Every lease's TTL in milliseconds. Default 30000; at least 10 and at most the server's maximum TTL (`LOCKAPI_MAX_TTL`, default 86400000), which no server sets above 2592000000 (30 days).
 	//
@@ -730,6 +762,9 @@ type Problem struct {
 	// - `https://lockapi.dev/problems/limit-mismatch`
 	// - `https://lockapi.dev/problems/upgrade-refused`
 	// - `https://lockapi.dev/problems/lease-lost`
+	// - `https://lockapi.dev/problems/lock-delay`
+	// - `https://lockapi.dev/problems/session-not-found`
+	// - `https://lockapi.dev/problems/session-lost`
 	// - `https://lockapi.dev/problems/events-gone`
 	// - `https://lockapi.dev/problems/not-found`
 	// - `https://lockapi.dev/problems/method-not-allowed`
@@ -760,6 +795,9 @@ type Problem struct {
 // - `https://lockapi.dev/problems/limit-mismatch`
 // - `https://lockapi.dev/problems/upgrade-refused`
 // - `https://lockapi.dev/problems/lease-lost`
+// - `https://lockapi.dev/problems/lock-delay`
+// - `https://lockapi.dev/problems/session-not-found`
+// - `https://lockapi.dev/problems/session-lost`
 // - `https://lockapi.dev/problems/events-gone`
 // - `https://lockapi.dev/problems/not-found`
 // - `https://lockapi.dev/problems/method-not-allowed`
@@ -817,6 +855,16 @@ type RenewRequest struct {
 	TTLMs *int64 `json:"ttl_ms,omitempty"`
 }
 
+// RenewSessionRequest The body may be omitted.
+//
+// Example: {"ttl_ms":10000}
+type RenewSessionRequest struct {
+	// TTLMs New TTL in milliseconds, counted from now. Default: the session's TTL. Same bounds as createSession's `ttl_ms`.
+	//
+	// Example: 10000
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
+}
+
 // ReplayResult Example: {"event_id":"1795460000000-0","queued":true,"webhook":"01jd3z8q6w9m4t5r2k7x1b0c8n"}
 type ReplayResult struct {
 	// EventID Example: 1795460000000-0
@@ -827,6 +875,68 @@ type ReplayResult struct {
 
 	// Webhook Example: 01jd3z8q6w9m4t5r2k7x1b0c8n
 	Webhook string `json:"webhook"`
+}
+
+// Session A session and the leases bound to it.
+//
+// Example: {"expires_at":"2025-11-22T14:02:10Z","leases":[{"fencing_token":42,"lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8N","lock":"deploy:prod","mode":"exclusive"}],"lock_delay_ms":5000,"owner":"worker-7","session_id":"01JD3Z8Q6W9M4T5R2K7X1B0C9S","ttl_ms":10000}
+type Session struct {
+	// ExpiresAt When the session, and every lease bound to it, ends unless renewed (the store's clock).
+	//
+	// Example: 2025-11-22T14:02:10Z
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Leases The live leases bound to the session, by lock name.
+	Leases []SessionLease `json:"leases"`
+
+	// LockDelayMs Example: 5000
+	LockDelayMs int64 `json:"lock_delay_ms"`
+
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
+	//
+	// Example: worker-7
+	Owner Owner `json:"owner"`
+
+	// SessionID A session's id, a 26-character ULID.
+	//
+	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C9S
+	SessionID SessionID `json:"session_id"`
+
+	// TTLMs Example: 10000
+	TTLMs int64 `json:"ttl_ms"`
+}
+
+// SessionID A session's id, a 26-character ULID.
+//
+// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C9S
+type SessionID = string
+
+// SessionLease One lease bound to a session.
+type SessionLease struct {
+	// FencingToken Strictly larger for every fresh grant of the lock, and below 2^53. Guarded resources reject writes with a token smaller than one seen.
+	//
+	// Example: 42
+	FencingToken FencingToken `json:"fencing_token"`
+
+	// LeaseID A lease's id, a 26-character ULID.
+	//
+	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C8N
+	LeaseID LeaseID `json:"lease_id"`
+
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
+	//
+	// Example: deploy:prod
+	Lock LockName `json:"lock"`
+
+	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+	//
+	// Example: exclusive
+	Mode LeaseMode `json:"mode"`
+}
+
+// SessionList defines model for SessionList.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
 }
 
 // Webhook A subscription of a URL to lock events. Never its secret.
@@ -951,6 +1061,9 @@ type LeaseRefs = []string
 // Limit defines model for Limit.
 type Limit = int
 
+// OwnerPrefix defines model for OwnerPrefix.
+type OwnerPrefix = string
+
 // Prefix defines model for Prefix.
 type Prefix = string
 
@@ -962,6 +1075,14 @@ type ReleaseExp = int64
 
 // ReleaseSig defines model for ReleaseSig.
 type ReleaseSig = string
+
+// SessionIDPath A session's id, a 26-character ULID.
+//
+// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C9S
+type SessionIDPath = SessionID
+
+// SessionListLimit defines model for SessionListLimit.
+type SessionListLimit = int
 
 // WatchWaitMs defines model for WatchWaitMs.
 type WatchWaitMs = int64
@@ -1018,6 +1139,16 @@ type PayloadTooLarge = Problem
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type RateLimited = Problem
+
+// SessionLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+//
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+type SessionLost = Problem
+
+// SessionNotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+//
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+type SessionNotFound = Problem
 
 // Unauthorized An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
@@ -1120,6 +1251,15 @@ type ReleaseBySignedURLParams struct {
 	Sig ReleaseSig `form:"sig" json:"sig"`
 }
 
+// ListSessionsParams defines parameters for ListSessions.
+type ListSessionsParams struct {
+	// OwnerPrefix List only sessions whose owner starts with this.
+	OwnerPrefix *OwnerPrefix `form:"owner_prefix,omitempty" json:"owner_prefix,omitempty"`
+
+	// Limit The most sessions to return.
+	Limit *SessionListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListDeadLettersParams defines parameters for ListDeadLetters.
 type ListDeadLettersParams struct {
 	// After Start after this event id (the `next_after` of the last page).
@@ -1140,6 +1280,12 @@ type ReleaseBySignedURLJSONRequestBody = WebhookPayload
 
 // RenewLeaseJSONRequestBody defines body for RenewLease for application/json ContentType.
 type RenewLeaseJSONRequestBody = RenewRequest
+
+// CreateSessionJSONRequestBody defines body for CreateSession for application/json ContentType.
+type CreateSessionJSONRequestBody = CreateSessionRequest
+
+// RenewSessionJSONRequestBody defines body for RenewSession for application/json ContentType.
+type RenewSessionJSONRequestBody = RenewSessionRequest
 
 // CreateWebhookJSONRequestBody defines body for CreateWebhook for application/json ContentType.
 type CreateWebhookJSONRequestBody = CreateWebhookRequest
@@ -1315,7 +1461,8 @@ type ClientInterface interface {
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
 	// this request. `fair` and `limit` are not accepted here, nor is an
-	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+	// lease is bound to that session, as in acquireLease.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1345,7 +1492,8 @@ type ClientInterface interface {
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
 	// this request. `fair` and `limit` are not accepted here, nor is an
-	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+	// lease is bound to that session, as in acquireLease.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1406,6 +1554,16 @@ type ClientInterface interface {
 	// `fair: true` with `wait_ms` waits in arrival order. See
 	// `docs/LOCK_KINDS.md`.
 	//
+	// `session` binds the lease to a session (createSession): it has no
+	// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+	// session, and its answer carries `session` and the session's
+	// `expires_at`. An unknown session (or another principal's) answers
+	// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+	// bound lease of the name ended by its session's expiry or a force
+	// release, acquires are refused with 409 `lock-delay` for the
+	// session's `lock_delay_ms`; a waiting acquire waits through it. See
+	// `docs/SESSIONS.md`.
+	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
@@ -1442,6 +1600,16 @@ type ClientInterface interface {
 	// permits are never reentrant: each acquire takes another one, 201.
 	// `fair: true` with `wait_ms` waits in arrival order. See
 	// `docs/LOCK_KINDS.md`.
+	//
+	// `session` binds the lease to a session (createSession): it has no
+	// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+	// session, and its answer carries `session` and the session's
+	// `expires_at`. An unknown session (or another principal's) answers
+	// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+	// bound lease of the name ended by its session's expiry or a force
+	// release, acquires are refused with 409 `lock-delay` for the
+	// session's `lock_delay_ms`; a waiting acquire waits through it. See
+	// `docs/SESSIONS.md`.
 	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
@@ -1525,6 +1693,75 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{name}/leases/{lease_id}/renew (the `RenewLease` operationId).
 	RenewLease(ctx context.Context, name LockName, leaseID LeaseIDPath, body RenewLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSessions List live sessions
+	//
+	// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+	//
+	// Corresponds with GET /v1/sessions (the `ListSessions` operationId).
+	ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSessionWithBody Start a session
+	//
+	// Starts a session: a TTL that leases are bound to (acquireLease's
+	// `session`). A bound lease lives while the session does; one renewal
+	// (renewSession) keeps every one of them, and when the session is not
+	// renewed within its TTL every bound lease ends within a second of
+	// its end. The session belongs to the calling principal. See
+	// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+	// `unsupported`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+	CreateSessionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSession Start a session
+	//
+	// Starts a session: a TTL that leases are bound to (acquireLease's
+	// `session`). A bound lease lives while the session does; one renewal
+	// (renewSession) keeps every one of them, and when the session is not
+	// renewed within its TTL every bound lease ends within a second of
+	// its end. The session belongs to the calling principal. See
+	// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+	// `unsupported`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+	CreateSession(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSession End a session
+	//
+	// Ends the session and releases every lease bound to it at once, as clean releases: no lock-delay. Answers the session as it was, with the leases it released.
+	//
+	// Corresponds with DELETE /v1/sessions/{id} (the `DeleteSession` operationId).
+	DeleteSession(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSession Read a session
+	//
+	// The session with its live leases.
+	//
+	// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
+	GetSession(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewSessionWithBody Renew a session
+	//
+	// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+	RenewSessionWithBody(ctx context.Context, id SessionIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewSession Renew a session
+	//
+	// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+	RenewSession(ctx context.Context, id SessionIDPath, body RenewSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWebhooks List webhooks
 	//
@@ -1802,7 +2039,8 @@ func (c *Client) ReleaseLeases(ctx context.Context, params *ReleaseLeasesParams,
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
 // this request. `fair` and `limit` are not accepted here, nor is an
-// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+// lease is bound to that session, as in acquireLease.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1842,7 +2080,8 @@ func (c *Client) AcquireLeasesWithBody(ctx context.Context, contentType string, 
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
 // this request. `fair` and `limit` are not accepted here, nor is an
-// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+// lease is bound to that session, as in acquireLease.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1943,6 +2182,16 @@ func (c *Client) GetLock(ctx context.Context, name LockName, params *GetLockPara
 // `fair: true` with `wait_ms` waits in arrival order. See
 // `docs/LOCK_KINDS.md`.
 //
+// `session` binds the lease to a session (createSession): it has no
+// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+// session, and its answer carries `session` and the session's
+// `expires_at`. An unknown session (or another principal's) answers
+// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+// bound lease of the name ended by its session's expiry or a force
+// release, acquires are refused with 409 `lock-delay` for the
+// session's `lock_delay_ms`; a waiting acquire waits through it. See
+// `docs/SESSIONS.md`.
+//
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
@@ -1989,6 +2238,16 @@ func (c *Client) AcquireLeaseWithBody(ctx context.Context, name LockName, params
 // permits are never reentrant: each acquire takes another one, 201.
 // `fair: true` with `wait_ms` waits in arrival order. See
 // `docs/LOCK_KINDS.md`.
+//
+// `session` binds the lease to a session (createSession): it has no
+// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+// session, and its answer carries `session` and the session's
+// `expires_at`. An unknown session (or another principal's) answers
+// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+// bound lease of the name ended by its session's expiry or a force
+// release, acquires are refused with 409 `lock-delay` for the
+// session's `lock_delay_ms`; a waiting acquire waits through it. See
+// `docs/SESSIONS.md`.
 //
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every
@@ -2123,6 +2382,145 @@ func (c *Client) RenewLeaseWithBody(ctx context.Context, name LockName, leaseID 
 // Corresponds with POST /v1/locks/{name}/leases/{lease_id}/renew (the `RenewLease` operationId).
 func (c *Client) RenewLease(ctx context.Context, name LockName, leaseID LeaseIDPath, body RenewLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRenewLeaseRequest(c.Server, name, leaseID, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSessions List live sessions
+//
+// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+//
+// Corresponds with GET /v1/sessions (the `ListSessions` operationId).
+func (c *Client) ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSessionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSessionWithBody Start a session
+//
+// Starts a session: a TTL that leases are bound to (acquireLease's
+// `session`). A bound lease lives while the session does; one renewal
+// (renewSession) keeps every one of them, and when the session is not
+// renewed within its TTL every bound lease ends within a second of
+// its end. The session belongs to the calling principal. See
+// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+// `unsupported`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+func (c *Client) CreateSessionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSessionRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSession Start a session
+//
+// Starts a session: a TTL that leases are bound to (acquireLease's
+// `session`). A bound lease lives while the session does; one renewal
+// (renewSession) keeps every one of them, and when the session is not
+// renewed within its TTL every bound lease ends within a second of
+// its end. The session belongs to the calling principal. See
+// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+// `unsupported`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+func (c *Client) CreateSession(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSessionRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSession End a session
+//
+// Ends the session and releases every lease bound to it at once, as clean releases: no lock-delay. Answers the session as it was, with the leases it released.
+//
+// Corresponds with DELETE /v1/sessions/{id} (the `DeleteSession` operationId).
+func (c *Client) DeleteSession(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteSessionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSession Read a session
+//
+// The session with its live leases.
+//
+// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
+func (c *Client) GetSession(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewSessionWithBody Renew a session
+//
+// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+func (c *Client) RenewSessionWithBody(ctx context.Context, id SessionIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewSessionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewSession Renew a session
+//
+// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+func (c *Client) RenewSession(ctx context.Context, id SessionIDPath, body RenewSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewSessionRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3109,6 +3507,227 @@ func NewRenewLeaseRequestWithBody(server string, name LockName, leaseID LeaseIDP
 	return req, nil
 }
 
+// NewListSessionsRequest constructs an http.Request for the ListSessions method
+func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.OwnerPrefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "owner_prefix", *params.OwnerPrefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateSessionRequest calls the generic CreateSession builder with application/json body
+func NewCreateSessionRequest(server string, body CreateSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateSessionRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateSessionRequestWithBody constructs an http.Request for the CreateSession method, with any body, and a specified content type
+func NewCreateSessionRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteSessionRequest constructs an http.Request for the DeleteSession method
+func NewDeleteSessionRequest(server string, id SessionIDPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetSessionRequest constructs an http.Request for the GetSession method
+func NewGetSessionRequest(server string, id SessionIDPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRenewSessionRequest calls the generic RenewSession builder with application/json body
+func NewRenewSessionRequest(server string, id SessionIDPath, body RenewSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewSessionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewRenewSessionRequestWithBody constructs an http.Request for the RenewSession method, with any body, and a specified content type
+func NewRenewSessionRequestWithBody(server string, id SessionIDPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/renew", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListWebhooksRequest constructs an http.Request for the ListWebhooks method
 func NewListWebhooksRequest(server string) (*http.Request, error) {
 	var err error
@@ -3547,7 +4166,8 @@ type ClientWithResponsesInterface interface {
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
 	// this request. `fair` and `limit` are not accepted here, nor is an
-	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+	// lease is bound to that session, as in acquireLease.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3577,7 +4197,8 @@ type ClientWithResponsesInterface interface {
 	// When a name stays held, the answer is 409 naming it in `lock`, with
 	// its `holder` (see acquireLease); none of the names is then held by
 	// this request. `fair` and `limit` are not accepted here, nor is an
-	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+	// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+	// lease is bound to that session, as in acquireLease.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3644,6 +4265,16 @@ type ClientWithResponsesInterface interface {
 	// `fair: true` with `wait_ms` waits in arrival order. See
 	// `docs/LOCK_KINDS.md`.
 	//
+	// `session` binds the lease to a session (createSession): it has no
+	// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+	// session, and its answer carries `session` and the session's
+	// `expires_at`. An unknown session (or another principal's) answers
+	// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+	// bound lease of the name ended by its session's expiry or a force
+	// release, acquires are refused with 409 `lock-delay` for the
+	// session's `lock_delay_ms`; a waiting acquire waits through it. See
+	// `docs/SESSIONS.md`.
+	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
 	// field has a default.
@@ -3680,6 +4311,16 @@ type ClientWithResponsesInterface interface {
 	// permits are never reentrant: each acquire takes another one, 201.
 	// `fair: true` with `wait_ms` waits in arrival order. See
 	// `docs/LOCK_KINDS.md`.
+	//
+	// `session` binds the lease to a session (createSession): it has no
+	// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+	// session, and its answer carries `session` and the session's
+	// `expires_at`. An unknown session (or another principal's) answers
+	// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+	// bound lease of the name ended by its session's expiry or a force
+	// release, acquires are refused with 409 `lock-delay` for the
+	// session's `lock_delay_ms`; a waiting acquire waits through it. See
+	// `docs/SESSIONS.md`.
 	//
 	// When the lock stays held, the answer is 409 `lock-held` with the
 	// holder and a `Retry-After` header. The body may be omitted: every
@@ -3765,6 +4406,81 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/locks/{name}/leases/{lease_id}/renew (the `RenewLease` operationId).
 	RenewLeaseWithResponse(ctx context.Context, name LockName, leaseID LeaseIDPath, body RenewLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLeaseResponse, error)
+
+	// ListSessionsWithResponse List live sessions
+	//
+	// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions (the `ListSessions` operationId).
+	ListSessionsWithResponse(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*ListSessionsResponse, error)
+
+	// CreateSessionWithBodyWithResponse Start a session
+	//
+	// Starts a session: a TTL that leases are bound to (acquireLease's
+	// `session`). A bound lease lives while the session does; one renewal
+	// (renewSession) keeps every one of them, and when the session is not
+	// renewed within its TTL every bound lease ends within a second of
+	// its end. The session belongs to the calling principal. See
+	// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+	// `unsupported`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+	CreateSessionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error)
+
+	// CreateSessionWithResponse Start a session
+	//
+	// Starts a session: a TTL that leases are bound to (acquireLease's
+	// `session`). A bound lease lives while the session does; one renewal
+	// (renewSession) keeps every one of them, and when the session is not
+	// renewed within its TTL every bound lease ends within a second of
+	// its end. The session belongs to the calling principal. See
+	// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+	// `unsupported`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+	CreateSessionWithResponse(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error)
+
+	// DeleteSessionWithResponse End a session
+	//
+	// Ends the session and releases every lease bound to it at once, as clean releases: no lock-delay. Answers the session as it was, with the leases it released.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/sessions/{id} (the `DeleteSession` operationId).
+	DeleteSessionWithResponse(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*DeleteSessionResponse, error)
+
+	// GetSessionWithResponse Read a session
+	//
+	// The session with its live leases.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
+	GetSessionWithResponse(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*GetSessionResponse, error)
+
+	// RenewSessionWithBodyWithResponse Renew a session
+	//
+	// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+	RenewSessionWithBodyWithResponse(ctx context.Context, id SessionIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewSessionResponse, error)
+
+	// RenewSessionWithResponse Renew a session
+	//
+	// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+	RenewSessionWithResponse(ctx context.Context, id SessionIDPath, body RenewSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSessionResponse, error)
 
 	// ListWebhooksWithResponse List webhooks
 	//
@@ -4525,9 +5241,19 @@ type AcquireLeasesResponse403Headers struct {
 	XRequestID string
 }
 
+// AcquireLeasesResponse404Headers the declared response headers of an HTTP 404 response for AcquireLeases
+type AcquireLeasesResponse404Headers struct {
+	XRequestID string
+}
+
 // AcquireLeasesResponse409Headers the declared response headers of an HTTP 409 response for AcquireLeases
 type AcquireLeasesResponse409Headers struct {
 	RetryAfter *int
+	XRequestID string
+}
+
+// AcquireLeasesResponse410Headers the declared response headers of an HTTP 410 response for AcquireLeases
+type AcquireLeasesResponse410Headers struct {
 	XRequestID string
 }
 
@@ -4574,8 +5300,12 @@ type AcquireLeasesResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *SessionNotFound
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *LockHeld
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *SessionLost
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *PayloadTooLarge
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -4596,8 +5326,12 @@ type AcquireLeasesResponse struct {
 	Headers401 *AcquireLeasesResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *AcquireLeasesResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *AcquireLeasesResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AcquireLeasesResponse409Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *AcquireLeasesResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireLeasesResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
@@ -4632,9 +5366,19 @@ func (r AcquireLeasesResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
 }
 
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON404() *SessionNotFound {
+	return r.ApplicationProblemJSON404
+}
+
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r AcquireLeasesResponse) GetApplicationProblemJSON409() *LockHeld {
 	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r AcquireLeasesResponse) GetApplicationProblemJSON410() *SessionLost {
+	return r.ApplicationProblemJSON410
 }
 
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -5132,9 +5876,19 @@ type AcquireLeaseResponse403Headers struct {
 	XRequestID string
 }
 
+// AcquireLeaseResponse404Headers the declared response headers of an HTTP 404 response for AcquireLease
+type AcquireLeaseResponse404Headers struct {
+	XRequestID string
+}
+
 // AcquireLeaseResponse409Headers the declared response headers of an HTTP 409 response for AcquireLease
 type AcquireLeaseResponse409Headers struct {
 	RetryAfter *int
+	XRequestID string
+}
+
+// AcquireLeaseResponse410Headers the declared response headers of an HTTP 410 response for AcquireLease
+type AcquireLeaseResponse410Headers struct {
 	XRequestID string
 }
 
@@ -5183,8 +5937,12 @@ type AcquireLeaseResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *SessionNotFound
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *LockHeld
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *SessionLost
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationProblemJSON413 *PayloadTooLarge
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -5207,8 +5965,12 @@ type AcquireLeaseResponse struct {
 	Headers401 *AcquireLeaseResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *AcquireLeaseResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *AcquireLeaseResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AcquireLeaseResponse409Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *AcquireLeaseResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireLeaseResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
@@ -5248,9 +6010,19 @@ func (r AcquireLeaseResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
 }
 
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AcquireLeaseResponse) GetApplicationProblemJSON404() *SessionNotFound {
+	return r.ApplicationProblemJSON404
+}
+
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r AcquireLeaseResponse) GetApplicationProblemJSON409() *LockHeld {
 	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r AcquireLeaseResponse) GetApplicationProblemJSON410() *SessionLost {
+	return r.ApplicationProblemJSON410
 }
 
 // GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -5766,6 +6538,892 @@ func (r RenewLeaseResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RenewLeaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListSessionsResponse200Headers the declared response headers of an HTTP 200 response for ListSessions
+type ListSessionsResponse200Headers struct {
+	XRequestID string
+}
+
+// ListSessionsResponse400Headers the declared response headers of an HTTP 400 response for ListSessions
+type ListSessionsResponse400Headers struct {
+	XRequestID string
+}
+
+// ListSessionsResponse401Headers the declared response headers of an HTTP 401 response for ListSessions
+type ListSessionsResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ListSessionsResponse403Headers the declared response headers of an HTTP 403 response for ListSessions
+type ListSessionsResponse403Headers struct {
+	XRequestID string
+}
+
+// ListSessionsResponse429Headers the declared response headers of an HTTP 429 response for ListSessions
+type ListSessionsResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// ListSessionsResponse501Headers the declared response headers of an HTTP 501 response for ListSessions
+type ListSessionsResponse501Headers struct {
+	XRequestID string
+}
+
+// ListSessionsResponse503Headers the declared response headers of an HTTP 503 response for ListSessions
+type ListSessionsResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// ListSessionsResponseDefaultHeaders the declared response headers of an HTTP default response for ListSessions
+type ListSessionsResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type ListSessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListSessionsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListSessionsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListSessionsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListSessionsResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListSessionsResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ListSessionsResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListSessionsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListSessionsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSessionsResponse) GetJSON200() *SessionList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListSessionsResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateSessionResponse201Headers the declared response headers of an HTTP 201 response for CreateSession
+type CreateSessionResponse201Headers struct {
+	Location   string
+	XRequestID string
+}
+
+// CreateSessionResponse400Headers the declared response headers of an HTTP 400 response for CreateSession
+type CreateSessionResponse400Headers struct {
+	XRequestID string
+}
+
+// CreateSessionResponse401Headers the declared response headers of an HTTP 401 response for CreateSession
+type CreateSessionResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// CreateSessionResponse403Headers the declared response headers of an HTTP 403 response for CreateSession
+type CreateSessionResponse403Headers struct {
+	XRequestID string
+}
+
+// CreateSessionResponse413Headers the declared response headers of an HTTP 413 response for CreateSession
+type CreateSessionResponse413Headers struct {
+	XRequestID string
+}
+
+// CreateSessionResponse415Headers the declared response headers of an HTTP 415 response for CreateSession
+type CreateSessionResponse415Headers struct {
+	XRequestID string
+}
+
+// CreateSessionResponse429Headers the declared response headers of an HTTP 429 response for CreateSession
+type CreateSessionResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// CreateSessionResponse501Headers the declared response headers of an HTTP 501 response for CreateSession
+type CreateSessionResponse501Headers struct {
+	XRequestID string
+}
+
+// CreateSessionResponse503Headers the declared response headers of an HTTP 503 response for CreateSession
+type CreateSessionResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// CreateSessionResponseDefaultHeaders the declared response headers of an HTTP default response for CreateSession
+type CreateSessionResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type CreateSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Session
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateSessionResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreateSessionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateSessionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CreateSessionResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreateSessionResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateSessionResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateSessionResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *CreateSessionResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateSessionResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *CreateSessionResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateSessionResponse) GetJSON201() *Session {
+	return r.JSON201
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteSessionResponse200Headers the declared response headers of an HTTP 200 response for DeleteSession
+type DeleteSessionResponse200Headers struct {
+	XRequestID string
+}
+
+// DeleteSessionResponse400Headers the declared response headers of an HTTP 400 response for DeleteSession
+type DeleteSessionResponse400Headers struct {
+	XRequestID string
+}
+
+// DeleteSessionResponse401Headers the declared response headers of an HTTP 401 response for DeleteSession
+type DeleteSessionResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// DeleteSessionResponse403Headers the declared response headers of an HTTP 403 response for DeleteSession
+type DeleteSessionResponse403Headers struct {
+	XRequestID string
+}
+
+// DeleteSessionResponse404Headers the declared response headers of an HTTP 404 response for DeleteSession
+type DeleteSessionResponse404Headers struct {
+	XRequestID string
+}
+
+// DeleteSessionResponse410Headers the declared response headers of an HTTP 410 response for DeleteSession
+type DeleteSessionResponse410Headers struct {
+	XRequestID string
+}
+
+// DeleteSessionResponse429Headers the declared response headers of an HTTP 429 response for DeleteSession
+type DeleteSessionResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// DeleteSessionResponse501Headers the declared response headers of an HTTP 501 response for DeleteSession
+type DeleteSessionResponse501Headers struct {
+	XRequestID string
+}
+
+// DeleteSessionResponse503Headers the declared response headers of an HTTP 503 response for DeleteSession
+type DeleteSessionResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// DeleteSessionResponseDefaultHeaders the declared response headers of an HTTP default response for DeleteSession
+type DeleteSessionResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type DeleteSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Session
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *SessionNotFound
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *SessionLost
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *DeleteSessionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteSessionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteSessionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteSessionResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *DeleteSessionResponse404Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *DeleteSessionResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteSessionResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *DeleteSessionResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteSessionResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *DeleteSessionResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteSessionResponse) GetJSON200() *Session {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON404() *SessionNotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON410() *SessionLost {
+	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetSessionResponse200Headers the declared response headers of an HTTP 200 response for GetSession
+type GetSessionResponse200Headers struct {
+	XRequestID string
+}
+
+// GetSessionResponse400Headers the declared response headers of an HTTP 400 response for GetSession
+type GetSessionResponse400Headers struct {
+	XRequestID string
+}
+
+// GetSessionResponse401Headers the declared response headers of an HTTP 401 response for GetSession
+type GetSessionResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetSessionResponse403Headers the declared response headers of an HTTP 403 response for GetSession
+type GetSessionResponse403Headers struct {
+	XRequestID string
+}
+
+// GetSessionResponse404Headers the declared response headers of an HTTP 404 response for GetSession
+type GetSessionResponse404Headers struct {
+	XRequestID string
+}
+
+// GetSessionResponse410Headers the declared response headers of an HTTP 410 response for GetSession
+type GetSessionResponse410Headers struct {
+	XRequestID string
+}
+
+// GetSessionResponse429Headers the declared response headers of an HTTP 429 response for GetSession
+type GetSessionResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// GetSessionResponse501Headers the declared response headers of an HTTP 501 response for GetSession
+type GetSessionResponse501Headers struct {
+	XRequestID string
+}
+
+// GetSessionResponse503Headers the declared response headers of an HTTP 503 response for GetSession
+type GetSessionResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// GetSessionResponseDefaultHeaders the declared response headers of an HTTP default response for GetSession
+type GetSessionResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type GetSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Session
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *SessionNotFound
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *SessionLost
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetSessionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetSessionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetSessionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetSessionResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetSessionResponse404Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *GetSessionResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetSessionResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *GetSessionResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetSessionResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetSessionResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionResponse) GetJSON200() *Session {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON404() *SessionNotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON410() *SessionLost {
+	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetSessionResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewSessionResponse200Headers the declared response headers of an HTTP 200 response for RenewSession
+type RenewSessionResponse200Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse400Headers the declared response headers of an HTTP 400 response for RenewSession
+type RenewSessionResponse400Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse401Headers the declared response headers of an HTTP 401 response for RenewSession
+type RenewSessionResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// RenewSessionResponse403Headers the declared response headers of an HTTP 403 response for RenewSession
+type RenewSessionResponse403Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse404Headers the declared response headers of an HTTP 404 response for RenewSession
+type RenewSessionResponse404Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse410Headers the declared response headers of an HTTP 410 response for RenewSession
+type RenewSessionResponse410Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse413Headers the declared response headers of an HTTP 413 response for RenewSession
+type RenewSessionResponse413Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse415Headers the declared response headers of an HTTP 415 response for RenewSession
+type RenewSessionResponse415Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse429Headers the declared response headers of an HTTP 429 response for RenewSession
+type RenewSessionResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// RenewSessionResponse501Headers the declared response headers of an HTTP 501 response for RenewSession
+type RenewSessionResponse501Headers struct {
+	XRequestID string
+}
+
+// RenewSessionResponse503Headers the declared response headers of an HTTP 503 response for RenewSession
+type RenewSessionResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// RenewSessionResponseDefaultHeaders the declared response headers of an HTTP default response for RenewSession
+type RenewSessionResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type RenewSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Session
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *SessionNotFound
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *SessionLost
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RenewSessionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RenewSessionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewSessionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RenewSessionResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *RenewSessionResponse404Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *RenewSessionResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RenewSessionResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *RenewSessionResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewSessionResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *RenewSessionResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewSessionResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *RenewSessionResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewSessionResponse) GetJSON200() *Session {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON404() *SessionNotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON410() *SessionLost {
+	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewSessionResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewSessionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7088,7 +8746,8 @@ func (c *ClientWithResponses) ReleaseLeasesWithResponse(ctx context.Context, par
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
 // this request. `fair` and `limit` are not accepted here, nor is an
-// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+// lease is bound to that session, as in acquireLease.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7124,7 +8783,8 @@ func (c *ClientWithResponses) AcquireLeasesWithBodyWithResponse(ctx context.Cont
 // When a name stays held, the answer is 409 naming it in `lock`, with
 // its `holder` (see acquireLease); none of the names is then held by
 // this request. `fair` and `limit` are not accepted here, nor is an
-// `Idempotency-Key`. See `docs/LOCK_KINDS.md`.
+// `Idempotency-Key`. See `docs/LOCK_KINDS.md`. With `session`, every
+// lease is bound to that session, as in acquireLease.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7215,6 +8875,16 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, name Lock
 // `fair: true` with `wait_ms` waits in arrival order. See
 // `docs/LOCK_KINDS.md`.
 //
+// `session` binds the lease to a session (createSession): it has no
+// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+// session, and its answer carries `session` and the session's
+// `expires_at`. An unknown session (or another principal's) answers
+// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+// bound lease of the name ended by its session's expiry or a force
+// release, acquires are refused with 409 `lock-delay` for the
+// session's `lock_delay_ms`; a waiting acquire waits through it. See
+// `docs/SESSIONS.md`.
+//
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every
 // field has a default.
@@ -7257,6 +8927,16 @@ func (c *ClientWithResponses) AcquireLeaseWithBodyWithResponse(ctx context.Conte
 // permits are never reentrant: each acquire takes another one, 201.
 // `fair: true` with `wait_ms` waits in arrival order. See
 // `docs/LOCK_KINDS.md`.
+//
+// `session` binds the lease to a session (createSession): it has no
+// TTL of its own (`ttl_ms` beside it is a 400), lives as long as the
+// session, and its answer carries `session` and the session's
+// `expires_at`. An unknown session (or another principal's) answers
+// 404 `session-not-found`, an ended one 410 `session-lost`. After a
+// bound lease of the name ended by its session's expiry or a force
+// release, acquires are refused with 409 `lock-delay` for the
+// session's `lock_delay_ms`; a waiting acquire waits through it. See
+// `docs/SESSIONS.md`.
 //
 // When the lock stays held, the answer is 409 `lock-held` with the
 // holder and a `Retry-After` header. The body may be omitted: every
@@ -7377,6 +9057,123 @@ func (c *ClientWithResponses) RenewLeaseWithResponse(ctx context.Context, name L
 		return nil, err
 	}
 	return ParseRenewLeaseResponse(rsp)
+}
+
+// ListSessionsWithResponse List live sessions
+//
+// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions (the `ListSessions` operationId).
+func (c *ClientWithResponses) ListSessionsWithResponse(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*ListSessionsResponse, error) {
+	rsp, err := c.ListSessions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSessionsResponse(rsp)
+}
+
+// CreateSessionWithBodyWithResponse Start a session
+//
+// Starts a session: a TTL that leases are bound to (acquireLease's
+// `session`). A bound lease lives while the session does; one renewal
+// (renewSession) keeps every one of them, and when the session is not
+// renewed within its TTL every bound lease ends within a second of
+// its end. The session belongs to the calling principal. See
+// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+// `unsupported`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+func (c *ClientWithResponses) CreateSessionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error) {
+	rsp, err := c.CreateSessionWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSessionResponse(rsp)
+}
+
+// CreateSessionWithResponse Start a session
+//
+// Starts a session: a TTL that leases are bound to (acquireLease's
+// `session`). A bound lease lives while the session does; one renewal
+// (renewSession) keeps every one of them, and when the session is not
+// renewed within its TTL every bound lease ends within a second of
+// its end. The session belongs to the calling principal. See
+// `docs/SESSIONS.md`. A store that keeps no sessions answers 501
+// `unsupported`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions (the `CreateSession` operationId).
+func (c *ClientWithResponses) CreateSessionWithResponse(ctx context.Context, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error) {
+	rsp, err := c.CreateSession(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSessionResponse(rsp)
+}
+
+// DeleteSessionWithResponse End a session
+//
+// Ends the session and releases every lease bound to it at once, as clean releases: no lock-delay. Answers the session as it was, with the leases it released.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/sessions/{id} (the `DeleteSession` operationId).
+func (c *ClientWithResponses) DeleteSessionWithResponse(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*DeleteSessionResponse, error) {
+	rsp, err := c.DeleteSession(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteSessionResponse(rsp)
+}
+
+// GetSessionWithResponse Read a session
+//
+// The session with its live leases.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
+func (c *ClientWithResponses) GetSessionWithResponse(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*GetSessionResponse, error) {
+	rsp, err := c.GetSession(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionResponse(rsp)
+}
+
+// RenewSessionWithBodyWithResponse Renew a session
+//
+// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+func (c *ClientWithResponses) RenewSessionWithBodyWithResponse(ctx context.Context, id SessionIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewSessionResponse, error) {
+	rsp, err := c.RenewSessionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewSessionResponse(rsp)
+}
+
+// RenewSessionWithResponse Renew a session
+//
+// Resets the session's expiry, and so every bound lease's, to now plus `ttl_ms` (default: the session's TTL, which a given `ttl_ms` replaces). It costs the same whatever the session holds. After the session ended: 410 `session-lost`, and its leases are gone.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
+func (c *ClientWithResponses) RenewSessionWithResponse(ctx context.Context, id SessionIDPath, body RenewSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSessionResponse, error) {
+	rsp, err := c.RenewSession(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewSessionResponse(rsp)
 }
 
 // ListWebhooksWithResponse List webhooks
@@ -8257,12 +10054,26 @@ func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, err
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest SessionNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest LockHeld
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest SessionLost
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
@@ -8356,6 +10167,16 @@ func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, err
 			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers AcquireLeasesResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers AcquireLeasesResponse409Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8373,6 +10194,16 @@ func ParseAcquireLeasesResponse(rsp *http.Response) (*AcquireLeasesResponse, err
 			headers.XRequestID = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 410:
+		var headers AcquireLeasesResponse410Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers410 = &headers
 	case rsp.StatusCode == 413:
 		var headers AcquireLeasesResponse413Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
@@ -8994,12 +10825,26 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest SessionNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest LockHeld
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest SessionLost
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
@@ -9131,6 +10976,16 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers AcquireLeaseResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers AcquireLeaseResponse409Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9148,6 +11003,16 @@ func ParseAcquireLeaseResponse(rsp *http.Response) (*AcquireLeaseResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 410:
+		var headers AcquireLeaseResponse410Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers410 = &headers
 	case rsp.StatusCode == 413:
 		var headers AcquireLeaseResponse413Headers
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
@@ -9761,6 +11626,1078 @@ func ParseRenewLeaseResponse(rsp *http.Response) (*RenewLeaseResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers RenewLeaseResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListSessionsResponse parses an HTTP response from a ListSessionsWithResponse call
+func ParseListSessionsResponse(rsp *http.Response) (*ListSessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListSessionsResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListSessionsResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListSessionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListSessionsResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListSessionsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers ListSessionsResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListSessionsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListSessionsResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateSessionResponse parses an HTTP response from a CreateSessionWithResponse call
+func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateSessionResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreateSessionResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreateSessionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CreateSessionResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreateSessionResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateSessionResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateSessionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers CreateSessionResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateSessionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers CreateSessionResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteSessionResponse parses an HTTP response from a DeleteSessionWithResponse call
+func ParseDeleteSessionResponse(rsp *http.Response) (*DeleteSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest SessionNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest SessionLost
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers DeleteSessionResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteSessionResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers DeleteSessionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteSessionResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers DeleteSessionResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 410:
+		var headers DeleteSessionResponse410Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteSessionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers DeleteSessionResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteSessionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers DeleteSessionResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionResponse parses an HTTP response from a GetSessionWithResponse call
+func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest SessionNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest SessionLost
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetSessionResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetSessionResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetSessionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetSessionResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetSessionResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 410:
+		var headers GetSessionResponse410Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetSessionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers GetSessionResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetSessionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers GetSessionResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewSessionResponse parses an HTTP response from a RenewSessionWithResponse call
+func ParseRenewSessionResponse(rsp *http.Response) (*RenewSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest SessionNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest SessionLost
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RenewSessionResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RenewSessionResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RenewSessionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RenewSessionResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers RenewSessionResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 410:
+		var headers RenewSessionResponse410Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers RenewSessionResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers RenewSessionResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewSessionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers RenewSessionResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewSessionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers RenewSessionResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

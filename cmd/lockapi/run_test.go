@@ -567,6 +567,22 @@ func TestStatus(t *testing.T) {
 		}
 	})
 
+	t.Run("BoundToASession", func(t *testing.T) {
+		cl := newTestClient(t, url)
+		sess, err := cl.NewSession(context.Background(), client.SessionOptions{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close(context.Background())
+		if _, err := sess.Acquire(context.Background(), "bound", client.AcquireOptions{Owner: "worker-9"}); err != nil {
+			t.Fatal(err)
+		}
+		r := lockapi(t, "status", "--server", url, "bound")
+		if want := "session:"; !strings.Contains(r.Stdout, want) || !strings.Contains(r.Stdout, sess.ID()) {
+			t.Errorf("stdout lacks the session %s:\n%s", sess.ID(), r.Stdout)
+		}
+	})
+
 	t.Run("Usage", func(t *testing.T) {
 		for _, args := range [][]string{{"status"}, {"status", "--server", url, "a", "b"}, {"status", "--server", url, "bad name"}} {
 			if r := lockapi(t, args...); r.Code != exitUsage {

@@ -114,6 +114,9 @@ func printState(w io.Writer, st *client.LockState, now time.Time) {
 		line("holds", "%d", h.HoldCount)
 		line("acquired", "%s (%s ago)", event.FormatTime(h.AcquiredAt), roundAgo(now.Sub(h.AcquiredAt)))
 		line("expires", "%s", expiresText(h.ExpiresAt, now))
+		if h.Session != "" {
+			line("session", "%s (the lease lives as long as it)", h.Session)
+		}
 		for _, k := range slices.Sorted(maps.Keys(h.Metadata)) {
 			line("metadata", "%s=%s", k, h.Metadata[k])
 		}
@@ -140,7 +143,11 @@ func printState(w io.Writer, st *client.LockState, now time.Time) {
 		if h.Shared {
 			mode = "shared"
 		}
-		line("holder", "%s (%s), token %d, %d hold(s), expires %s", h.Owner, mode, h.Token, h.HoldCount, expiresText(h.ExpiresAt, now))
+		bound := ""
+		if h.Session != "" {
+			bound = ", session " + h.Session
+		}
+		line("holder", "%s (%s), token %d, %d hold(s), expires %s%s", h.Owner, mode, h.Token, h.HoldCount, expiresText(h.ExpiresAt, now), bound)
 	}
 	queue()
 }

@@ -23,6 +23,7 @@ func Wire(e lock.Event) event.Event {
 		FencingToken: e.Token,
 		HoldCount:    e.HoldCount,
 		Time:         event.FormatTime(e.Time),
+		Session:      e.Session,
 	}
 	if e.Queue >= 0 {
 		q := e.Queue

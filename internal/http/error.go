@@ -47,6 +47,10 @@ var (
 	kindUnavailable  = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}
 	kindEventsOff    = problemKind{http.StatusNotImplemented, "events-disabled", "Events disabled"}
 	kindUnsupported  = problemKind{http.StatusNotImplemented, "unsupported", "Not supported by this store"}
+
+	kindSessionLost     = problemKind{http.StatusGone, "session-lost", "Session lost"}
+	kindSessionNotFound = problemKind{http.StatusNotFound, "session-not-found", "Session not found"}
+	kindLockDelay       = problemKind{http.StatusConflict, "lock-delay", "Lock delay"}
 )
 
 // Problem types of webhooks (internal/webhook).
@@ -68,6 +72,10 @@ var codeKinds = map[lock.Code]problemKind{
 	lock.CodeUnavailable:   kindUnavailable,
 	lock.CodeUnsupported:   kindUnsupported,
 	lock.CodeInternal:      kindInternal,
+
+	lock.CodeSessionLost:     kindSessionLost,
+	lock.CodeSessionNotFound: kindSessionNotFound,
+	lock.CodeLockDelay:       kindLockDelay,
 
 	webhook.CodeNotFound: kindNotFound,
 	webhook.CodeExists:   kindWebhookExists,
@@ -191,6 +199,8 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 				}
 			}
 			retryAfterSecs = retryAfter(e)
+		case kindLockDelay:
+			retryAfterSecs = max(int64((e.RetryIn+time.Second-1)/time.Second), 1)
 		case kindEventsGone:
 			p.OldestID = e.Oldest
 		case kindUnavailable:

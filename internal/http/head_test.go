@@ -19,7 +19,8 @@ import (
 func TestHead_EveryGETRoute(t *testing.T) {
 	e := mustOpenWebhookEnv(t, lockhttp.Config{Metrics: metrics.New()}, nil)
 	e.Acquire("h", `{"owner":"a"}`)
-	params := strings.NewReplacer("{name}", "h", "{id}", "wh1", "{event_id}", "1-0", "{lease_id}", "01JD3Z8Q6W9M4T5R2K7X1B0C8N")
+	params := strings.NewReplacer("/v1/sessions/{id}", "/v1/sessions/01JD3Z8Q6W9M4T5R2K7X1B0C9S",
+		"{name}", "h", "{id}", "wh1", "{event_id}", "1-0", "{lease_id}", "01JD3Z8Q6W9M4T5R2K7X1B0C8N")
 
 	var paths []string
 	err := chi.Walk(e.Server.Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {

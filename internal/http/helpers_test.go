@@ -241,6 +241,17 @@ type HookStore struct {
 	OnPing       func(ctx context.Context) error
 	OnTryAcquire func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error)
 	OnReadEvents func(ctx context.Context, after string, limit int) ([]lock.Event, error)
+	// NoSessions makes the store declare no sessions, as the Redis store
+	// does, and refuse an acquire that names one.
+	NoSessions bool
+}
+
+// Sessions shows the wrapped store's sessions, unless NoSessions.
+func (h *HookStore) Sessions() lock.Sessions {
+	if h.NoSessions {
+		return nil
+	}
+	return h.Store.Sessions()
 }
 
 // Events, ReadEvents, WaitEvents and LastEventID show the wrapped store's
@@ -275,6 +286,9 @@ func (h *HookStore) ReadEventsBefore(ctx context.Context, before string, limit i
 func (h *HookStore) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	if h.OnTryAcquire != nil {
 		return h.OnTryAcquire(ctx, req)
+	}
+	if h.NoSessions && req.Session != "" {
+		return lock.Grant{}, lock.Unsupported("this store keeps no sessions")
 	}
 	return h.Store.TryAcquire(ctx, req)
 }

@@ -57,6 +57,8 @@ type Lease struct {
 	Metadata     map[string]string `json:"metadata"`
 	// ReleaseURL is a signed path that releases the lease with no API key.
 	ReleaseURL string `json:"release_url"`
+	// Session is the session the lease is bound to; absent for none.
+	Session string `json:"session,omitempty"`
 }
 
 func (s *Server) newLease(l lock.Lease) Lease {
@@ -73,6 +75,7 @@ func (s *Server) newLease(l lock.Lease) Lease {
 		ExpiresAt:    event.FormatTime(l.ExpiresAt),
 		Metadata:     metadata(l.Metadata),
 		ReleaseURL:   s.releaseURL(l),
+		Session:      l.Session,
 	}
 }
 
@@ -131,6 +134,8 @@ type Holder struct {
 	AcquiredAt   string            `json:"acquired_at"`
 	ExpiresAt    string            `json:"expires_at"`
 	Metadata     map[string]string `json:"metadata"`
+	// Session is the session the lease is bound to; absent for none.
+	Session string `json:"session,omitempty"`
 }
 
 func newHolder(h lock.Holder) Holder {
@@ -142,6 +147,7 @@ func newHolder(h lock.Holder) Holder {
 		AcquiredAt:   event.FormatTime(h.AcquiredAt),
 		ExpiresAt:    event.FormatTime(h.ExpiresAt),
 		Metadata:     metadata(h.Metadata),
+		Session:      h.Session,
 	}
 }
 

@@ -27,6 +27,7 @@ type acquireBody struct {
 	Mode        *string           `json:"mode"`
 	Limit       *int64            `json:"limit"`
 	Fair        *bool             `json:"fair"`
+	Session     *string           `json:"session"`
 }
 
 // renewBody is the body of POST /v1/locks/{name}/leases/{lease_id}/renew.
@@ -167,6 +168,15 @@ func (s *Server) newAcquire(b acquireBody) (lock.AcquireRequest, time.Duration, 
 	if b.Limit != nil {
 		if req.Limit = saturate(*b.Limit); req.Limit == 0 {
 			fields = append(fields, lock.FieldError{Field: "limit", Detail: "must be at least 1; leave limit out for a lock"})
+		}
+	}
+	if b.Session != nil {
+		// A bound lease lives as long as its session: no TTL of its own,
+		// and ttl_ms beside session is refused (AcquireRequest.Validate).
+		if *b.Session == "" {
+			fields = append(fields, lock.FieldError{Field: "session", Detail: "must be a session id; leave session out for a lease with its own TTL"})
+		} else {
+			req.Session, req.TTL = *b.Session, 0
 		}
 	}
 	if b.TTLMs != nil {

@@ -23,6 +23,7 @@ type multiAcquireBody struct {
 	WaitMs   *int64            `json:"wait_ms"`
 	Mode     *string           `json:"mode"`
 	Metadata map[string]string `json:"metadata"`
+	Session  *string           `json:"session"`
 }
 
 // handleAcquireAll handles the "POST /v1/leases" route: it grants every
@@ -71,7 +72,7 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 // multiRequests validates a multi-lock and fills in its defaults: one
 // request per name, all with the same owner (a fresh ULID when absent).
 func (s *Server) multiRequests(b multiAcquireBody, idempotencyKeys []string) ([]lock.AcquireRequest, time.Duration, error) {
-	base, wait, fields := s.newAcquire(acquireBody{Owner: b.Owner, TTLMs: b.TTLMs, WaitMs: b.WaitMs, Metadata: b.Metadata, Mode: b.Mode})
+	base, wait, fields := s.newAcquire(acquireBody{Owner: b.Owner, TTLMs: b.TTLMs, WaitMs: b.WaitMs, Metadata: b.Metadata, Mode: b.Mode, Session: b.Session})
 	if len(idempotencyKeys) > 0 {
 		// A retried multi-lock could not give back a replayed grant.
 		fields = append(fields, lock.FieldError{Field: "Idempotency-Key", Detail: "not supported on a multi-lock"})

@@ -139,8 +139,8 @@ type Server struct {
 	fresh  freshConns
 }
 
-// NewServer returns a server for store.
-func NewServer(store lock.Store, cfg Config) *Server {
+// withDefaults fills in the zero fields of cfg.
+func (cfg Config) withDefaults() Config {
 	if cfg.DefaultTTL <= 0 {
 		cfg.DefaultTTL = DefaultTTL
 	}
@@ -160,6 +160,12 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.EventsHeartbeat <= 0 {
 		cfg.EventsHeartbeat = DefaultEventsHeartbeat
 	}
+	return cfg
+}
+
+// NewServer returns a server for store.
+func NewServer(store lock.Store, cfg Config) *Server {
+	cfg = cfg.withDefaults()
 	if cfg.Release == nil {
 		// cmd/lockapi chooses the secret (configured, kept in Redis, or
 		// random on the memory store); a server without one is a bug.
@@ -193,6 +199,11 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		r.Get("/v1/locks", s.handleList)
 		r.Post("/v1/leases", s.handleAcquireAll)
 		r.Delete("/v1/leases", s.handleReleaseAll)
+		r.Post("/v1/sessions", s.handleCreateSession)
+		r.Get("/v1/sessions", s.handleListSessions)
+		r.Get("/v1/sessions/{id}", s.handleGetSession)
+		r.Post("/v1/sessions/{id}/renew", s.handleRenewSession)
+		r.Delete("/v1/sessions/{id}", s.handleDeleteSession)
 		r.Get("/v1/events", s.handleEvents)
 		r.Post("/v1/webhooks", s.handleCreateWebhook)
 		r.Get("/v1/webhooks", s.handleListWebhooks)

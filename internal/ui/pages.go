@@ -45,6 +45,9 @@ type holderView struct {
 	// script counts it down on the browser's clock.
 	ExpiresInMs int64
 	Metadata    map[string]string
+	// Session is the session the lease is bound to, "" for none: it ends
+	// with the session (docs/SESSIONS.md).
+	Session string
 }
 
 func newLockView(st lock.State) lockView {
@@ -59,6 +62,7 @@ func newLockView(st lock.State) lockView {
 			AcquiredAt:  hd.AcquiredAt.UTC().Format(timeFormat),
 			ExpiresInMs: max(hd.ExpiresIn.Milliseconds(), 0),
 			Metadata:    hd.Metadata,
+			Session:     hd.Session,
 		})
 	}
 	return v

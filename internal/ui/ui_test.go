@@ -431,3 +431,22 @@ func TestRecentEvents(t *testing.T) {
 		}
 	})
 }
+
+// A lock's detail page names the session its lease is bound to.
+func TestLockPage_shows_the_session(t *testing.T) {
+	store := memory.New()
+	t.Cleanup(func() { _ = store.Close() })
+	d := newDash(t, store)
+	sess, err := store.CreateSession(context.Background(), lock.SessionRequest{Owner: "w", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.TryAcquire(context.Background(), lock.AcquireRequest{Lock: "bound", Owner: "w", Session: sess.ID}); err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := d.signIn(t, d.admin)
+	page := serve(d.h, "GET", "/ui/locks/bound", admin, nil).Body.String()
+	if !strings.Contains(page, "<dt>Session</dt><dd><code>"+sess.ID+"</code>") {
+		t.Fatalf("the page does not name session %s:\n%s", sess.ID, page)
+	}
+}

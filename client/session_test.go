@@ -1,0 +1,88 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/lockapi/lockapi/client"
+	lockhttp "github.com/lockapi/lockapi/internal/http"
+)
+
+func TestSession_keeps_every_lease_and_Close_frees_them(t *testing.T) {
+	e := MustOpenMemoryEnv(t, lockhttp.Config{})
+	ctx := context.Background()
+	s, err := e.Client.NewSession(ctx, client.SessionOptions{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := s.Acquire(ctx, "sess:one", client.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := s.AcquireAll(ctx, []string{"sess:a", "sess:b"}, client.AcquireOptions{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three TTLs pass: the session's one watchdog keeps all of them.
+	time.Sleep(900 * time.Millisecond)
+	for _, name := range []string{"sess:one", "sess:a", "sess:b"} {
+		st, err := e.Client.Inspect(ctx, name)
+		if err != nil || !st.Held {
+			t.Fatalf("%s after three TTLs: %+v, %v", name, st, err)
+		}
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sess:one", "sess:a", "sess:b"} {
+		if st, _ := e.Client.Inspect(ctx, name); st.Held {
+			t.Fatalf("%s is held after Close", name)
+		}
+	}
+	for _, l := range append(two, one) {
+		select {
+		case <-l.Done():
+		case <-time.After(promptly):
+			t.Fatalf("lease of %s not done after Close", l.Name())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release after Close: %v", err)
+		}
+	}
+}
+
+func TestSession_Lost_when_the_server_ends_it(t *testing.T) {
+	e := MustOpenMemoryEnv(t, lockhttp.Config{})
+	ctx := context.Background()
+	s, err := e.Client.NewSession(ctx, client.SessionOptions{TTL: 300 * time.Millisecond, LockDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(ctx, "sess:lost", client.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone else ends it (an admin, say): the next renewal finds it gone.
+	req, _ := http.NewRequest("DELETE", e.URL+"/v1/sessions/"+s.ID(), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, ch := range []<-chan struct{}{s.Lost(), l.Lost()} {
+		select {
+		case <-ch:
+		case <-time.After(promptly):
+			t.Fatalf("not lost: session %v, lease %v", s.Err(), l.Err())
+		}
+	}
+	if !errors.Is(s.Err(), client.ErrSessionLost) || !errors.Is(l.Err(), client.ErrLeaseLost) {
+		t.Fatalf("errors %v, %v", s.Err(), l.Err())
+	}
+	if err := s.Close(ctx); !errors.Is(err, client.ErrSessionLost) {
+		t.Fatalf("Close after the loss = %v", err)
+	}
+}
