@@ -5,7 +5,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
-	"github.com/lockapi/lockapi/internal/store/storetest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 func TestConformance(t *testing.T) {

@@ -3,7 +3,7 @@
 // Functions on Redis 7, EVALSHA on 6.2: see library.go), on a single Redis,
 // a Sentinel-managed master or a Cluster. NewClient connects the way the store
 // needs (no client retries, deadlines on the sockets) and New opens the store
-// on that client. The conformance suite (internal/store/storetest) runs on
+// on that client. The conformance suite (internal/testkit/storetest) runs on
 // all three topologies, as it does on the memory store.
 //
 // Redis keys of one lock all carry the hash tag {name}, so that the scripts,
