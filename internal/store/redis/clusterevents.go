@@ -337,9 +337,9 @@ func (j *journal) lastClusterEventID(ctx context.Context) (string, error) {
 	return newest, nil
 }
 
-// EventsHold is how long a read of the log holds back the newest events:
+// hold is how long a read of the log holds back the newest events:
 // clusterHold on Redis Cluster, 0 elsewhere.
-func (j *journal) EventsHold() time.Duration {
+func (j *journal) hold() time.Duration {
 	if j.clusterLogs != nil {
 		return clusterHold
 	}
