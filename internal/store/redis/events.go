@@ -273,7 +273,7 @@ func (b *blockingConns) get(ctx context.Context, timeout time.Duration) (*blocki
 	b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := b.client.Conn()
+	c := b.client.EphemeralConn()
 	id, err := c.ClientID(ctx).Result()
 	if err != nil {
 		_ = c.Close()
