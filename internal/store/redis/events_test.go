@@ -703,3 +703,21 @@ func TestSentinel_events_across_failover(t *testing.T) {
 		t.Errorf("the log lost its first event in the failover: %v", evs)
 	}
 }
+
+// TestEvents_caller_deadline: a read whose caller's deadline passed before
+// Redis answered answers the caller's context error, not "unavailable":
+// Redis is not to blame.
+func TestEvents_caller_deadline(t *testing.T) {
+	s := openEvents(t, redistest.Start(t), newPrefix())
+	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := s.Events().ReadEvents(past, "", 10); err != context.DeadlineExceeded {
+		t.Errorf("ReadEvents past the caller's deadline: %v", err)
+	}
+	if _, err := s.Events().WaitEvents(past, "", 10); err != context.DeadlineExceeded {
+		t.Errorf("WaitEvents past the caller's deadline: %v", err)
+	}
+	if _, err := s.Events().LastEventID(past); err != context.DeadlineExceeded {
+		t.Errorf("LastEventID past the caller's deadline: %v", err)
+	}
+}
