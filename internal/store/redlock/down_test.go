@@ -8,7 +8,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/redlock"
-	"github.com/lockapi/lockapi/internal/store/storetest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
