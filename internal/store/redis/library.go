@@ -44,6 +44,9 @@ type script struct {
 	lib  *library
 	fn   string          // its function in the library
 	eval *goredis.Script // its EVAL form
+	// readOnly: it writes nothing, so it runs while a failover holds
+	// writes (writeGate).
+	readOnly bool
 }
 
 // entry is a script file as the library takes it.
@@ -79,7 +82,7 @@ func newLibrary(lib string, crossSlot bool, entries ...entry) *library {
 		src := head + "local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n" + lib +
 			"\nlocal function script_" + e.name + "()\n" + e.body + "\nend\n" +
 			"begin(EVAL_KEYS, EVAL_ARGV, " + strconv.Itoa(e.ev) + ")\nreturn script_" + e.name + "()\n"
-		l.funcs = append(l.funcs, &script{lib: l, fn: l.name + "_" + e.name, eval: goredis.NewScript(src)})
+		l.funcs = append(l.funcs, &script{lib: l, fn: l.name + "_" + e.name, eval: goredis.NewScript(src), readOnly: e.readOnly})
 	}
 	return l
 }
