@@ -59,6 +59,10 @@ type writeGate struct {
 	// hold is how long a closed gate waits for the failover to end.
 	hold  time.Duration
 	timer *time.Timer // lifts a gate no announcement lifted
+	// from is the master a closed gate's failover moves away from: a late
+	// +switch-master to it (a slow sentinel telling of an earlier switch)
+	// does not open the gate.
+	from string
 	// announced is the last master handed to the followers; followers are
 	// told each change (the listener moves its pub/sub connection).
 	announced string
@@ -104,13 +108,15 @@ func (g *writeGate) stale(addr string) bool {
 	return m != "" && addr != m
 }
 
-// failoverStarted closes the gate, for at most hold.
-func (g *writeGate) failoverStarted() {
+// failoverStarted closes the gate, for at most hold: the master at from is
+// being replaced.
+func (g *writeGate) failoverStarted(from string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed.Load() {
 		return
 	}
+	g.from = from
 	g.closes.Add(1)
 	g.closed.Store(true)
 	g.timer = time.AfterFunc(g.hold, func() {
@@ -149,7 +155,9 @@ func (g *writeGate) switched(addr string) {
 		g.epoch++
 		g.master.Store(&addr)
 	}
-	g.openLocked()
+	if addr != g.from {
+		g.openLocked()
+	}
 	g.tellLocked()
 }
 

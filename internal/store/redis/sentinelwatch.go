@@ -105,7 +105,7 @@ func (c *sentinelConfig) event(channel, payload string, gate *writeGate) {
 			return
 		}
 		if channel == evPromoting {
-			gate.failoverStarted()
+			gate.failoverStarted(net.JoinHostPort(f[6], f[7]))
 		} else {
 			gate.switched(net.JoinHostPort(f[2], f[3]))
 		}
