@@ -33,6 +33,17 @@ func TestSentinel_write_gate_in_planned_failover(t *testing.T) {
 	// A churn of acquires and releases on one lock, across the failover.
 	stop, done := make(chan struct{}), make(chan struct{})
 	var refused, readsWhileRefused, lost int
+	// gated counts a write refused by the gate, and reads the lock then.
+	gated := func(err error) bool {
+		if !errors.Is(err, redisstore.ErrFailover) {
+			return false
+		}
+		refused++
+		if _, err := s.Inspect(ctx, "churn"); err == nil {
+			readsWhileRefused++
+		}
+		return true
+	}
 	go func() {
 		defer close(done)
 		for i := 0; ; i++ {
@@ -42,21 +53,15 @@ func TestSentinel_write_gate_in_planned_failover(t *testing.T) {
 			default:
 			}
 			g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "churn", Owner: fmt.Sprint("o", i), TTL: time.Minute})
-			if errors.Is(err, redisstore.ErrFailover) {
-				refused++
-				if _, err := s.Inspect(ctx, "churn"); err == nil {
-					readsWhileRefused++
-				}
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
 			if err != nil {
+				gated(err)
 				time.Sleep(5 * time.Millisecond)
 				continue
 			}
 			// Release what was acknowledged, on whichever master serves.
 			for deadline := time.Now().Add(15 * time.Second); ; {
 				_, err := s.Release(ctx, lock.LeaseRef{Lock: "churn", ID: g.Lease.ID}, true)
+				gated(err)
 				if lock.ErrorCode(err) == lock.CodeLeaseLost {
 					lost++
 				}
