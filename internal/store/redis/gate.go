@@ -74,10 +74,20 @@ type writeGate struct {
 	tlsConfig   *tls.Config
 
 	closes, timeouts atomic.Int64 // for tests and metrics
+
+	// conns are the client's open connections, so that those to a former
+	// master are closed when the gate follows a new one: a read blocked
+	// there (XREAD BLOCK on the event log) would otherwise wait until that
+	// node is made a replica, seconds later. (go-redis does the same on
+	// +switch-master, but only once a dial of its own has asked a
+	// sentinel, which the gate's dials never do.)
+	connsMu sync.Mutex
+	conns   map[*gatedConn]struct{}
 }
 
 func newWriteGate(o *goredis.FailoverOptions) *writeGate {
-	g := &writeGate{hold: gateCap, followers: map[int]func(string){}, dialTimeout: o.DialTimeout, tlsConfig: o.TLSConfig}
+	g := &writeGate{hold: gateCap, followers: map[int]func(string){}, dialTimeout: o.DialTimeout, tlsConfig: o.TLSConfig,
+		conns: map[*gatedConn]struct{}{}}
 	if g.dialTimeout <= 0 {
 		g.dialTimeout = 5 * time.Second
 	}
@@ -196,6 +206,7 @@ func (g *writeGate) tellLocked() {
 	if first {
 		return
 	}
+	g.closeStale()
 	for _, fn := range g.followers {
 		fn(m)
 	}
@@ -242,6 +253,9 @@ func (g *writeGate) DialHook(next goredis.DialHook) goredis.DialHook {
 			return nil, err
 		}
 		gc := &gatedConn{Conn: conn, addr: addr, gate: g}
+		g.connsMu.Lock()
+		g.conns[gc] = struct{}{}
+		g.connsMu.Unlock()
 		if sc, ok := conn.(syscall.Conn); ok {
 			return &gatedTCPConn{gatedConn: gc, sc: sc}, nil
 		}
@@ -263,6 +277,28 @@ type gatedConn struct {
 	net.Conn
 	addr string
 	gate *writeGate
+}
+
+// closeStale closes the connections to any node but the current master.
+func (g *writeGate) closeStale() {
+	g.connsMu.Lock()
+	var stale []*gatedConn
+	for c := range g.conns {
+		if g.stale(c.addr) {
+			stale = append(stale, c)
+		}
+	}
+	g.connsMu.Unlock()
+	for _, c := range stale {
+		_ = c.Close()
+	}
+}
+
+func (c *gatedConn) Close() error {
+	c.gate.connsMu.Lock()
+	delete(c.gate.conns, c)
+	c.gate.connsMu.Unlock()
+	return c.Conn.Close()
 }
 
 func (c *gatedConn) Write(b []byte) (int, error) {
