@@ -104,6 +104,9 @@ type script struct {
 	lib  *library
 	fn   string          // its function in the library
 	eval *goredis.Script // its EVAL form
+	// readOnly: it writes nothing, so it runs while a failover holds
+	// writes (writeGate).
+	readOnly bool
 }
 
 // entry is a script file as the library takes it.
@@ -139,7 +142,7 @@ func newLibrary(lib string, crossSlot bool, entries ...entry) *library {
 		src := head + "local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n" + lib +
 			"\nlocal function script_" + e.name + "()\n" + e.body + "\nend\n" +
 			"begin(EVAL_KEYS, EVAL_ARGV, " + strconv.Itoa(e.ev) + ")\nreturn script_" + e.name + "()\n"
-		l.funcs = append(l.funcs, &script{lib: l, fn: l.name + "_" + e.name, eval: goredis.NewScript(src)})
+		l.funcs = append(l.funcs, &script{lib: l, fn: l.name + "_" + e.name, eval: goredis.NewScript(src), readOnly: e.readOnly})
 	}
 	return l
 }
@@ -309,6 +312,9 @@ const movedAttempts = 3
 // it without running it (MOVED, ASK, or a log its master no longer serves);
 // nothing else is ever retried.
 func (s *runner) run(ctx context.Context, name string, script *script, keys []string, rec *recording, args ...any) *goredis.Cmd {
+	if err := s.gate.admit(script); err != nil {
+		return failedCmd(ctx, err)
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
@@ -350,6 +356,9 @@ func outcomeUnknown(err error) bool {
 	if errors.As(err, &rerr) {
 		return false
 	}
+	if errors.Is(err, errFailover) || errors.Is(err, errStaleMaster) {
+		return false // refused before anything was sent
+	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return false
@@ -366,6 +375,9 @@ func outcomeUnknown(err error) bool {
 func (s *runner) write(ctx context.Context, name string, script *script, keys []string, n int, rec *recording, args ...any) (cmd *goredis.Cmd, confirmed int) {
 	if n <= 0 {
 		return s.run(ctx, name, script, keys, rec, args...), 0
+	}
+	if err := s.gate.admit(script); err != nil {
+		return failedCmd(ctx, err), 0
 	}
 	args = rec.append(args)
 	start := time.Now()
@@ -413,6 +425,13 @@ func (s *runner) write(ctx context.Context, name string, script *script, keys []
 		return cmd, 0
 	}
 	return cmd, int(acked)
+}
+
+// failedCmd is a command that failed with err without being sent.
+func failedCmd(ctx context.Context, err error) *goredis.Cmd {
+	cmd := goredis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
 }
 
 // fellBack reports a fast script's answer that the full script must run.
