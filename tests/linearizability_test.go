@@ -105,7 +105,7 @@ func linBackends() []linBackend {
 		}, promise: linearize.Strict, kinds: []workload{kindLock, kindShared, kindSemaphore, kindMulti}, fair: true},
 		{name: "cluster", start: func(t *testing.T) []string {
 			return []string{"LOCKAPI_REDIS_MODE=cluster", "LOCKAPI_REDIS_URL=" + redistest.StartCluster(t).URL()}
-		}, promise: linearize.Strict, kinds: []workload{kindMulti}},
+		}, promise: linearize.Strict, kinds: []workload{kindLock, kindShared, kindSemaphore, kindMulti}, fair: true},
 		{name: "redlock", start: func(t *testing.T) []string {
 			return []string{"LOCKAPI_REDIS_MODE=redlock", "LOCKAPI_REDIS_URL=" + redistest.StartRedlock(t, 3).URL(),
 				"LOCKAPI_REDLOCK_TIMEOUT=2s"}

@@ -12,7 +12,7 @@ import (
 )
 
 // What the memory store's event log does beyond the conformance suite
-// (internal/store/storetest): its id rule, retention, the switch that turns
+// (internal/testkit/storetest): its id rule, retention, the switch that turns
 // it off, and the expiry timer behind the expired events.
 
 func TestNextEventID(t *testing.T) {

@@ -10,11 +10,11 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
-	"github.com/lockapi/lockapi/internal/store/storetest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // The rules of docs/LOCK_KINDS.md ("Store rules, step by step") as the memory
-// store applies them. The cross-store suite is internal/store/storetest.
+// store applies them. The cross-store suite is internal/testkit/storetest.
 
 var bg = context.Background()
 

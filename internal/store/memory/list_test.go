@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
-	"github.com/lockapi/lockapi/internal/store/storetest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // A list cursor is sealed: only one this store made, unaltered, resumes a

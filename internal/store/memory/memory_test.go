@@ -5,12 +5,13 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
-	"github.com/lockapi/lockapi/internal/store/storetest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Backend{
-		Open: open,
+		Open:       open,
+		Semaphores: true, FairQueues: true, Events: true, Sessions: true,
 		LoseData: map[string]func(*testing.T, lock.Store) lock.Store{
 			// A memory store loses everything when its process ends; the
 			// next process starts from an empty store.

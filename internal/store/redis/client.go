@@ -47,6 +47,8 @@ type Client struct {
 	seeds  []*goredis.Options
 	closed chan struct{} // closed by Close; nil outside single mode
 	once   sync.Once
+	// stopWatch ends the sentinel watch (sentinel mode) and waits for it.
+	stopWatch func()
 }
 
 // Close closes the client and ends the dialer's recovery probes.
@@ -54,7 +56,21 @@ func (c *Client) Close() error {
 	if c.closed != nil {
 		c.once.Do(func() { close(c.closed) })
 	}
+	if c.stopWatch != nil {
+		c.once.Do(c.stopWatch)
+	}
 	return c.UniversalClient.Close()
+}
+
+// watch listens to every sentinel for the write gate until Close.
+func (c *Client) watch(follow *sentinelConfig) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		follow.watchSentinels(ctx, follow.gate)
+	}()
+	c.stopWatch = func() { cancel(); <-done }
 }
 
 // Target says where the client connects, for logs: the server and database
@@ -106,8 +122,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		if err := cfg.common(o.TLSConfig, &o.MaxRetries, &o.DialerRetries, &o.ContextTimeoutEnabled); err != nil {
 			return nil, err
 		}
-		return &Client{UniversalClient: goredis.NewFailoverClient(o), Mode: ModeSentinel, sentinel: newSentinelConfig(o),
-			target: fmt.Sprintf("%s://%s (sentinels), master %q, db %d", scheme(o.TLSConfig), strings.Join(o.SentinelAddrs, ","), o.MasterName, o.DB)}, nil
+		follow := newSentinelConfig(o)
+		rdb := goredis.NewFailoverClient(o)
+		rdb.AddHook(follow.gate) // where connections go (writeGate)
+		c := &Client{UniversalClient: rdb, Mode: ModeSentinel, sentinel: follow,
+			target: fmt.Sprintf("%s://%s (sentinels), master %q, db %d", scheme(o.TLSConfig), strings.Join(o.SentinelAddrs, ","), o.MasterName, o.DB)}
+		c.watch(follow)
+		return c, nil
 	case ModeCluster:
 		o, err := goredis.ParseClusterURL(cfg.URL)
 		if err != nil {

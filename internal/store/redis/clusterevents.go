@@ -400,9 +400,9 @@ func (j *journal) readClusterEventsBefore(ctx context.Context, before string, li
 	return evs, nil
 }
 
-// EventsHold is how long a read of the log holds back the newest events:
+// hold is how long a read of the log holds back the newest events:
 // clusterHold on Redis Cluster, 0 elsewhere.
-func (j *journal) EventsHold() time.Duration {
+func (j *journal) hold() time.Duration {
 	if j.clusterLogs != nil {
 		return clusterHold
 	}

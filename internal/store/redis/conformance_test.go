@@ -15,8 +15,8 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
-	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 var ctx = context.Background()
@@ -30,6 +30,7 @@ func TestConformance(t *testing.T) {
 			Open: func(t *testing.T) lock.Store {
 				return openStoreOptions(t, redisstore.ClientConfig{URL: redistest.Start(t).URL}, redisstore.Options{})
 			},
+			Semaphores: true, FairQueues: true,
 		})
 	})
 	// Redis 6.2 has no Functions: the scripts run with EVALSHA and EVAL.
@@ -40,16 +41,19 @@ func TestConformance(t *testing.T) {
 				redisstore.UseEval(s)
 				return s
 			},
+			Semaphores: true, FairQueues: true, Events: true,
 		})
 	})
 	t.Run("redis-batched", func(t *testing.T) {
 		storetest.Run(t, storetest.Backend{
-			Open: func(t *testing.T) lock.Store { return openRedisWith(t, redistest.Start(t), true) },
+			Open:       func(t *testing.T) lock.Store { return openRedisWith(t, redistest.Start(t), true) },
+			Semaphores: true, FairQueues: true, Events: true,
 		})
 	})
 	t.Run("redis", func(t *testing.T) {
 		storetest.Run(t, storetest.Backend{
-			Open: func(t *testing.T) lock.Store { return openRedis(t, redistest.Start(t)) },
+			Open:       func(t *testing.T) lock.Store { return openRedis(t, redistest.Start(t)) },
+			Semaphores: true, FairQueues: true, Events: true,
 			LoseData: map[string]func(*testing.T, lock.Store) lock.Store{
 				"flushall": func(t *testing.T, s lock.Store) lock.Store {
 					if err := serverOf(t, s).Client(t).FlushAll(ctx).Err(); err != nil {
@@ -84,15 +88,17 @@ func TestTopologies(t *testing.T) {
 		name  string
 		cfg   redisstore.ClientConfig
 		batch bool
+		hold  time.Duration // the merged event log's (Backend.EventsHold)
 	}{
-		{"sentinel", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, false},
-		{"sentinel-batched", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, true},
-		{"cluster", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false},
-		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true},
+		{"sentinel", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, false, 0},
+		{"sentinel-batched", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, true, 0},
+		{"cluster", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false, redisstore.ClusterEventsHold},
+		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true, redisstore.ClusterEventsHold},
 	} {
 		t.Run(topology.name, func(t *testing.T) {
 			storetest.Run(t, storetest.Backend{
-				Open: func(t *testing.T) lock.Store { return openStore(t, topology.cfg, topology.batch) },
+				Open:       func(t *testing.T) lock.Store { return openStore(t, topology.cfg, topology.batch) },
+				Semaphores: true, FairQueues: true, Events: true, EventsHold: topology.hold,
 			})
 		})
 	}

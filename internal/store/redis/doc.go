@@ -1,10 +1,21 @@
 // Package redis implements lock.Store on Redis, the production store: hash
 // locks driven by the Lua scripts in scripts/ (one library of Redis
-// Functions on Redis 7, EVALSHA on 6.2: see library.go), on a single Redis,
+// Functions on Redis 7, EVALSHA on 6.2: see runner.go), on a single Redis,
 // a Sentinel-managed master or a Cluster. NewClient connects the way the store
 // needs (no client retries, deadlines on the sockets) and New opens the store
-// on that client. The conformance suite (internal/store/storetest) runs on
+// on that client. The conformance suite (internal/testkit/storetest) runs on
 // all three topologies, as it does on the memory store.
+//
+// The Store composes one small type per concern, each in its own file:
+//
+//	keyspace, scriptKeys   the names of a lock's keys and channel, and the keys a script takes (redis.go)
+//	topology               how Redis is reached: one server, a Sentinel master or a Cluster (topology.go)
+//	runner                 the scripts as one library, run within the call deadline, batched (runner.go, batch.go)
+//	notifications          the pub/sub listener whose messages wake waiters (pubsub.go, shardsub.go)
+//	journal                the event log, read, waited on and merged across masters (journal.go, eventlog.go, events.go, clusterevents.go)
+//	reaper                 the repairs in the background: ghost grants abandoned, expiries swept (reaper.go, sweep.go)
+//
+// docs/ARCHITECTURE.md walks one acquire through them.
 //
 // Redis keys of one lock all carry the hash tag {name}, so that the scripts,
 // which touch the lock hash and its fence hash together, run unchanged on

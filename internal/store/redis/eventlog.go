@@ -16,7 +16,7 @@ import (
 // one. A Redis Cluster has one per master, so that no key carries every
 // lock's events: its keys hash to the master's lowest slot, and the
 // scripts of a name served by that master write them (the scripts run
-// with the allow-cross-slot-keys flag there, see scripts.go).
+// with the allow-cross-slot-keys flag there, see newScriptSet).
 type eventLog struct {
 	// slot is the cluster slot the log's keys hash to; -1 on a single
 	// Redis, whose log ids are the stream's own.

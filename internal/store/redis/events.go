@@ -28,6 +28,18 @@ func (s *Store) Events() lock.EventLog {
 	return s.journal
 }
 
+// callerWins gives a caller whose context ended while a read was on its
+// way its own context error (context.DeadlineExceeded, context.Canceled)
+// instead of "unavailable": the read failed because the caller's deadline
+// passed or the caller went away, and Redis is not to blame. The store's
+// own call deadline, which has no say over the caller's context, still
+// answers unavailable.
+func callerWins(caller context.Context, err *error) {
+	if *err != nil && caller.Err() != nil && lock.ErrorCode(*err) == lock.CodeUnavailable {
+		*err = caller.Err()
+	}
+}
+
 // defaultEventsLimit is a read's limit when the caller gives none.
 const defaultEventsLimit = 100
 
@@ -43,7 +55,8 @@ func checkAfter(after string) error {
 
 // ReadEvents implements lock.EventLog with XRANGE, and XINFO STREAM to tell
 // whether after is older than the log keeps, in one round trip.
-func (j *journal) ReadEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+func (j *journal) ReadEvents(ctx context.Context, after string, limit int) (_ []lock.Event, err error) {
+	defer callerWins(ctx, &err)
 	if err := checkAfter(after); err != nil {
 		return nil, err
 	}
@@ -107,7 +120,8 @@ func eventsGone(after string, info *goredis.XInfoStreamCmd) error {
 // WaitEvents implements lock.EventLog: ReadEvents, then, when nothing was
 // recorded after after, one blocking XREAD on a connection of its own until
 // something is or ctx ends.
-func (j *journal) WaitEvents(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+func (j *journal) WaitEvents(ctx context.Context, after string, limit int) (_ []lock.Event, err error) {
+	defer callerWins(ctx, &err)
 	if j.clusterLogs != nil {
 		if err := checkAfter(after); err != nil {
 			return nil, err
@@ -226,7 +240,8 @@ func (j *journal) ReadEventsBefore(ctx context.Context, before string, limit int
 }
 
 // LastEventID implements lock.EventLog.
-func (j *journal) LastEventID(ctx context.Context) (string, error) {
+func (j *journal) LastEventID(ctx context.Context) (_ string, err error) {
+	defer callerWins(ctx, &err)
 	if j.clusterLogs != nil {
 		return j.lastClusterEventID(ctx)
 	}

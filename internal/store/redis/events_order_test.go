@@ -82,7 +82,7 @@ func TestEvents_expiry_recorded_before_the_next_change(t *testing.T) {
 	}
 
 	// The sweeper records what no script saw (g's lease), and nothing twice.
-	s.journal.single.sweep = newSweeper(s, s.journal.single, DefaultEventsRetention)
+	s.journal.single.sweep = newSweeper(s.reaper, s.journal.single, DefaultEventsRetention)
 	s.journal.single.sweep.start()
 	deadline := time.Now().Add(3 * time.Second)
 	for {

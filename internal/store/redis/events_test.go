@@ -12,8 +12,8 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
-	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 func newPrefix() string { return "ev:" + ulid.Make().String() + ":" }
@@ -701,5 +701,23 @@ func TestSentinel_events_across_failover(t *testing.T) {
 	evs := readAll(t, s, "")
 	if len(evs) == 0 || evs[0].LeaseID != held.ID {
 		t.Errorf("the log lost its first event in the failover: %v", evs)
+	}
+}
+
+// TestEvents_caller_deadline: a read whose caller's deadline passed before
+// Redis answered answers the caller's context error, not "unavailable":
+// Redis is not to blame.
+func TestEvents_caller_deadline(t *testing.T) {
+	s := openEvents(t, redistest.Start(t), newPrefix())
+	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := s.Events().ReadEvents(past, "", 10); err != context.DeadlineExceeded {
+		t.Errorf("ReadEvents past the caller's deadline: %v", err)
+	}
+	if _, err := s.Events().WaitEvents(past, "", 10); err != context.DeadlineExceeded {
+		t.Errorf("WaitEvents past the caller's deadline: %v", err)
+	}
+	if _, err := s.Events().LastEventID(past); err != context.DeadlineExceeded {
+		t.Errorf("LastEventID past the caller's deadline: %v", err)
 	}
 }

@@ -17,8 +17,8 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
-	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // The tests in this file break real Redis processes (kill -9, SIGSTOP,

@@ -27,16 +27,17 @@ const DefaultPrefix = "lockapi:"
 // (or a Sentinel-managed primary, or a Cluster: every key of one lock shares
 // a hash slot).
 //
-// It composes one type per concern: the keyspace names the keys, the
-// topology reaches Redis, the runner runs the scripts, the notifications
-// wake waiters, the journal is the event log, and the reaper abandons the
-// acquires whose outcome was lost.
+// It composes one type per concern: the keyspace names the keys (and
+// scriptKeys those a script takes), the topology reaches Redis, the runner
+// runs the scripts, the notifications wake waiters, the journal is the
+// event log, and the reaper repairs in the background: it abandons the
+// acquires whose outcome was lost and records the expiries no script saw.
 type Store struct {
-	keyspace
+	scriptKeys
 	*topology
 	*runner
 	notifications
-	ghosts *reaper
+	reaper *reaper
 	// minReplicas: see Options.MinReplicas.
 	minReplicas int
 
@@ -100,51 +101,103 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	top, follow := newTopology(rdb, opts.CallTimeout)
 	ks := keyspace{prefix}
+	j := newJournal(top, ks, opts)
+	run := &runner{topology: top, scripts: newScriptSet(j.clustered()), observe: opts.ObserveScript}
+	if opts.Batch {
+		run.batch = newBatcher(rdb, top.callTimeout)
+	}
+	keys := scriptKeys{keyspace: ks, log: j.singleLog()}
 	s := &Store{
-		keyspace:      ks,
+		scriptKeys:    keys,
 		topology:      top,
-		runner:        &runner{topology: top, observe: opts.ObserveScript},
+		runner:        run,
 		notifications: newNotifications(top, ks, follow),
 		minReplicas:   opts.MinReplicas,
-		journal:       newJournal(top, ks, opts),
+		journal:       j,
 	}
-	if opts.Batch {
-		s.batch = newBatcher(rdb, top.callTimeout)
-	}
-	s.scripts = newScriptSet(s.journal.clustered())
+	s.reaper = newReaper(keys, run, j, s.publish)
 	// A single Redis's log is announced on the listener before it starts
 	// (it subscribes then); a cluster's logs as the slot map names them.
-	sweeperFor := func(l *eventLog) *sweeper { return newSweeper(s, l, s.journal.retention) }
-	s.journal.announce(s.listener, sweeperFor)
+	j.announce(s.listener, s.reaper.sweeperFor)
 	s.notifications.start()
-	s.ghosts = newReaper(s)
-	s.journal.startSweeping(s.listener, sweeperFor)
+	j.startSweeping(s.listener, s.reaper.sweeperFor)
 	return s, nil
+}
+
+// keyspace names a lock's Redis keys and channel. Every name carries the hash
+// tag {name}, so that one lock's keys share a Redis Cluster slot.
+type keyspace struct{ prefix string }
+
+func (k keyspace) lockKey(name string) string      { return k.prefix + "{" + name + "}:lock" }
+func (k keyspace) fenceKey(name string) string     { return k.prefix + "{" + name + "}:fence" }
+func (k keyspace) abandonedKey(name string) string { return k.prefix + "{" + name + "}:abandoned" }
+func (k keyspace) channel(name string) string      { return k.prefix + "{" + name + "}:unlock" }
+
+// Shared leases and permits, and the queue; see scripts/lib.lua.
+func (k keyspace) sharedKey(name string) string   { return k.prefix + "{" + name + "}:lock:shared" }
+func (k keyspace) expiryKey(name string) string   { return k.prefix + "{" + name + "}:lock:expiry" }
+func (k keyspace) queueKey(name string) string    { return k.prefix + "{" + name + "}:queue" }
+func (k keyspace) deadlineKey(name string) string { return k.prefix + "{" + name + "}:queue:deadline" }
+
+// The event log and its lease expiries: one of each per Redis (no hash
+// tag), used outside Redis Cluster only; see scripts/lib.lua. The expiries
+// key's name is also the channel where an earliest expiry is announced.
+func (k keyspace) eventsKey() string   { return k.prefix + "events" }
+func (k keyspace) expiriesKey() string { return k.prefix + "events:expiries" }
+
+// nameOfChannel inverts channel; ok is false for foreign channels.
+func (k keyspace) nameOfChannel(ch string) (string, bool) {
+	rest, ok := strings.CutPrefix(ch, k.prefix+"{")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "}:unlock")
+}
+
+// releaseSecretKey names the key, under the store's prefix, that holds the
+// secret signing release URLs when none is configured. It has no hash tag:
+// one key per Redis, and on Cluster any slot will do.
+const releaseSecretKey = "release-secret"
+
+// ReleaseSecretKey returns the key of the shared release-URL secret under
+// prefix ("" is DefaultPrefix); auth.SharedReleaseSecret keeps it.
+func ReleaseSecretKey(prefix string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + releaseSecretKey
+}
+
+// scriptKeys names the keys the scripts of a lock take: the lock's own,
+// and the event log's while events are recorded outside Redis Cluster.
+type scriptKeys struct {
+	keyspace
+	log *eventLog // a single Redis's event log; nil on a cluster or without events
 }
 
 // keys lists the keys every full script takes, in the order lib.lua names
 // them: the event log and the expiries set only while events are recorded
 // outside Redis Cluster.
-func (s *Store) keys(name string) []string {
-	return s.withLog(s.lockKey(name), s.fenceKey(name), s.abandonedKey(name),
-		s.sharedKey(name), s.expiryKey(name), s.queueKey(name), s.deadlineKey(name))
+func (k scriptKeys) keys(name string) []string {
+	return k.withLog(k.lockKey(name), k.fenceKey(name), k.abandonedKey(name),
+		k.sharedKey(name), k.expiryKey(name), k.queueKey(name), k.deadlineKey(name))
 }
 
 // acquireKeys and releaseKeys list the keys of the fast scripts
 // (acquire_fast.lua, release_fast.lua).
-func (s *Store) acquireKeys(name string) []string {
-	return s.withLog(s.lockKey(name), s.fenceKey(name), s.abandonedKey(name), s.expiryKey(name), s.queueKey(name))
+func (k scriptKeys) acquireKeys(name string) []string {
+	return k.withLog(k.lockKey(name), k.fenceKey(name), k.abandonedKey(name), k.expiryKey(name), k.queueKey(name))
 }
 
-func (s *Store) releaseKeys(name string) []string {
-	return s.withLog(s.lockKey(name), s.fenceKey(name), s.queueKey(name))
+func (k scriptKeys) releaseKeys(name string) []string {
+	return k.withLog(k.lockKey(name), k.fenceKey(name), k.queueKey(name))
 }
 
 // withLog adds the event log and the expiries set to a script's keys while
 // events are recorded outside Redis Cluster.
-func (s *Store) withLog(keys ...string) []string {
-	if l := s.journal.singleLog(); l != nil {
-		keys = append(keys, l.key, l.exp)
+func (k scriptKeys) withLog(keys ...string) []string {
+	if k.log != nil {
+		keys = append(keys, k.log.key, k.log.exp)
 	}
 	return keys
 }
@@ -192,7 +245,7 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	if err != nil {
 		if outcomeUnknown(err) {
 			// It may have granted a lease that nobody will ever know of.
-			s.ghosts.add(req.Lock, requestID)
+			s.reaper.add(req.Lock, requestID)
 		}
 		return lock.Grant{}, storeError(err)
 	}
@@ -292,34 +345,17 @@ func unconfirmed(what string, got, n int, then string) error {
 		Detail: fmt.Sprintf("replication did not confirm the %s: %d of %d replicas acknowledged it in time; %s", what, got, n, then)}
 }
 
-// abandonMemory is how long Redis remembers an abandoned request id, so that
-// the acquire, if it is still on its way, grants nothing when it arrives.
-const abandonMemory = 10 * time.Minute
-
 // Abandon implements lock.Store. A call whose outcome is unknown is handed
 // to the reaper, which repeats it until Redis answers.
 func (s *Store) Abandon(ctx context.Context, name, requestID string) error {
-	_, err := s.abandon(ctx, name, requestID)
+	_, err := s.reaper.abandon(ctx, name, requestID)
 	if outcomeUnknown(err) {
-		s.ghosts.add(name, requestID)
+		s.reaper.add(name, requestID)
 	}
 	if err != nil {
 		return storeError(err)
 	}
 	return nil
-}
-
-func (s *Store) abandon(ctx context.Context, name, requestID string) (int64, error) {
-	rec, err := s.journal.recordingFor(ctx, name)
-	if err != nil {
-		return 0, err
-	}
-	n, err := s.run(ctx, "abandon", s.scripts.abandon, s.keys(name), rec,
-		requestID, s.channel(name), abandonMemory.Milliseconds(), s.publish).Int64()
-	if n > 0 {
-		rec.recorded()
-	}
-	return n, err
 }
 
 // Renew implements lock.Store.
@@ -739,7 +775,7 @@ func (s *Store) Close() error {
 		s.batch.close()
 	}
 	err := s.listener.close()
-	s.ghosts.close()
+	s.reaper.close()
 	s.journal.closeReaders()
 	return err
 }
@@ -753,7 +789,7 @@ func (s *Store) MasterSwitches() int64 { return s.listener.stats().masterSwitche
 
 // Ghosts returns how many acquires with an unknown outcome were abandoned,
 // and how many wait to be.
-func (s *Store) Ghosts() (abandoned, pending int64) { return s.ghosts.stats() }
+func (s *Store) Ghosts() (abandoned, pending int64) { return s.reaper.stats() }
 
 // WatcherCount returns the number of registered waiters and watchers.
 func (s *Store) WatcherCount() int { return s.hub.Len() }

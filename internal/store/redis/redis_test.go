@@ -13,8 +13,8 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
-	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // commandCalls reads INFO commandstats as command -> calls.

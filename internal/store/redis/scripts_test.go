@@ -8,7 +8,7 @@ import (
 )
 
 // TestScripts_pinned pins the library of scripts (lib.lua and every entry
-// point, see library.go) by its name, which is a hash of its code, so that
+// point, see runner.go) by its name, which is a hash of its code, so that
 // an edit cannot drift silently: a changed script must change this table in
 // the same commit, and deployments running two versions side by side can
 // see that they differ. Redis must load the library, and each entry point
@@ -46,7 +46,7 @@ func TestScripts_pinned(t *testing.T) {
 // CROSSSLOT.
 func TestKeys_share_one_cluster_slot(t *testing.T) {
 	for _, prefix := range []string{"lockapi:", "team:a:", "x"} {
-		s := &Store{keyspace: keyspace{prefix}}
+		s := scriptKeys{keyspace: keyspace{prefix}}
 		for _, name := range []string{"a", "deploy:prod", "payments:orders:42", "x.y_z@w~v-1"} {
 			want := clusterSlot("{" + name + "}")
 			for _, key := range s.keys(name) {

@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// sweeper records the expiry of leases whose TTL ran out: Redis deletes an
-// expired lease's keys on its own, and no script runs then. Every live
+// sweeper records the expiry of leases whose TTL ran out, for the reaper
+// (reaper.go), in one event log: Redis deletes an expired lease's keys on
+// its own, and no script runs then. Every live
 // lease is a member of the expiries set (see record in scripts/lib.lua),
 // scored by its expiry; the sweeper runs expire.lua for each member that is
 // due, which records the expiry unless a script or another instance's
@@ -30,7 +31,7 @@ import (
 // trim ends a second after the last write, and an idle Redis gets no
 // command from it.
 type sweeper struct {
-	s         *Store
+	r         *reaper // runs expire.lua
 	log       *eventLog
 	retention time.Duration
 
@@ -57,9 +58,9 @@ const (
 	maxTrimEvery = time.Second
 )
 
-func newSweeper(s *Store, log *eventLog, retention time.Duration) *sweeper {
+func newSweeper(r *reaper, log *eventLog, retention time.Duration) *sweeper {
 	return &sweeper{
-		s:         s,
+		r:         r,
 		log:       log,
 		retention: retention,
 		poke:      make(chan struct{}, 1),
@@ -192,10 +193,10 @@ func (sw *sweeper) run() {
 // expiry not yet due (0: none), and Redis's clock minus ours. offset is the
 // last one known, which times the trim.
 func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Duration, err error) {
-	s := sw.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.callTimeout)
+	r := sw.r
+	ctx, cancel := context.WithTimeout(context.Background(), r.runner.callTimeout)
 	defer cancel()
-	node, err := s.journal.logNode(ctx, sw.log)
+	node, err := r.journal.logNode(ctx, sw.log)
 	if err != nil {
 		return 0, offset, err
 	}
@@ -229,7 +230,7 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 			continue
 		}
 		name, _, _ := strings.Cut(member, "\n")
-		calls = append(calls, &scriptCall{script: s.scripts.expire, keys: s.keys(name), args: []any{member, sw.log.arg}})
+		calls = append(calls, &scriptCall{script: r.runner.scripts.expire, keys: r.keys(name), args: []any{member, sw.log.arg}})
 	}
 	if mark {
 		// The announced mark is due: no script moves it now (an expiry
@@ -240,7 +241,7 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 		}
 	}
 	if len(calls) > 0 {
-		runPipelined(ctx, s.rdb, calls)
+		runPipelined(ctx, r.runner.rdb, calls)
 		for _, c := range calls {
 			if err := c.cmd.Err(); err != nil {
 				return 0, offset, err

@@ -15,6 +15,7 @@ type topology struct {
 	rdb         goredis.UniversalClient
 	cluster     *goredis.ClusterClient // nil unless rdb is one
 	callTimeout time.Duration
+	gate        *writeGate // behind Sentinel; nil otherwise
 }
 
 // newTopology returns the topology of rdb, and the Sentinel master it
@@ -30,6 +31,9 @@ func newTopology(rdb goredis.UniversalClient, callTimeout time.Duration) (*topol
 		t.cluster = c
 	case *Client:
 		follow = c.sentinel
+		if follow != nil {
+			t.gate = follow.gate
+		}
 		t.cluster, _ = c.UniversalClient.(*goredis.ClusterClient)
 	}
 	return t, follow

@@ -8,8 +8,8 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/redlock"
-	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // TestStoppedMaster_marked_down: once a call to a stopped (SIGSTOP) master

@@ -10,8 +10,8 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/redlock"
-	"github.com/lockapi/lockapi/internal/store/storetest"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // These tests pin what redlock's answers promise (docs/TOPOLOGIES.md,

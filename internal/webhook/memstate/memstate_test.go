@@ -3,9 +3,9 @@ package memstate_test
 import (
 	"testing"
 
+	"github.com/lockapi/lockapi/internal/testkit/statetest"
 	"github.com/lockapi/lockapi/internal/webhook"
 	"github.com/lockapi/lockapi/internal/webhook/memstate"
-	"github.com/lockapi/lockapi/internal/webhook/statetest"
 )
 
 func TestConformance(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/statetest"
 	"github.com/lockapi/lockapi/internal/webhook"
 	"github.com/lockapi/lockapi/internal/webhook/redisstate"
-	"github.com/lockapi/lockapi/internal/webhook/statetest"
 )
 
 // newState returns a State on rdb under a prefix of the test's own, whose

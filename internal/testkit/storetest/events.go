@@ -25,7 +25,7 @@ import (
 var eventBehaviours = []behaviour{
 	{"Events_of_an_exclusive_lock", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		c := newEventCheck(t, s, "ev:x")
+		c := newEventCheck(t, backend, s, "ev:x")
 		const name = "ev:x"
 		req := lock.AcquireRequest{Lock: name, Owner: "w", Principal: "team-a", IdempotencyKey: "k-1"}
 		g := tryAcquire(t, s, req)
@@ -95,7 +95,7 @@ var eventBehaviours = []behaviour{
 	// it drops none.
 	{"Events_of_abandon", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		c := newEventCheck(t, s, "ev:ab")
+		c := newEventCheck(t, backend, s, "ev:ab")
 		const name = "ev:ab"
 		g := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "w", Principal: "team-a"})
 		re := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "w", Principal: "team-a"})
@@ -130,7 +130,7 @@ var eventBehaviours = []behaviour{
 	}},
 	{"Events_of_shared_leases_and_permits", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		c := newEventCheck(t, s, "ev:s")
+		c := newEventCheck(t, backend, s, "ev:s")
 		const name = "ev:s:rw"
 		r1 := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "r1", Principal: "team-a", Mode: lock.Shared}).Lease
 		r2 := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "r2", Principal: "team-b", Mode: lock.Shared}).Lease
@@ -195,7 +195,7 @@ var eventBehaviours = []behaviour{
 	// nothing. Events of a lock with a queue carry its length (or -1).
 	{"Events_queue_places_record_nothing", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		c := newEventCheck(t, s, "ev:q")
+		c := newEventCheck(t, backend, s, "ev:q")
 		const name = "ev:q"
 		a := Acquire(t, s, name, "a", time.Minute)
 		c.want("grant", evOf(lock.EventGranted, a, 1))
@@ -218,7 +218,7 @@ var eventBehaviours = []behaviour{
 	// per lease, with the lease's owner and the admin's principal.
 	{"Events_of_force_release", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		c := newEventCheck(t, s, "ev:f")
+		c := newEventCheck(t, backend, s, "ev:f")
 		forced := func(l lock.Lease) ev {
 			e := evOf(lock.EventForceReleased, l, 0)
 			e.Principal = "admin"
@@ -271,7 +271,7 @@ var eventBehaviours = []behaviour{
 	// pages through the log in order.
 	{"Events_read_after_the_last_id", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		log := eventLogOf(t, s)
+		log := eventLogOf(t, backend, s)
 		a := Acquire(t, s, "ev:r:a", "w", time.Minute)
 		last, err := log.LastEventID(ctx)
 		if err != nil || last == "" {
@@ -285,7 +285,7 @@ var eventBehaviours = []behaviour{
 		release(t, s, "ev:r:a", a.ID, false)
 
 		got := only(readAll(t, log, last, 100), "ev:r:")
-		wantEventList(t, "after the last id", merged(log), got,
+		wantEventList(t, "after the last id", log.merged(), got,
 			evOf(lock.EventGranted, b, 1), evOf(lock.EventReleased, b, 0), evOf(lock.EventReleased, a, 0))
 		newest, err := log.LastEventID(ctx)
 		if err != nil || lock.CompareEventIDs(newest, got[2].ID) < 0 {
@@ -294,7 +294,7 @@ var eventBehaviours = []behaviour{
 
 		// From the start of the log, a's grant comes before them.
 		all := only(readAll(t, log, "", 100), "ev:r:")
-		wantEventList(t, "from the oldest kept", merged(log), all,
+		wantEventList(t, "from the oldest kept", log.merged(), all,
 			evOf(lock.EventGranted, a, 1), evOf(lock.EventGranted, b, 1), evOf(lock.EventReleased, b, 0), evOf(lock.EventReleased, a, 0))
 
 		// One event at a time gives the same events.
@@ -319,13 +319,13 @@ var eventBehaviours = []behaviour{
 	// the same events as a forward read, in reverse.
 	{"Events_read_before_an_id_newest_first", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		log := eventLogOf(t, s)
+		log := eventLogOf(t, backend, s)
 		for i := range 4 { // names on several masters of a cluster
 			name := fmt.Sprintf("ev:b:%d", i)
 			l := Acquire(t, s, name, "w", time.Minute)
 			release(t, s, name, l.ID, false)
 		}
-		settle(log)
+		log.settle()
 		last, err := log.LastEventID(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -376,7 +376,7 @@ var eventBehaviours = []behaviour{
 	}},
 	{"Events_WaitEvents_wakes_on_a_new_event", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		log := eventLogOf(t, s)
+		log := eventLogOf(t, backend, s)
 		before, err := log.LastEventID(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -436,7 +436,7 @@ var eventBehaviours = []behaviour{
 	// second of the TTL's end, once; a lease renewed in time never expires.
 	{"Events_expired_within_a_second_once", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		c := newEventCheck(t, s, "ev:e:")
+		c := newEventCheck(t, backend, s, "ev:e:")
 		const ttl = 300 * time.Millisecond
 		x := Acquire(t, s, "ev:e:x", "w", ttl)
 		sh := shared(t, s, "ev:e:rw", "r", ttl)
@@ -493,7 +493,7 @@ var eventBehaviours = []behaviour{
 	// two holders of one exclusive lock.
 	{"Events_expiry_comes_before_the_next_grant", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
-		c := newEventCheck(t, s, "ev:n:")
+		c := newEventCheck(t, backend, s, "ev:n:")
 		const ttl = 200 * time.Millisecond
 		for _, kind := range []struct {
 			name    string
@@ -515,16 +515,33 @@ var eventBehaviours = []behaviour{
 	}},
 }
 
-// eventLogOf returns s's event log. A store that says its events are off
-// skips the behaviour; any other store must keep an event log.
-func eventLogOf(t *testing.T, s lock.Store) lock.EventLog {
+// eventLogOf returns s's event log, with what the backend declares of it.
+// A backend without events (Backend.Events) skips the behaviour.
+func eventLogOf(t *testing.T, backend Backend, s lock.Store) declaredLog {
 	t.Helper()
+	if !backend.Events {
+		t.Skipf("%T records no events here (Backend.Events: events are off, as in redlock mode or with LOCKAPI_EVENTS=false)", s)
+	}
 	log := s.Events()
 	if log == nil {
-		t.Skipf("%T records no events here (Events is nil: events are off, as in redlock mode or with LOCKAPI_EVENTS=false)", s)
+		t.Fatalf("%T: Backend.Events is set, but its Events() is nil", s)
 	}
-	return log
+	return declaredLog{EventLog: log, hold: backend.EventsHold}
 }
+
+// declaredLog is a store's event log and how long a read of it holds back
+// the newest events (Backend.EventsHold).
+type declaredLog struct {
+	lock.EventLog
+	hold time.Duration
+}
+
+// merged reports a log merged from several, in which only each lock's
+// events are in order.
+func (l declaredLog) merged() bool { return l.hold > 0 }
+
+// settle waits until what was recorded so far can be read from the log.
+func (l declaredLog) settle() { time.Sleep(l.hold) }
 
 // ev is what a behaviour expects of one event: all but its id and time, and
 // the queue length only where the store knew it (Queue -1 matches any).
@@ -568,9 +585,9 @@ func describe(e lock.Event) string {
 
 // readAll reads every event after after, limit at a time, checking that
 // ids are well formed and rise, and that no read returns more than limit.
-func readAll(t *testing.T, log lock.EventLog, after string, limit int) []lock.Event {
+func readAll(t *testing.T, log declaredLog, after string, limit int) []lock.Event {
 	t.Helper()
-	settle(log)
+	log.settle()
 	var out []lock.Event
 	for {
 		batch, err := log.ReadEvents(ctx, after, limit)
@@ -655,15 +672,15 @@ func wantEventList(t *testing.T, step string, perLock bool, got []lock.Event, wa
 // by step: each want reads what was recorded since the previous one.
 type eventCheck struct {
 	t      *testing.T
-	log    lock.EventLog
+	log    declaredLog
 	prefix string
 	from   string // the newest id read
 }
 
 // newEventCheck starts after the newest event of s's log.
-func newEventCheck(t *testing.T, s lock.Store, prefix string) *eventCheck {
+func newEventCheck(t *testing.T, backend Backend, s lock.Store, prefix string) *eventCheck {
 	t.Helper()
-	l := eventLogOf(t, s)
+	l := eventLogOf(t, backend, s)
 	from, err := l.LastEventID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -692,7 +709,7 @@ func (c *eventCheck) next() []lock.Event {
 // exactly want, in order.
 func (c *eventCheck) want(step string, want ...ev) {
 	c.t.Helper()
-	wantEventList(c.t, step, merged(c.log), c.next(), want...)
+	wantEventList(c.t, step, c.log.merged(), c.next(), want...)
 }
 
 // wantAnyOrder is want for events of one change that the store may record
@@ -702,23 +719,5 @@ func (c *eventCheck) wantAnyOrder(step string, want ...ev) {
 	got := c.next()
 	slices.SortStableFunc(got, func(a, b lock.Event) int { return cmp.Compare(a.Token, b.Token) })
 	slices.SortStableFunc(want, func(a, b ev) int { return cmp.Compare(a.Token, b.Token) })
-	wantEventList(c.t, step, merged(c.log), got, want...)
-}
-
-// holder is a log that holds back its newest events for a moment: one that
-// merges the logs of several Redis masters (Redis Cluster's), ordered by
-// their clocks, so only each lock's events are in order.
-type holder interface{ EventsHold() time.Duration }
-
-// merged reports whether log merges several logs (see holder).
-func merged(log lock.EventLog) bool {
-	h, ok := log.(holder)
-	return ok && h.EventsHold() > 0
-}
-
-// settle waits until what was recorded so far can be read from log.
-func settle(log lock.EventLog) {
-	if h, ok := log.(holder); ok {
-		time.Sleep(h.EventsHold())
-	}
+	wantEventList(c.t, step, c.log.merged(), got, want...)
 }

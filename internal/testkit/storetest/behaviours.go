@@ -50,11 +50,11 @@ var coreBehaviours = []behaviour{
 		if _, err := ulid.ParseStrict(l.ID); err != nil {
 			t.Fatalf("lease id %q is not a ULID: %v", l.ID, err)
 		}
-		if l.AcquiredAt.Before(before) || !sameTime(l.ExpiresAt, l.AcquiredAt.Add(30*time.Second)) || l.Metadata["job"] != "nightly" {
+		if l.AcquiredAt.Before(before) || !backend.sameTime(l.ExpiresAt, l.AcquiredAt.Add(30*time.Second)) || l.Metadata["job"] != "nightly" {
 			t.Fatalf("lease times/metadata = %+v", l)
 		}
 		st := Inspect(t, s, "job:a")
-		if !st.Held || st.Holder.Owner != "w1" || st.Holder.Token != l.Token || st.LastToken != l.Token || st.Holder.Metadata["job"] != "nightly" || !sameTime(st.Holder.ExpiresAt, l.ExpiresAt) {
+		if !st.Held || st.Holder.Owner != "w1" || st.Holder.Token != l.Token || st.LastToken != l.Token || st.Holder.Metadata["job"] != "nightly" || !backend.sameTime(st.Holder.ExpiresAt, l.ExpiresAt) {
 			t.Fatalf("state = %+v holder %+v", st, st.Holder)
 		}
 		res, err := s.Release(ctx, lock.LeaseRef{Lock: "job:a", ID: l.ID}, false)
@@ -190,7 +190,7 @@ var coreBehaviours = []behaviour{
 		if err != nil || again.TTL != time.Minute {
 			t.Fatalf("renew with the lease's TTL = %+v, %v", again, err)
 		}
-		if st := Inspect(t, s, "r"); !sameTime(st.Holder.ExpiresAt, again.ExpiresAt) {
+		if st := Inspect(t, s, "r"); !backend.sameTime(st.Holder.ExpiresAt, again.ExpiresAt) {
 			t.Fatalf("inspect expiry %v, renew said %v", st.Holder.ExpiresAt, again.ExpiresAt)
 		}
 	}},

@@ -100,7 +100,7 @@ var kindBehaviours = []behaviour{
 		if !st.Held || st.Kind != lock.KindShared || st.Holder != nil || st.Limit != 0 || st.Queue != 0 || st.LastToken != leases[2].Token {
 			t.Fatalf("state = %+v", st)
 		}
-		wantHolders(t, st, leases...)
+		wantHolders(t, backend, st, leases...)
 		for i, h := range st.Holders {
 			if h.Metadata["reader"] != fmt.Sprint(i) {
 				t.Fatalf("holder #%d's metadata = %v", i, h.Metadata)
@@ -112,13 +112,13 @@ var kindBehaviours = []behaviour{
 			t.Fatalf("renew of a shared lease = %+v, %v", renewed, err)
 		}
 		leases[1] = renewed
-		wantHolders(t, Inspect(t, s, name), leases...) // the others' expiries are unchanged
+		wantHolders(t, backend, Inspect(t, s, name), leases...) // the others' expiries are unchanged
 
 		res := release(t, s, name, leases[0].ID, false)
 		if !res.Released || res.HoldCount != 0 {
 			t.Fatalf("release of a shared lease = %+v", res)
 		}
-		wantHolders(t, Inspect(t, s, name), leases[1:]...)
+		wantHolders(t, backend, Inspect(t, s, name), leases[1:]...)
 		_, err = s.Renew(ctx, lock.LeaseRef{Lock: name, ID: leases[0].ID}, time.Hour)
 		WantCode(t, err, lock.CodeLeaseLost)
 
@@ -159,7 +159,7 @@ var kindBehaviours = []behaviour{
 		if st.Kind != lock.KindExclusive || st.Holder == nil || st.Holder.Owner != "w" || st.Holder.Mode != lock.Exclusive || st.Holder.Token != w.Token {
 			t.Fatalf("state = %+v holder %+v", st, st.Holder)
 		}
-		wantHolders(t, st, w)
+		wantHolders(t, backend, st, w)
 
 		_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "r3", Mode: lock.Shared, TTL: time.Minute})
 		if hb := refusal(t, err); hb.Owner != "w" || hb.Token != w.Token {
@@ -226,7 +226,7 @@ var kindBehaviours = []behaviour{
 		if st.Kind != lock.KindExclusive || st.Holder == nil || st.Holder.Token != e.Token || st.Holder.Mode != lock.Exclusive {
 			t.Fatalf("state with both leases = %+v holder %+v", st, st.Holder)
 		}
-		wantHolders(t, st, e, sh)
+		wantHolders(t, backend, st, e, sh)
 
 		for _, mode := range []lock.Mode{lock.Shared, lock.Exclusive} {
 			_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "b", Mode: mode, TTL: time.Minute})
@@ -244,7 +244,7 @@ var kindBehaviours = []behaviour{
 		if st.Kind != lock.KindShared || st.Holder != nil {
 			t.Fatalf("state after the exclusive release = %+v", st)
 		}
-		wantHolders(t, st, sh)
+		wantHolders(t, backend, st, sh)
 		if b := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "b", Mode: lock.Shared}); !b.Fresh || b.Lease.Token <= sh.Token {
 			t.Fatalf("another reader after the downgrade = %+v", b)
 		}
@@ -258,6 +258,7 @@ var kindBehaviours = []behaviour{
 	// itself. The refusal is not a "held" one, takes no queue place and does
 	// not wait.
 	{"Upgrade_is_refused", func(t *testing.T, backend Backend) {
+		backend.require(t, fairLocks)
 		s := backend.Open(t)
 		const name = "rw:up"
 		r := shared(t, s, name, "a", time.Minute)
@@ -295,6 +296,7 @@ var kindBehaviours = []behaviour{
 	// then wait behind it, the readers holding keep their leases, and the
 	// writer is granted when the last of them leaves.
 	{"Writers_do_not_starve", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		const name = "rw:writer"
 		r1 := shared(t, s, name, "r1", 5*time.Minute)
@@ -353,7 +355,7 @@ var kindBehaviours = []behaviour{
 		if st.Kind != lock.KindExclusive || st.Queue != 0 {
 			t.Fatalf("state = %+v", st)
 		}
-		wantHolders(t, st, g.Lease)
+		wantHolders(t, backend, st, g.Lease)
 	}},
 	// A writer's release wakes one waiting reader, whose grant passes the
 	// wake-up on: every waiting reader gets in (a notice, not the writer's
@@ -380,6 +382,7 @@ var kindBehaviours = []behaviour{
 	// A release that ended a shared lease or a permit is answered again when
 	// retried, and touches nothing.
 	{"Release_retry_of_an_ended_shared_lease_or_permit", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		for _, c := range []struct {
 			name string
@@ -407,7 +410,7 @@ var kindBehaviours = []behaviour{
 			if after.Index != before.Index {
 				t.Fatalf("%s: a retried release changed the lock", c.name)
 			}
-			wantHolders(t, after, b)
+			wantHolders(t, backend, after, b)
 		}
 	}},
 
@@ -416,6 +419,7 @@ var kindBehaviours = []behaviour{
 	// "limit": N grants N permits, each a lease of its own; the next acquire
 	// is refused with the permit that ends first.
 	{"Semaphore_grants_its_limit", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "sem:limit"
 		var permits []lock.Lease
@@ -436,7 +440,7 @@ var kindBehaviours = []behaviour{
 		if !st.Held || st.Kind != lock.KindSemaphore || st.Limit != 3 || st.Holder != nil || st.Queue != 0 || st.LastToken != permits[2].Token {
 			t.Fatalf("state = %+v", st)
 		}
-		wantHolders(t, st, permits...)
+		wantHolders(t, backend, st, permits...)
 
 		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "p3", Limit: 3, TTL: time.Minute})
 		hb := refusal(t, err)
@@ -452,7 +456,7 @@ var kindBehaviours = []behaviour{
 			t.Fatalf("renew of a permit = %+v, %v", renewed, err)
 		}
 		permits[1] = renewed
-		wantHolders(t, Inspect(t, s, name), permits...)
+		wantHolders(t, backend, Inspect(t, s, name), permits...)
 		if res := release(t, s, name, permits[0].ID, false); !res.Released || res.HoldCount != 0 {
 			t.Fatalf("release of a permit = %+v", res)
 		}
@@ -460,10 +464,11 @@ var kindBehaviours = []behaviour{
 		if g.Lease.Token <= permits[2].Token {
 			t.Fatalf("a released permit's successor = %+v", g)
 		}
-		wantHolders(t, Inspect(t, s, name), permits[1], permits[2], g.Lease)
+		wantHolders(t, backend, Inspect(t, s, name), permits[1], permits[2], g.Lease)
 	}},
 	// The same owner acquiring twice holds two permits, not two holds.
 	{"Semaphore_permits_are_not_reentrant", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "sem:same"
 		a1 := permit(t, s, name, "a", 2, time.Minute)
@@ -473,14 +478,15 @@ var kindBehaviours = []behaviour{
 		}
 		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "a", Limit: 2, TTL: time.Minute})
 		refusal(t, err)
-		wantHolders(t, Inspect(t, s, name), a1, a2)
+		wantHolders(t, backend, Inspect(t, s, name), a1, a2)
 		if res := release(t, s, name, a1.ID, false); !res.Released || res.HoldCount != 0 {
 			t.Fatalf("release of one of the owner's permits = %+v", res)
 		}
-		wantHolders(t, Inspect(t, s, name), a2)
+		wantHolders(t, backend, Inspect(t, s, name), a2)
 	}},
 	// Every acquire of a held semaphore gives its limit; a lock takes none.
 	{"Limit_mismatch", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		mismatch := func(t *testing.T, name string, reqs ...lock.AcquireRequest) {
 			t.Helper()
@@ -525,6 +531,7 @@ var kindBehaviours = []behaviour{
 	// The limit is fixed while any permit is held and forgotten when none is,
 	// whether the last permit was released or expired.
 	{"Limit_is_forgotten_when_no_permit_is_held", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "lim:forget"
 		p := permit(t, s, name, "p", 2, time.Minute)
@@ -550,6 +557,7 @@ var kindBehaviours = []behaviour{
 	// A permit whose holder died comes back when its TTL ends: a waiter gets
 	// it on its own timer, and the dead holder's lease is lost.
 	{"Expired_permit_comes_back", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "sem:expire"
 		// Timed from before the grant: the TTL runs from when the store
@@ -571,11 +579,12 @@ var kindBehaviours = []behaviour{
 		WantCode(t, err, lock.CodeLeaseLost)
 		_, err = s.Renew(ctx, lock.LeaseRef{Lock: name, ID: dead.ID}, time.Hour)
 		WantCode(t, err, lock.CodeLeaseLost)
-		wantHolders(t, Inspect(t, s, name), alive, g.Lease)
+		wantHolders(t, backend, Inspect(t, s, name), alive, g.Lease)
 	}},
 	// A released permit wakes a waiter (one per permit), through a notice:
 	// the permits' TTLs are five minutes.
 	{"Released_permit_wakes_a_waiter", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "sem:wake"
 		p1 := permit(t, s, name, "p1", 2, 5*time.Minute)
@@ -597,6 +606,7 @@ var kindBehaviours = []behaviour{
 	// A permit renewed to a shorter TTL is waited out at its new expiry: the
 	// renewal's notice moves the waiters' timers, as for a lock.
 	{"Waiter_sees_a_shortened_permit", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "sem:short"
 		p := permit(t, s, name, "p", 1, 30*time.Second)
@@ -617,6 +627,7 @@ var kindBehaviours = []behaviour{
 	// caller's), but refuses a mode and limit that make no kind
 	// (CheckKind): the refusal changes nothing, held or not.
 	{"Invalid_kind_requests_change_nothing", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		bad := []struct {
 			req   lock.AcquireRequest
@@ -663,6 +674,7 @@ var kindBehaviours = []behaviour{
 	// Every fresh grant, whatever its mode, has a token larger than every
 	// earlier grant of the name; re-entry keeps its lease's token.
 	{"Tokens_rise_across_modes", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "tok:modes"
 		var last uint64
@@ -701,6 +713,7 @@ var kindBehaviours = []behaviour{
 	// too: the replay answers the lease as it is, adding nothing (for a
 	// semaphore, that is what stops a retry from taking a second permit).
 	{"Idempotency_key_replays_shared_leases_and_permits", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		t.Run("shared", func(t *testing.T) {
 			const name = "idem:shared"
@@ -728,7 +741,7 @@ var kindBehaviours = []behaviour{
 			if !again.Replayed || again.Lease.ID != first.Lease.ID || again.Lease.Token != first.Lease.Token || again.Lease.Limit != 3 {
 				t.Fatalf("replay = %+v, first %+v", again, first)
 			}
-			wantHolders(t, Inspect(t, s, name), first.Lease)
+			wantHolders(t, backend, Inspect(t, s, name), first.Lease)
 			second := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "p", Limit: 3})
 			third := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "p", Limit: 3, IdempotencyKey: "k2"})
 			if second.Replayed || third.Replayed || !second.Fresh || !third.Fresh {
@@ -740,7 +753,7 @@ var kindBehaviours = []behaviour{
 			}
 			_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "other", Limit: 3, IdempotencyKey: "k", TTL: time.Minute})
 			refusal(t, err)
-			wantHolders(t, Inspect(t, s, name), first.Lease, second.Lease, third.Lease)
+			wantHolders(t, backend, Inspect(t, s, name), first.Lease, second.Lease, third.Lease)
 			// Once its permit is gone, the key takes a new one.
 			release(t, s, name, first.Lease.ID, false)
 			if g := tryAcquire(t, s, req); g.Replayed || !g.Fresh || g.Lease.Token <= third.Lease.Token {
@@ -751,6 +764,7 @@ var kindBehaviours = []behaviour{
 	// Abandon undoes exactly the hold of the acquire it names, in every mode:
 	// a shared hold, a whole permit, a downgrade's shared lease.
 	{"Abandon_drops_exactly_its_shared_hold_or_permit", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		t.Run("shared", func(t *testing.T) {
 			const name = "ab:shared"
@@ -766,7 +780,7 @@ var kindBehaviours = []behaviour{
 				t.Fatalf("a's holds after abandoning its re-entry (twice) = %d, want 1", h.HoldCount)
 			}
 			abandon(t, s, name, g1.RequestID)
-			wantHolders(t, Inspect(t, s, name), b)
+			wantHolders(t, backend, Inspect(t, s, name), b)
 		})
 		t.Run("permit", func(t *testing.T) {
 			const name = "ab:sem"
@@ -774,7 +788,7 @@ var kindBehaviours = []behaviour{
 			p2 := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: "a", Limit: 3})
 			abandon(t, s, name, p2.RequestID)
 			abandon(t, s, name, p2.RequestID)
-			wantHolders(t, Inspect(t, s, name), p1.Lease)
+			wantHolders(t, backend, Inspect(t, s, name), p1.Lease)
 			// A grant a replay claimed is left alone.
 			req := lock.AcquireRequest{Lock: name, Owner: "a", Limit: 3, IdempotencyKey: "k"}
 			p3 := tryAcquire(t, s, req)
@@ -782,7 +796,7 @@ var kindBehaviours = []behaviour{
 				t.Fatalf("not a replay: %+v", r)
 			}
 			abandon(t, s, name, p3.RequestID)
-			wantHolders(t, Inspect(t, s, name), p1.Lease, p3.Lease)
+			wantHolders(t, backend, Inspect(t, s, name), p1.Lease, p3.Lease)
 		})
 		t.Run("downgrade", func(t *testing.T) {
 			const name = "ab:down"
@@ -793,12 +807,13 @@ var kindBehaviours = []behaviour{
 			if st.Kind != lock.KindExclusive || st.Holder == nil || st.Holder.HoldCount != 1 {
 				t.Fatalf("state after abandoning the downgrade = %+v", st)
 			}
-			wantHolders(t, st, e)
+			wantHolders(t, backend, st, e)
 		})
 	}},
 	// Force-release ends every lease of the name, of every kind; the queue is
 	// left alone.
 	{"ForceRelease_ends_every_lease_of_the_name", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		force := func(t *testing.T, name string, leases ...lock.Lease) {
 			t.Helper()
@@ -854,6 +869,7 @@ var kindBehaviours = []behaviour{
 	}},
 	// List shows every held name, however it is held.
 	{"List_shows_shared_locks_and_semaphores", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		Acquire(t, s, "kl:excl", "w", time.Minute)
 		shared(t, s, "kl:shared", "r1", time.Minute)
@@ -890,6 +906,7 @@ var kindBehaviours = []behaviour{
 	// A change watcher sees every change of every kind: grants, re-entries,
 	// renewals and releases of shared leases and permits, and a Leave.
 	{"Watch_sees_changes_of_every_kind", func(t *testing.T, backend Backend) {
+		backend.require(t, semaphores)
 		s := backend.Open(t)
 		const name = "watch:kinds"
 		w, err := s.Watch(ctx, name, lock.WatchChanges)
@@ -938,6 +955,7 @@ var kindBehaviours = []behaviour{
 
 	// Fair waiters are granted in arrival order.
 	{"Fair_waiters_are_granted_in_arrival_order", func(t *testing.T, backend Backend) {
+		backend.require(t, fairLocks)
 		s := backend.Open(t)
 		const name = "fair:fifo"
 		a := Acquire(t, s, name, "a", 5*time.Minute)
@@ -966,6 +984,7 @@ var kindBehaviours = []behaviour{
 	// acquire is refused, even of a free lock, with no holder named; the
 	// refusal's ExpiresIn is bounded by the head's place.
 	{"Queue_holds_off_every_other_acquire", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		const name = "fair:holdoff"
 		a := Acquire(t, s, name, "a", time.Minute)
@@ -1013,6 +1032,7 @@ var kindBehaviours = []behaviour{
 	// exclusive waiter refused because of another owner's shared lease;
 	// other waiters wait outside the queue.
 	{"Who_joins_the_queue", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		try := func(t *testing.T, req lock.AcquireRequest) lock.HeldBy {
 			t.Helper()
@@ -1070,6 +1090,7 @@ var kindBehaviours = []behaviour{
 	// apart from it the holder's own expiry, which no queue shortens
 	// (lock-held's holder.expires_in_ms).
 	{"Held_by_reports_the_holders_expiry_behind_a_queue", func(t *testing.T, backend Backend) {
+		backend.require(t, fairLocks)
 		s := backend.Open(t)
 		const name = "held:queue"
 		Acquire(t, s, name, "h", 30*time.Second)
@@ -1091,6 +1112,7 @@ var kindBehaviours = []behaviour{
 	// plain exclusive try may pass it (rule 8; only fair waiting promises
 	// order).
 	{"Queue_place_is_kept_until_granted", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		const name = "fair:keep"
 		r := shared(t, s, name, "r", 5*time.Minute)
@@ -1119,6 +1141,7 @@ var kindBehaviours = []behaviour{
 	// the dead place held off looks again when it would lapse (its refusal's
 	// ExpiresIn); and Inspect no longer counts the dead place.
 	{"Unrenewed_queue_place_lapses", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		const name, plain, counted = "fair:lapse", "fair:lapse-plain", "fair:lapse-count"
 		a := Acquire(t, s, name, "a", 5*time.Minute)
@@ -1151,6 +1174,7 @@ var kindBehaviours = []behaviour{
 	// Leave takes a place out at once and wakes whoever is next: the next
 	// queued waiter, or (the queue now empty) a waiter the queue held off.
 	{"Leave_takes_a_place_out_and_wakes_the_next", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		t.Run("next_in_queue", func(t *testing.T) {
 			const name = "leave:fair"
@@ -1210,6 +1234,7 @@ var kindBehaviours = []behaviour{
 	// A waiter whose wait ends, or whose caller leaves, gives its place up at
 	// once rather than holding the queue up until it lapses.
 	{"Waiter_that_gives_up_leaves_the_queue", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		t.Run("fair_timeout", func(t *testing.T) {
 			const name = "giveup:fair"
@@ -1257,6 +1282,7 @@ var kindBehaviours = []behaviour{
 	// repeat of the request (a wait longer than the server's longest), which
 	// takes it up where it was; a cancelled one gives it up.
 	{"Keyed_fair_waiter_keeps_its_place_across_repeats", func(t *testing.T, backend Backend) {
+		backend.require(t, fairLocks)
 		s := backend.Open(t)
 		t.Run("repeat", func(t *testing.T) {
 			const name = "fair:repeat"
@@ -1306,6 +1332,7 @@ var kindBehaviours = []behaviour{
 	}},
 	// Re-entering is never held off by the queue, nor is a downgrade.
 	{"Reentry_is_never_held_off_by_the_queue", func(t *testing.T, backend Backend) {
+		backend.require(t, queues)
 		s := backend.Open(t)
 		t.Run("exclusive", func(t *testing.T) {
 			const name = "reentry:excl"
@@ -1343,6 +1370,7 @@ var kindBehaviours = []behaviour{
 	// Fair works with shared heads: consecutive readers at the head are
 	// granted one after another, and the writer behind them waits for both.
 	{"Fair_shared_heads_are_granted_together", func(t *testing.T, backend Backend) {
+		backend.require(t, fairLocks)
 		s := backend.Open(t)
 		const name = "fair:readers"
 		a := Acquire(t, s, name, "a", 5*time.Minute)
@@ -1371,6 +1399,7 @@ var kindBehaviours = []behaviour{
 	}},
 	// Fair works with a semaphore: permits go in arrival order.
 	{"Fair_permits_go_in_arrival_order", func(t *testing.T, backend Backend) {
+		backend.require(t, fairLocks)
 		s := backend.Open(t)
 		const name = "fair:permits"
 		p1 := permit(t, s, name, "p1", 2, 5*time.Minute)
@@ -1468,14 +1497,14 @@ func waitQueue(t *testing.T, s lock.Store, name string, n int) {
 
 // wantHolders fails the test unless st lists exactly leases as its holders,
 // in this order (the grant order), each as the lease says.
-func wantHolders(t *testing.T, st lock.State, leases ...lock.Lease) {
+func wantHolders(t *testing.T, backend Backend, st lock.State, leases ...lock.Lease) {
 	t.Helper()
 	if len(st.Holders) != len(leases) {
 		t.Fatalf("%s has %d holders %+v, want %d", st.Lock, len(st.Holders), st.Holders, len(leases))
 	}
 	for i, h := range st.Holders {
 		l := leases[i]
-		if h.Owner != l.Owner || h.Token != l.Token || h.Mode != l.Mode || h.HoldCount != l.HoldCount || !sameTime(h.AcquiredAt, l.AcquiredAt) || !sameTime(h.ExpiresAt, l.ExpiresAt) {
+		if h.Owner != l.Owner || h.Token != l.Token || h.Mode != l.Mode || h.HoldCount != l.HoldCount || !backend.sameTime(h.AcquiredAt, l.AcquiredAt) || !backend.sameTime(h.ExpiresAt, l.ExpiresAt) {
 			t.Fatalf("%s's holder #%d = %+v, want lease %+v", st.Lock, i, h, l)
 		}
 	}

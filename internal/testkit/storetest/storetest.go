@@ -21,7 +21,10 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// Backend is one lock.Store implementation under the suite.
+// Backend is one lock.Store implementation under the suite, and what it
+// declares it offers. A behaviour that needs what a store lacks is skipped,
+// and the suite checks the store's refusal instead; nothing in the suite
+// depends on which store it is, so that two backends can run in parallel.
 type Backend struct {
 	// Open returns an empty store, closed when t ends. Every behaviour opens
 	// its own.
@@ -31,43 +34,47 @@ type Backend struct {
 	// memory); each loses s's data and returns the store to go on with.
 	// Tokens_survive_data_loss runs once per entry.
 	LoseData map[string]func(t *testing.T, s lock.Store) lock.Store
-	// Redlock marks the majority store (internal/store/redlock): it refuses
-	// semaphores and fair locks, which the suite checks instead of their
-	// behaviours, and answers a lease's expiry as what is left of its TTL
-	// after the grant's round trip and the clock-drift allowance.
-	Redlock bool
+
+	// Semaphores: the store grants permits (AcquireRequest.Limit).
+	Semaphores bool
+	// FairQueues: the store grants fair locks (AcquireRequest.Fair) and
+	// queues waiters, holding later acquires off while they wait.
+	FairQueues bool
+	// Events: the store keeps an event log (its Events is not nil).
+	Events bool
+	// Sessions: the store keeps sessions (its Sessions is not nil).
+	Sessions bool
+	// EventsHold is how long a read of the event log holds back the
+	// newest events: a log merged from several, ordered by their clocks
+	// (Redis Cluster's, one per master), in which only each lock's events
+	// are in order. 0 for a log that is one sequence.
+	EventsHold time.Duration
+	// ClockSlack is how far a lease's times may be from what Inspect shows
+	// of them: 0, but on a store that answers what is left of a TTL on
+	// lockapi's clock, less a clock-drift allowance of 1 % of the TTL
+	// (redlock), while Inspect shows the times its masters hold.
+	ClockSlack time.Duration
 }
 
 // Run runs every behaviour of the suite on b, each as a subtest of t named
 // after the behaviour.
 func Run(t *testing.T, b Backend) {
-	clockSlack = 0
-	if b.Redlock {
-		clockSlack = 5 * time.Second
-		t.Run("Redlock_refuses_semaphores_and_fair_locks", func(t *testing.T) { redlockRefusals(t, b) })
-	}
+	t.Run("Declared_events_match_the_store", func(t *testing.T) { checkEvents(t, b) })
+	t.Run("Declared_sessions_match_the_store", func(t *testing.T) { checkSessions(t, b) })
+	t.Run("Refused_kinds", func(t *testing.T) { refusedKinds(t, b) })
 	for _, c := range slices.Concat(behaviours, sessionBehaviours) {
-		t.Run(c.name, func(t *testing.T) {
-			if why, ok := notOnRedlock[c.name]; ok && b.Redlock {
-				t.Skip("redlock mode " + why + " (docs/GUARANTEES.md, choosing a deployment)")
-			}
-			c.test(t, b)
-		})
+		t.Run(c.name, func(t *testing.T) { c.test(t, b) })
 	}
 }
 
-// clockSlack is how far a lease's times may be from what Inspect shows of
-// them: 0, but on redlock (Backend.Redlock), where a lease answers what is
-// left of its TTL on lockapi's clock, less the clock-drift allowance (1 % of
-// the TTL), and Inspect the times a majority of the masters hold on theirs.
-var clockSlack time.Duration
-
-func sameTime(a, b time.Time) bool {
-	d := a.Sub(b)
-	slack := clockSlack
+// sameTime reports whether x and y are the same time, within the
+// backend's ClockSlack.
+func (b Backend) sameTime(x, y time.Time) bool {
+	d := x.Sub(y)
+	slack := b.ClockSlack
 	if slack > 0 {
 		// The drift allowance grows with the TTL: 1 % of it.
-		slack += time.Until(a) / 50
+		slack += time.Until(x) / 50
 	}
 	return max(d, -d) <= slack
 }
@@ -119,12 +126,16 @@ func Inspect(t *testing.T, s lock.Store, name string) lock.State {
 	return st
 }
 
+// WatcherCounter is a store that counts its registered waiters and
+// watchers, as both stores do.
+type WatcherCounter interface{ WatcherCount() int }
+
 // WaitForWaiters waits until n waiters are registered with the store's
 // notification hub (an event, not a sleep). The store must count them
 // (WatcherCount), as both stores do.
 func WaitForWaiters(t *testing.T, s lock.Store, n int) {
 	t.Helper()
-	counter, ok := s.(interface{ WatcherCount() int })
+	counter, ok := s.(WatcherCounter)
 	if !ok {
 		t.Fatalf("%T does not count its watchers", s)
 	}
