@@ -50,6 +50,9 @@ type Event struct {
 	Time        time.Time // of the change, by the server's store
 	// LeaseID is the lease's id, which the server shows to admins only.
 	LeaseID string
+	// Session is the session the lease was bound to, "" for none: an
+	// EventExpired with one says the session's end ended the lease.
+	Session string
 }
 
 // EventsOptions selects the events of Client.Events. The zero value
@@ -250,7 +253,7 @@ func decodeEvent(id, data string) (Event, error) {
 	e := Event{
 		ID: d.ID, Type: EventType(d.Type), Lock: d.Lock, Owner: d.Owner, Principal: d.Principal,
 		Shared: d.Mode == string(api.LeaseModeShared), Token: d.FencingToken, HoldCount: d.HoldCount,
-		QueueLength: -1, Time: at, LeaseID: d.LeaseID,
+		QueueLength: -1, Time: at, LeaseID: d.LeaseID, Session: d.Session,
 	}
 	if d.QueueLength != nil {
 		e.QueueLength = *d.QueueLength

@@ -1003,6 +1003,9 @@ type WebhookEvent struct {
 	// QueueLength Example: 0
 	QueueLength *int32 `json:"queue_length,omitempty"`
 
+	// Session The session the lease was bound to; absent for none.
+	Session *SessionID `json:"session,omitempty"`
+
 	// Time Example: 2026-11-23T17:00:00.000Z
 	Time time.Time `json:"time"`
 
