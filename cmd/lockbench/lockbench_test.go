@@ -296,3 +296,20 @@ func TestCommandDiff(t *testing.T) {
 		t.Errorf("no commands: %q", s)
 	}
 }
+
+// TestSmoke_sessions runs the sessions mode briefly on the memory store,
+// the store that keeps sessions: a multi-lock of 64 and one of the rest
+// per session, renewals, DELETEs and expiries.
+func TestSmoke_sessions(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	server := serve(t, mem, nil)
+	res := runTool(t, "sessions", "-server", server, "-sessions", "12", "-leases", "70", "-session-ttl", "2s", "-prefix", "smoke-s:")
+	positive(t, res, "renew_p50_ms", "delete_max_ms", "expiry_to_free_max")
+	if res["sessions"] != "12" || res["leases_per_session"] != "70" || res["redis_cmds_per_renewal"] != "" {
+		t.Errorf("result %v", res)
+	}
+	if st, err := mem.Inspect(context.Background(), "smoke-s:sess-11-69"); err != nil || st.Held {
+		t.Errorf("a lock of an expired session: %+v, %v", st, err)
+	}
+}

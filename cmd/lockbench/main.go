@@ -78,6 +78,9 @@ type config struct {
 	memory    string // cost: a lockapi on the memory store
 
 	hooks, jobs int // webhooks: webhooks, and acquire+release pairs delivered to each
+
+	sessions, leases int           // sessions: sessions, and leases bound to each
+	sessionTTL       time.Duration // sessions: the sessions' TTL
 }
 
 // mode is a way to run lockbench: what it measures, for -h and errors, and
@@ -100,6 +103,7 @@ var modes = []mode{
 	{"bare", "lockapi at -server against a bare front (net/http and the same store, nothing else) that lockbench starts: server CPU per pair, in alternating -rounds", runBare},
 	{"cost", "Redisson-style baseline, lockapi, lockapi -events-off, bare front, and with -memory lockapi and a bare front on the memory store: Redis and server CPU per pair, in alternating -rounds (needs -redis)", runCost},
 	{"webhooks", "H webhooks (-hooks, default 1000) to a local receiver, then -jobs acquire+release pairs delivered to each: deliveries/s, Redis commands per delivery and idle, acquire latency meanwhile (needs -redis; the server needs LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true)", runWebhooks},
+	{"sessions", "S sessions (-sessions, default 1000) × L leases (-leases, default 100): renewal latency and Redis commands per renewal (with -redis), DELETE latency, and the time from a session's expiry to all its leases free", runSessions},
 	{"bare-front", "serve the bare front on -listen (bare and cost start it themselves)", nil},
 }
 
@@ -172,6 +176,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.kind.names, "names", 3, "-kind multi: names per multi-lock")
 	fs.IntVar(&cfg.hooks, "hooks", targetHooks, hooksFlagHelp)
 	fs.IntVar(&cfg.jobs, "jobs", 10, "webhooks: acquire+release pairs, two events each, delivered to every webhook")
+	fs.IntVar(&cfg.sessions, "sessions", targetSessions, "sessions: number of sessions")
+	fs.IntVar(&cfg.leases, "leases", targetSessionLeases, "sessions: leases bound to each session")
+	fs.DurationVar(&cfg.sessionTTL, "session-ttl", 10*time.Second, "sessions: the sessions' TTL (long enough to bind every lease and renew once)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -198,8 +205,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("which mode? lockbench -h lists them")
 	case !known:
 		return nil, fmt.Errorf("unknown mode %q; lockbench -h lists them", cfg.mode)
-	case cfg.c < 1 || cfg.k < 1 || cfg.n < 1 || cfg.hooks < 1 || cfg.jobs < 1 || cfg.waiters < 0 || cfg.inflight < 0:
-		return nil, errors.New("-c, -k, -n, -hooks and -jobs must be at least 1; -waiters and -inflight not negative")
+	case cfg.c < 1 || cfg.k < 1 || cfg.n < 1 || cfg.hooks < 1 || cfg.jobs < 1 || cfg.sessions < 1 || cfg.leases < 1 || cfg.waiters < 0 || cfg.inflight < 0:
+		return nil, errors.New("-c, -k, -n, -hooks, -jobs, -sessions and -leases must be at least 1; -waiters and -inflight not negative")
 	case cfg.duration <= 0 || cfg.warmup < 0 || cfg.window <= 0 || cfg.settle < 0:
 		return nil, errors.New("-duration and -window must be positive; -warmup and -settle not negative")
 	case cfg.against != "" && (cfg.mode != "throughput" || cfg.rounds < 1):

@@ -44,7 +44,7 @@ func (r row) cells() []string {
 }
 
 // modeOrder orders the table: the headline ratio first.
-var modeOrder = []string{"all", "cost", "bare", "redisson", "throughput", "baseline", "rate", "handoff", "idle", "sse", "webhooks"}
+var modeOrder = []string{"all", "cost", "bare", "redisson", "throughput", "baseline", "rate", "handoff", "idle", "sse", "webhooks", "sessions"}
 
 // record adds res to the benchmarks file cfg.record.
 func record(ctx context.Context, cfg *config, res *result, log io.Writer) error {
