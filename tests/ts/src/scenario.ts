@@ -397,6 +397,28 @@ async function main(): Promise<void> {
     expect(r.data?.released === true, `release B: ${show(r.data)}`);
   });
 
+  await check("a session binds a lease, and DELETE of the session frees it (201, 200, 410 session-lost)", async () => {
+    const created = await api.POST("/v1/sessions", { body: { owner: "ts-session", ttl_ms: 10_000 }, signal: timeout() });
+    expect(created.response.status === 201, `create session: status ${created.response.status}: ${show(created.data ?? created.error)}`);
+    const sess = created.data;
+    expect(sess !== undefined && ULID.test(sess.session_id), `create session: ${show(sess)}`);
+    const name = `${lockName}.session`;
+    const r = await api.POST("/v1/locks/{name}/leases", {
+      params: { path: { name } },
+      body: { owner: "ts-session", session: sess.session_id },
+      signal: timeout(),
+    });
+    expect(r.response.status === 201, `bound acquire: status ${r.response.status}: ${show(r.data ?? r.error)}`);
+    expect(r.data?.session === sess.session_id, `bound acquire: session ${show(r.data?.session)}, want ${show(sess.session_id)}`);
+    const ended = await api.DELETE("/v1/sessions/{id}", { params: { path: { id: sess.session_id } }, signal: timeout() });
+    expect(ended.response.status === 200 && ended.data?.leases.length === 1, `delete session: ${ended.response.status} ${show(ended.data ?? ended.error)}`);
+    const st = await api.GET("/v1/locks/{name}", { params: { path: { name } }, signal: timeout() });
+    expect(st.data?.held === false, `after the session's end: held ${show(st.data?.held)}, want false`);
+    const renewed = await api.POST("/v1/sessions/{id}/renew", { params: { path: { id: sess.session_id } }, body: {}, signal: timeout() });
+    expectProblem("renew the ended session", renewed, 410, "session-lost");
+    return `session ${sess.session_id}`;
+  });
+
   await check("the lock is free at the end (GET: held:false, holder null)", async () => {
     const r = await api.GET("/v1/locks/{name}", { params: { path: { name: lockName } }, signal: timeout() });
     expect(r.response.status === 200, `inspect: status ${r.response.status}, want 200: ${show(r.data ?? r.error)}`);
