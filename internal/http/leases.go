@@ -107,7 +107,7 @@ func waitOutcome(err error) string {
 	switch {
 	case err == nil:
 		return "granted"
-	case lock.ErrorCode(err) == lock.CodeHeld:
+	case lock.ErrorCode(err) == lock.CodeHeld, lock.ErrorCode(err) == lock.CodeLockDelay:
 		return "timeout"
 	case errors.Is(err, errShuttingDown):
 		return "shutdown"
