@@ -233,22 +233,10 @@ func leaseLocation(l lock.Lease) string {
 	return "/v1/locks/" + l.Lock + "/leases/" + l.ID
 }
 
-// crockford marks the characters of an upper-case ULID.
-var crockford = func() (t [256]bool) {
-	for _, c := range "0123456789ABCDEFGHJKMNPQRSTVWXYZ" {
-		t[c] = true
-	}
-	return t
-}()
-
-// checkLeaseID returns a field error unless id looks like a ULID: 26
-// characters of Crockford base32, as the store issues them.
+// checkLeaseID returns a field error unless id looks like a ULID, as the
+// store issues them.
 func checkLeaseID(id string) *lock.FieldError {
-	ok := len(id) == ulid.EncodedSize
-	for i := 0; ok && i < len(id); i++ {
-		ok = crockford[id[i]]
-	}
-	if ok {
+	if lock.ValidULID(id) {
 		return nil
 	}
 	return &lock.FieldError{Field: "lease_id", Detail: "a lease id is a 26-character ULID"}

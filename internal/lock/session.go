@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // Session is a TTL that leases are bound to (docs/SESSIONS.md): a bound
@@ -149,9 +151,6 @@ func CheckSessionID(field, id string) *FieldError {
 	return &FieldError{Field: field, Detail: "a session id is a 26-character ULID"}
 }
 
-// ulidLen is the length of an encoded ULID.
-const ulidLen = 26
-
 // crockford marks the characters of an upper-case ULID.
 var crockford = func() (t [256]bool) {
 	for _, c := range "0123456789ABCDEFGHJKMNPQRSTVWXYZ" {
@@ -163,7 +162,7 @@ var crockford = func() (t [256]bool) {
 // ValidULID reports whether id looks like a ULID: 26 characters of
 // Crockford base32, upper case, as stores issue lease and session ids.
 func ValidULID(id string) bool {
-	ok := len(id) == ulidLen
+	ok := len(id) == ulid.EncodedSize
 	for i := 0; ok && i < len(id); i++ {
 		ok = crockford[id[i]]
 	}
