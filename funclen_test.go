@@ -17,25 +17,6 @@ import (
 // that want names of their own (issue 19 §6).
 const maxFuncLines = 80
 
-// longFuncsAllowed are the folders whose long functions are known and left
-// for now.
-var longFuncsAllowed = []string{
-	// TODO(rooms): internal/store/redis is being restructured on the
-	// `rooms` branch; drop this entry once that lands and shorten what is
-	// left over.
-	"internal/store/redis/",
-}
-
-// longFuncAllowed are single long functions, as "path name", known and
-// left for now: test kits outside the packages issue 19 §6 shortened.
-var longFuncAllowed = map[string]bool{
-	// TODO: split the webhook state conformance suite into one function
-	// per behaviour, as internal/testkit/storetest does.
-	"internal/testkit/statetest/statetest.go Run": true,
-	// TODO: split the API test transport's checks into named steps.
-	"internal/testkit/apitest/apitest.go transport.check": true,
-}
-
 // TestFunctionLength fails for any function longer than maxFuncLines in
 // the library code (internal/, client/, fence/), tests and generated files
 // aside.
@@ -60,17 +41,10 @@ func TestFunctionLength(t *testing.T) {
 	}
 }
 
+// libraryFile reports whether path is library Go source: neither a test
+// nor a generated file.
 func libraryFile(path string) bool {
-	path = filepath.ToSlash(path)
-	if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.HasSuffix(path, ".gen.go") {
-		return false
-	}
-	for _, allowed := range longFuncsAllowed {
-		if strings.HasPrefix(path, allowed) {
-			return false
-		}
-	}
-	return true
+	return strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") && !strings.HasSuffix(path, ".gen.go")
 }
 
 // longFuncs lists the functions of one file longer than maxFuncLines,
@@ -99,9 +73,6 @@ func longFuncs(path string) ([]string, error) {
 			return true
 		}
 		from, to := fset.Position(n.Pos()), fset.Position(n.End())
-		if longFuncAllowed[filepath.ToSlash(path)+" "+name] {
-			return true
-		}
 		if lines := to.Line - from.Line + 1; lines > maxFuncLines {
 			long = append(long, fmt.Sprintf("%s:%d %s (%d lines)", filepath.ToSlash(path), from.Line, name, lines))
 		}

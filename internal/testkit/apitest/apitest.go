@@ -178,9 +178,7 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 		if len(body) > 0 {
 			problems = append(problems, "HEAD answered a body")
 		}
-		get := req.Clone(req.Context())
-		get.Method = http.MethodGet
-		req = get
+		req = withMethod(req, http.MethodGet)
 	}
 	if resp.StatusCode >= 400 {
 		problems = append(problems, t.checkProblem(resp, body, head)...)
@@ -188,18 +186,7 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 
 	route, pathParams, err := t.router.FindRoute(req)
 	if err != nil {
-		// No operation in the spec: the server must refuse the request, with
-		// 405 and Allow if the path has other methods, else with a 4xx.
-		if allowed := t.methodsFor(req); len(allowed) > 0 {
-			if resp.StatusCode != http.StatusMethodNotAllowed {
-				problems = append(problems, fmt.Sprintf("the spec has only %s for this path, so the status must be 405, not %d", strings.Join(allowed, ", "), resp.StatusCode))
-			} else if resp.Header.Get("Allow") == "" {
-				problems = append(problems, "405 without an Allow header")
-			}
-		} else if resp.StatusCode < 400 || resp.StatusCode >= 500 {
-			problems = append(problems, fmt.Sprintf("the spec has no such route, so the status must be 4xx, not %d", resp.StatusCode))
-		}
-		return problems
+		return append(problems, t.checkRefused(req, resp)...)
 	}
 	// The router hands out the parameters as the path spells them; the
 	// spec's schemas describe them decoded, once.
@@ -208,54 +195,43 @@ func (t *transport) check(req *http.Request, reqBody []byte, resp *http.Response
 			pathParams[k] = d
 		}
 	}
-	documented := route.Operation.Responses.Value(strconv.Itoa(resp.StatusCode))
-	if documented == nil && resp.StatusCode == http.StatusInternalServerError {
-		// The default response is documented as the internal error.
-		documented = route.Operation.Responses.Default()
-	}
-	if documented == nil {
-		problems = append(problems, fmt.Sprintf("status %d is not documented for %s", resp.StatusCode, route.Operation.OperationID))
-	} else {
-		modelled := map[string]bool{}
-		for name := range documented.Value.Headers {
-			modelled[http.CanonicalHeaderKey(name)] = true
-		}
-		for name := range resp.Header {
-			if !modelled[name] && !generalHeaders[name] {
-				problems = append(problems, fmt.Sprintf("header %s is not modelled on the %d of %s", name, resp.StatusCode, route.Operation.OperationID))
-			}
-		}
-	}
-
-	ctx := context.Background()
-	reqInput := &openapi3filter.RequestValidationInput{
+	problems = append(problems, checkDocumented(route, resp)...)
+	in := &openapi3filter.RequestValidationInput{
 		Request:    req,
 		PathParams: pathParams,
 		Route:      route,
 		Options:    &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
 	}
 	if t.validateRequests {
-		vreq := req.Clone(ctx)
-		if reqBody != nil {
-			vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
+		problems = append(problems, validateRequest(in, reqBody)...)
+	}
+	return append(problems, validateResponse(in, resp, body, head)...)
+}
+
+// withMethod is a copy of req with another method.
+func withMethod(req *http.Request, method string) *http.Request {
+	other := req.Clone(req.Context())
+	other.Method = method
+	return other
+}
+
+// checkRefused checks the answer to a request the spec has no operation
+// for: the server must refuse it, with 405 and Allow if the path has other
+// methods, else with a 4xx.
+func (t *transport) checkRefused(req *http.Request, resp *http.Response) []string {
+	if allowed := t.methodsFor(req); len(allowed) > 0 {
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			return []string{fmt.Sprintf("the spec has only %s for this path, so the status must be 405, not %d", strings.Join(allowed, ", "), resp.StatusCode)}
 		}
-		reqInput.Request = vreq
-		if err := openapi3filter.ValidateRequest(ctx, reqInput); err != nil {
-			problems = append(problems, "request does not match the spec: "+err.Error())
+		if resp.Header.Get("Allow") == "" {
+			return []string{"405 without an Allow header"}
 		}
-		reqInput.Request = req
+		return nil
 	}
-	respInput := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: reqInput,
-		Status:                 resp.StatusCode,
-		Header:                 resp.Header,
-		Body:                   io.NopCloser(bytes.NewReader(body)),
-		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true, ExcludeResponseBody: head},
+	if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+		return []string{fmt.Sprintf("the spec has no such route, so the status must be 4xx, not %d", resp.StatusCode)}
 	}
-	if err := openapi3filter.ValidateResponse(ctx, respInput); err != nil {
-		problems = append(problems, "response does not match the spec: "+err.Error())
-	}
-	return problems
+	return nil
 }
 
 // methodsFor returns the methods the spec has for req's path.
@@ -265,13 +241,70 @@ func (t *transport) methodsFor(req *http.Request) []string {
 		if m == req.Method {
 			continue
 		}
-		other := req.Clone(req.Context())
-		other.Method = m
-		if _, _, err := t.router.FindRoute(other); err == nil {
+		if _, _, err := t.router.FindRoute(withMethod(req, m)); err == nil {
 			allowed = append(allowed, m)
 		}
 	}
 	return allowed
+}
+
+// checkDocumented checks that the operation documents the response's
+// status, and models every header the response carries that is not one of
+// the generalHeaders.
+func checkDocumented(route *routers.Route, resp *http.Response) []string {
+	documented := route.Operation.Responses.Value(strconv.Itoa(resp.StatusCode))
+	if documented == nil && resp.StatusCode == http.StatusInternalServerError {
+		// The default response is documented as the internal error.
+		documented = route.Operation.Responses.Default()
+	}
+	if documented == nil {
+		return []string{fmt.Sprintf("status %d is not documented for %s", resp.StatusCode, route.Operation.OperationID)}
+	}
+	modelled := map[string]bool{}
+	for name := range documented.Value.Headers {
+		modelled[http.CanonicalHeaderKey(name)] = true
+	}
+	var problems []string
+	for name := range resp.Header {
+		if !modelled[name] && !generalHeaders[name] {
+			problems = append(problems, fmt.Sprintf("header %s is not modelled on the %d of %s", name, resp.StatusCode, route.Operation.OperationID))
+		}
+	}
+	return problems
+}
+
+// validateRequest validates in's request, with reqBody as its body, against
+// the operation's parameters and request body. in is left as it was.
+func validateRequest(in *openapi3filter.RequestValidationInput, reqBody []byte) []string {
+	ctx := context.Background()
+	req := in.Request
+	vreq := req.Clone(ctx)
+	if reqBody != nil {
+		vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
+	}
+	in.Request = vreq
+	defer func() { in.Request = req }()
+	if err := openapi3filter.ValidateRequest(ctx, in); err != nil {
+		return []string{"request does not match the spec: " + err.Error()}
+	}
+	return nil
+}
+
+// validateResponse validates the response to in's request, its status,
+// headers and body (but the body of an answer to a HEAD, which has none),
+// against the operation's responses.
+func validateResponse(in *openapi3filter.RequestValidationInput, resp *http.Response, body []byte, head bool) []string {
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in,
+		Status:                 resp.StatusCode,
+		Header:                 resp.Header,
+		Body:                   io.NopCloser(bytes.NewReader(body)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true, ExcludeResponseBody: head},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		return []string{"response does not match the spec: " + err.Error()}
+	}
+	return nil
 }
 
 // checkProblem checks an error response: a problem+json body of the

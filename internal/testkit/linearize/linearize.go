@@ -114,6 +114,10 @@ type Promise struct {
 	// one token; docs/TOPOLOGIES.md, "What redlock's answers promise").
 	// Without it such a refusal means only a queue was in the way.
 	UnnamedRefusals bool
+	// FirstMasterRefusals: upgrade-refused and limit-mismatch promise only
+	// that the acquire took no effect (redlock mode: they are one
+	// master's answer, which may see the lease of an acquire then undone).
+	FirstMasterRefusals bool
 }
 
 // Strict is the promise of docs/LOCK_KINDS.md.
@@ -123,7 +127,7 @@ var Strict = Promise{ExactHoldCount: true, ExactHolderToken: true}
 // Strict, but for a lock-held problem that names no holder. Hold counts are
 // exact while no master is down or slower than its deadline, which a run
 // with a long LOCKAPI_REDLOCK_TIMEOUT and no faults ensures.
-var Redlock = Promise{ExactHoldCount: true, ExactHolderToken: true, UnnamedRefusals: true}
+var Redlock = Promise{ExactHoldCount: true, ExactHolderToken: true, UnnamedRefusals: true, FirstMasterRefusals: true}
 
 // Model returns the porcupine model of the lock kinds under promise p.
 func Model(p Promise) porcupine.Model {
@@ -423,7 +427,8 @@ func (s *state) acquire(p Promise, in Input, out Output) []*state {
 		}
 		n.leases[d.reenter].holds++
 		return []*state{n}
-	case out.Status == 409 && out.Problem == "lock-held" && out.HolderOwner == "" && p.UnnamedRefusals:
+	case out.Status == 409 && out.Problem == "lock-held" && out.HolderOwner == "" && p.UnnamedRefusals,
+		out.Status == 409 && (out.Problem == "upgrade-refused" || out.Problem == "limit-mismatch") && p.FirstMasterRefusals:
 		return []*state{s.refusedUnnamed(in)}
 	case out.Status == 409 && out.Problem == "lock-held" && !d.grants() && d.refusal == "":
 		n := s

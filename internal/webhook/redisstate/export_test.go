@@ -1,11 +1,15 @@
 package redisstate
 
-import "time"
+import (
+	"time"
 
-// SetHealthEvery sets how long the connection of Changes may stay silent
-// before a PING, until the test ends.
-func SetHealthEvery(cleanup func(func()), d time.Duration) {
-	old := healthEvery
-	healthEvery = d
-	cleanup(func() { healthEvery = old })
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// NewWithHealthEvery is New, except that the connection of Changes may stay
+// silent for d before a PING.
+func NewWithHealthEvery(rdb goredis.UniversalClient, prefix string, timeout, d time.Duration) *State {
+	s := New(rdb, prefix, timeout)
+	s.healthEvery = d
+	return s
 }

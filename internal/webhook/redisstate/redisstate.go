@@ -39,10 +39,10 @@ import (
 // DefaultCallTimeout bounds each Redis call when Options give none.
 const DefaultCallTimeout = 5 * time.Second
 
-// healthEvery is how long the connection of Changes may stay silent before
-// a PING checks that it still works: a connection that died silently would
-// miss every notice. A variable for the tests.
-var healthEvery = 5 * time.Minute
+// defaultHealthEvery is how long the connection of Changes may stay silent
+// before a PING checks that it still works: a connection that died
+// silently would miss every notice.
+const defaultHealthEvery = 5 * time.Minute
 
 // Bounds of the wait between two tries to subscribe to the notices.
 const resubscribeMin, resubscribeMax = 100 * time.Millisecond, 5 * time.Second
@@ -52,6 +52,10 @@ type State struct {
 	rdb     goredis.UniversalClient
 	prefix  string
 	timeout time.Duration
+	// healthEvery is defaultHealthEvery but in tests. A field set at
+	// construction, not a package variable: Changes' goroutine reads it
+	// for as long as it runs, which may be past the end of a test.
+	healthEvery time.Duration
 }
 
 var (
@@ -65,7 +69,7 @@ func New(rdb goredis.UniversalClient, prefix string, timeout time.Duration) *Sta
 	if timeout <= 0 {
 		timeout = DefaultCallTimeout
 	}
-	return &State{rdb: rdb, prefix: prefix + "webhooks:", timeout: timeout}
+	return &State{rdb: rdb, prefix: prefix + "webhooks:", timeout: timeout, healthEvery: defaultHealthEvery}
 }
 
 func (s *State) subsKey() string             { return s.prefix + "subs" }
@@ -184,7 +188,7 @@ func (s *State) listen(ctx context.Context, notify func()) (subscribed bool) {
 	}()
 	pinged := false
 	for {
-		wait := healthEvery
+		wait := s.healthEvery
 		if pinged {
 			wait = s.timeout
 		}

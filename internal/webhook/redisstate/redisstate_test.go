@@ -94,10 +94,9 @@ func TestUnavailable(t *testing.T) {
 // clients, one prefix), and a connection silent past the health check's
 // PING keeps its subscription without telling of changes that were none.
 func TestChanges_across_instances_and_silence(t *testing.T) {
-	redisstate.SetHealthEvery(t.Cleanup, 100*time.Millisecond)
 	srv := redistest.Start(t)
 	prefix := "test:" + ulid.Make().String() + ":"
-	a := redisstate.New(srv.Client(t), prefix, 0)
+	a := redisstate.NewWithHealthEvery(srv.Client(t), prefix, 0, 100*time.Millisecond)
 	b := redisstate.New(srv.Client(t), prefix, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
