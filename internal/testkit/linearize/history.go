@@ -62,29 +62,94 @@ func (h *History) Operations() []porcupine.Operation {
 
 // Result is a check's outcome.
 type Result struct {
+	// Result is Ok when every name's history is linearizable, Illegal when
+	// one is not, and Unknown when the search of one ran out of time before
+	// it decided (and none was Illegal): not a pass.
 	Result porcupine.CheckResult
-	// Visualization is the path of porcupine's HTML visualization, written
-	// when the result is not Ok; "" when it could not be written.
+	// Undecided are the names whose search ran out of time, Illegal those
+	// whose history no run of the model explains.
+	Undecided, Illegal []Partition
+	// Took is how long the check ran.
+	Took time.Duration
+	// Visualization is the path of porcupine's HTML visualization of the
+	// Illegal names, written when there are some; "" when none could be
+	// written.
 	Visualization string
 }
 
-// Check checks ops against the model under promise p.
+// Partition is one name's part of a history: the model checks each apart.
+type Partition struct {
+	Lock string
+	// Ops is its operations; Unknown those whose outcome is unknown, each
+	// of which the search may place, or not, at many points.
+	Ops, Unknown int
+}
+
+func (p Partition) String() string {
+	return fmt.Sprintf("%s (%d operations, %d of unknown outcome)", p.Lock, p.Ops, p.Unknown)
+}
+
+// Check checks ops against the model under promise p, each name's history
+// apart and all at once, each within timeout (none when 0); so a Result
+// says which names are not linearizable, or were not decided in time.
 func Check(p Promise, ops []porcupine.Operation, timeout time.Duration) Result {
+	start := time.Now()
 	m := Model(p)
-	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
-	out := Result{Result: res}
-	if res == porcupine.Ok {
-		return out
+	parts := byLock(ops)
+	results := make([]porcupine.CheckResult, len(parts))
+	var wg sync.WaitGroup
+	for i, part := range parts {
+		wg.Go(func() { results[i] = porcupine.CheckOperationsTimeout(m, part, timeout) })
 	}
-	f, err := os.CreateTemp("", "lockapi-linearizability-*.html")
-	if err != nil {
-		return out
+	wg.Wait()
+	var out Result
+	var illegal []porcupine.Operation
+	for i, part := range parts {
+		switch results[i] {
+		case porcupine.Illegal:
+			out.Illegal = append(out.Illegal, partition(part))
+			illegal = append(illegal, part...)
+		case porcupine.Unknown:
+			out.Undecided = append(out.Undecided, partition(part))
+		}
 	}
-	defer f.Close()
-	if porcupine.Visualize(m, info, f) == nil {
-		out.Visualization = f.Name()
+	out.Took = time.Since(start)
+	switch {
+	case len(out.Illegal) > 0:
+		out.Result = porcupine.Illegal
+		out.Visualization = visualize(m, illegal, timeout)
+	case len(out.Undecided) > 0:
+		out.Result = porcupine.Unknown
+	default:
+		out.Result = porcupine.Ok
 	}
 	return out
+}
+
+func partition(ops []porcupine.Operation) Partition {
+	p := Partition{Lock: ops[0].Input.(Input).Lock, Ops: len(ops)}
+	for _, op := range ops {
+		if op.Output.(Output).Unknown {
+			p.Unknown++
+		}
+	}
+	return p
+}
+
+// visualize checks ops again, recording what porcupine's visualization
+// shows, writes it to a temporary file and returns its path; "" when it
+// could not be written.
+func visualize(m porcupine.Model, ops []porcupine.Operation, timeout time.Duration) string {
+	_, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
+	f, err := os.CreateTemp("", "lockapi-linearizability-*.html")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if porcupine.Visualize(m, info, f) != nil {
+		return ""
+	}
+	return f.Name()
 }
 
 // Dump writes ops, one a line in order of call, to a temporary file and

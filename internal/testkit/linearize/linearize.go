@@ -130,25 +130,62 @@ var Strict = Promise{ExactHoldCount: true, ExactHolderToken: true}
 var Redlock = Promise{ExactHoldCount: true, ExactHolderToken: true, UnnamedRefusals: true, FirstMasterRefusals: true}
 
 // Model returns the porcupine model of the lock kinds under promise p.
+//
+// The model is nondeterministic (an operation of unknown outcome took
+// effect or did not), so porcupine's state is the set of states the
+// history so far may have led to. That set is built here, sorted by each
+// state's key, not with porcupine's NondeterministicModel, which compares
+// each step's states pairwise: that costs the square of the set's size,
+// and a name with a few dozen operations of unknown outcome (a Sentinel
+// failover's 5xx answers) has large sets.
 func Model(p Promise) porcupine.Model {
-	m := porcupine.NondeterministicModel{
+	return porcupine.Model{
 		Partition: byLock,
-		Init:      func() []any { return []any{&state{}} },
-		Step: func(s, in, out any) []any {
-			var next []any
-			for _, settled := range s.(*state).settle() {
-				for _, n := range settled.step(p, in.(Input), out.(Output)) {
-					next = append(next, n)
+		Init:      func() any { return states{&state{}} },
+		Step: func(s, in, out any) (bool, any) {
+			var next []*state
+			for _, st := range s.(states) {
+				for _, settled := range st.settle() {
+					next = append(next, settled.step(p, in.(Input), out.(Output))...)
 				}
 			}
-			return next
+			set := newStates(next)
+			return len(set) > 0, set
 		},
-		Equal:             func(a, b any) bool { return a.(*state).String() == b.(*state).String() },
-		Hash:              func(s any) uint64 { h := fnv.New64a(); h.Write([]byte(s.(*state).String())); return h.Sum64() },
+		Equal:             func(a, b any) bool { return a.(states).equal(b.(states)) },
+		Hash:              func(s any) uint64 { return s.(states).hash() },
 		DescribeOperation: describe,
-		DescribeState:     func(s any) string { return s.(*state).String() },
+		DescribeState:     func(s any) string { return s.(states).String() },
 	}
-	return m.ToModel()
+}
+
+// states is a set of states, ordered by key and without repeats.
+type states []*state
+
+func newStates(all []*state) states {
+	slices.SortFunc(all, func(a, b *state) int { return strings.Compare(a.String(), b.String()) })
+	return slices.CompactFunc(all, func(a, b *state) bool { return a.String() == b.String() })
+}
+
+func (ss states) equal(other states) bool {
+	return slices.EqualFunc(ss, other, func(a, b *state) bool { return a.String() == b.String() })
+}
+
+func (ss states) hash() uint64 {
+	h := fnv.New64a()
+	for _, s := range ss {
+		h.Write([]byte(s.String()))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+func (ss states) String() string {
+	keys := make([]string, len(ss))
+	for i, s := range ss {
+		keys[i] = s.String()
+	}
+	return "{" + strings.Join(keys, ", ") + "}"
 }
 
 // byLock partitions a history by name: no operation touches two names.
@@ -191,7 +228,8 @@ type take struct {
 	abandoned bool
 }
 
-// state is one name. Step never changes a state: it returns new ones.
+// state is one name. Step never changes a state: it returns new ones,
+// each changed only between its clone and its return.
 type state struct {
 	leases       []lease // in grant order
 	limit        int     // the semaphore's limit while permits are held
@@ -199,10 +237,16 @@ type state struct {
 	lastReleased string  // the lease id whose release is answered again
 	queue        []string
 	takes        []take
+
+	// key is String's answer, made at its first call: sets of states
+	// (Model) are ordered and compared by it at every step, and formatting
+	// each state at each comparison took nine tenths of a check's time.
+	key string
 }
 
 func (s *state) clone() *state {
 	c := *s
+	c.key = ""
 	c.leases = slices.Clone(s.leases)
 	c.queue = slices.Clone(s.queue)
 	c.takes = slices.Clone(s.takes)
@@ -210,6 +254,13 @@ func (s *state) clone() *state {
 }
 
 func (s *state) String() string {
+	if s.key == "" {
+		s.key = s.describe()
+	}
+	return s.key
+}
+
+func (s *state) describe() string {
 	var b strings.Builder
 	for _, l := range s.leases {
 		mode := "x"
