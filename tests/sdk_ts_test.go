@@ -18,7 +18,8 @@ import (
 // redis-server: it installs the package's dev dependencies (npm ci), builds
 // its ESM and CommonJS output (npm run build), and runs npm test once per
 // store with the server's URL and API keys in the environment (see
-// sdk/ts/test/helpers.mjs). The servers have API keys configured, so every
+// sdk/ts/test/helpers.mjs, which also learns the store's name from
+// LOCKAPI_STORE). The servers have API keys configured, so every
 // scenario also shows that the SDK sends its key, renewals included.
 //
 // It needs node and npm (and the npm registry, or its cache, for npm ci).
@@ -46,7 +47,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			s := startServer(t, append(st.env(t), "LOCKAPI_API_KEYS="+keys.lines))
-			out := runTool(t, dir, 3*time.Minute, keys.env(s.URL), npm, "test")
+			out := runTool(t, dir, 3*time.Minute, append(keys.env(s.URL), "LOCKAPI_STORE="+st.name), npm, "test")
 			// node --test exits non-zero on a failure; an exit 0 must also
 			// have run tests, not found none.
 			if !regexp.MustCompile(`(?m)^# pass [1-9][0-9]*$`).Match(out) || !regexp.MustCompile(`(?m)^# fail 0$`).Match(out) {

@@ -1,11 +1,12 @@
-// The client: acquire (with waiting and idempotent retries), withLock, and
-// the entry to the event stream. Mirrors the Go client (client/client.go).
+// The client: acquire (one lock, or several at once), withLock, sessions,
+// and the entry to the event stream. Mirrors the Go client (client/).
 
-import { LeaseLostError, LockHeldError, UnavailableError } from "./errors.js";
+import { acquireMany, acquireOne, type AcquireAllOptions, type AcquireOptions } from "./acquire.js";
+import { LeaseLostError, SessionLostError } from "./errors.js";
 import { events, type EventsOptions, type LockEvent } from "./events.js";
 import { Http, pathName, type FetchLike } from "./http.js";
-import { Lease, type LeaseData } from "./lease.js";
-import { abortReason, Backoff, monotonicNow, randomHex, sleep } from "./internal.js";
+import type { Lease } from "./lease.js";
+import { Session, type SessionOptions } from "./session.js";
 
 /** Bounds each request that does not wait for a lock, unless ClientOptions.requestTimeoutMs says otherwise. */
 export const defaultRequestTimeoutMs = 30_000;
@@ -17,45 +18,6 @@ export interface ClientOptions {
   requestTimeoutMs?: number;
   /** The fetch to send requests with (a proxy, TLS settings, a test double); the global fetch by default. */
   fetch?: FetchLike;
-}
-
-/** Tunes an acquire. Every field is optional. */
-export interface AcquireOptions {
-  /**
-   * Names the holder. The same owner acquiring a lock it holds is
-   * reentrant: it gets the same lease (id and token) with one more hold,
-   * and each release drops one. Unset means a fresh owner unique to this
-   * acquire, whose release drops every hold.
-   */
-  owner?: string;
-  /** How long the lease lasts unless renewed; the server's default (30 s) unless set. The lease renews itself every TTL/3 while held. */
-  ttlMs?: number;
-  /**
-   * How long to wait for the lock while another owner holds it; unset or 0
-   * tries once. A wait longer than the server's maximum (60 s by default)
-   * takes several requests, and failures that may pass are retried with
-   * backoff while the wait lasts.
-   */
-  waitMs?: number;
-  /** Asks for a read lease: any number of shared leases hold the lock together, an exclusive one holds it alone. */
-  shared?: boolean;
-  /** Makes the name a semaphore with this many permits (1 to 10,000); each acquire takes one. */
-  limit?: number;
-  /** Waits in arrival order: while others queued first, the lock goes to them. Matters only with waitMs. */
-  fair?: boolean;
-  /** Labels kept with the lease and shown to anyone who looks at the lock: at most 16. */
-  metadata?: Record<string, string>;
-  /**
-   * The Idempotency-Key of the acquire's requests (a random one unless
-   * set). Every request of one acquire carries the same key, so a retry
-   * that finds a grant whose answer was lost gets that grant back instead
-   * of a second hold. Setting it, with an owner, makes acquires of
-   * separate calls (or processes) repeats of one another while the lease
-   * lives.
-   */
-  idempotencyKey?: string;
-  /** Aborts the acquire (its reason is the rejection). */
-  signal?: AbortSignal;
 }
 
 /** A lockapi server's client. */
@@ -75,72 +37,51 @@ export class Client {
    * UnauthorizedError, ForbiddenError, UnavailableError) or the signal's
    * reason.
    */
-  async acquire(name: string, opts: AcquireOptions = {}): Promise<Lease> {
-    const unique = !opts.owner;
-    const body = acquireBody(opts, opts.owner || uniqueOwner());
-    const waitMs = opts.waitMs !== undefined && opts.waitMs > 0 ? opts.waitMs : 0;
-    const deadline = waitMs > 0 ? monotonicNow() + waitMs : undefined;
-    // One key for every request of this acquire: its retries are repeats.
-    const key = opts.idempotencyKey || randomHex(16);
-    const bo = new Backoff(100, 5000);
-    for (;;) {
-      const wait = deadline === undefined ? 0 : deadline - monotonicNow();
-      if (wait >= 1) {
-        body["wait_ms"] = Math.floor(wait);
-      } else {
-        delete body["wait_ms"];
-      }
-      const sent = monotonicNow();
-      let err: unknown;
-      try {
-        const a = await this.http.call<LeaseData>("POST", `/v1/locks/${pathName(name)}/leases`, {
-          body,
-          headers: { "Idempotency-Key": key },
-          signal: opts.signal,
-          timeoutMs: Math.max(wait, 0) + this.http.timeoutMs,
-          lockName: name,
-        });
-        return await this.grant(a.data, unique, wait > 0, sent, monotonicNow());
-      } catch (e) {
-        if (opts.signal?.aborted || e instanceof LeaseLostError) {
-          throw e;
-        }
-        err = e;
-      }
-      const received = monotonicNow();
-
-      // Asked again only while the wait lasts: a lock still held after the
-      // server's longest wait, or a failure that may pass.
-      if (deadline === undefined || deadline - monotonicNow() < 1) {
-        throw err;
-      }
-      let pause = 0;
-      if (err instanceof LockHeldError) {
-        if (received - sent < 100) {
-          pause = bo.next(); // the server hardly waited: do not spin
-        }
-      } else if (err instanceof UnavailableError) {
-        pause = Math.max(bo.next(), err.retryAfterMs ?? 0);
-      } else {
-        throw err;
-      }
-      if (pause > 0 && !(await sleep(Math.min(pause, deadline - monotonicNow()), opts.signal))) {
-        throw abortReason(opts.signal!);
-      }
-    }
+  acquire(name: string, opts: AcquireOptions = {}): Promise<Lease> {
+    return acquireOne(this.http, name, opts);
   }
 
-  /** Makes the lease of a granted acquire and starts its watchdog. */
-  private async grant(g: LeaseData, unique: boolean, waited: boolean, sent: number, received: number): Promise<Lease> {
-    const l = new Lease(this.http, g, unique, sent);
-    // The lease can only be vouched for from when the request was sent. An
-    // acquire that waited may have been granted long after that, so confirm
-    // the grant with a renewal, which measures afresh.
-    if (waited && received - sent > l.ttlMs / 10) {
-      await l.confirmGrant(received);
-    }
-    l.startWatchdog();
-    return l;
+  /**
+   * Acquires every lock in names, or none (the multi-lock, POST
+   * /v1/leases): the server takes them one at a time in one global order
+   * and never holds some while it waits for the others, so overlapping
+   * acquireAll calls cannot deadlock. The leases come in the order of
+   * names; each renews itself and is released on its own. When a lock is
+   * still held after waitMs it rejects with LockHeldError naming it.
+   *
+   * Unlike acquire, it does not repeat a request whose answer was lost (a
+   * multi-lock takes no Idempotency-Key): it rejects, and the server gives
+   * back whatever the lost answer granted when it notices, or the leases
+   * end with their TTL.
+   */
+  acquireAll(names: string[], opts: AcquireAllOptions = {}): Promise<Lease[]> {
+    return acquireMany(this.http, names, opts);
+  }
+
+  /**
+   * Starts a session (POST /v1/sessions) and its watchdog, which renews it
+   * every TTL/3. Leases acquired through it are bound to it: see Session.
+   * A server whose store keeps no sessions rejects with an ApiError 501
+   * `unsupported`.
+   */
+  session(opts: SessionOptions = {}): Promise<Session> {
+    return Session.create(this.http, opts);
+  }
+
+  /**
+   * Starts a session, runs fn with it, and closes it at the end (which
+   * releases every lease bound to it), also when fn throws. `session.signal`
+   * aborts the moment the session is lost, with the SessionLostError as its
+   * reason: pass it to the work, or check it.
+   *
+   * It resolves with fn's result. It rejects with fn's error when fn
+   * throws, except that when the session was lost and fn failed by the
+   * abort (or did not fail), it rejects with the SessionLostError; and with
+   * close's error when only that failed.
+   */
+  async withSession<T>(opts: SessionOptions, fn: (session: Session) => Promise<T> | T): Promise<T> {
+    const session = await this.session(opts);
+    return runThenEnd(session, fn, () => session.close(), SessionLostError);
   }
 
   /**
@@ -156,31 +97,7 @@ export class Client {
    */
   async withLock<T>(name: string, opts: AcquireOptions, fn: (lease: Lease) => Promise<T> | T): Promise<T> {
     const lease = await this.acquire(name, opts);
-    let result: T | undefined;
-    let failed = false;
-    let fnErr: unknown;
-    try {
-      result = await fn(lease);
-    } catch (e) {
-      failed = true;
-      fnErr = e;
-    }
-    let relErr: unknown;
-    try {
-      await lease.release();
-    } catch (e) {
-      relErr = e;
-    }
-    if (failed) {
-      if (relErr instanceof LeaseLostError && isAbortOf(fnErr, lease)) {
-        throw relErr;
-      }
-      throw fnErr;
-    }
-    if (relErr !== undefined) {
-      throw relErr;
-    }
-    return result as T;
+    return runThenEnd(lease, fn, () => lease.release(), LeaseLostError);
   }
 
   /**
@@ -209,35 +126,44 @@ export class Client {
   }
 }
 
-/** Whether err is how work fails when the lease's signal aborts. */
-function isAbortOf(err: unknown, lease: Lease): boolean {
-  return err === lease.signal.reason || err instanceof LeaseLostError || (err instanceof Error && err.name === "AbortError");
+/**
+ * Runs fn with holder (a lease or a session), then ends it, also when fn
+ * throws; settles as withLock and withSession say.
+ */
+async function runThenEnd<H extends { signal: AbortSignal }, T>(
+  holder: H,
+  fn: (holder: H) => Promise<T> | T,
+  endIt: () => Promise<void>,
+  LostError: abstract new (...args: never[]) => Error,
+): Promise<T> {
+  let result: T | undefined;
+  let failed = false;
+  let fnErr: unknown;
+  try {
+    result = await fn(holder);
+  } catch (e) {
+    failed = true;
+    fnErr = e;
+  }
+  let endErr: unknown;
+  try {
+    await endIt();
+  } catch (e) {
+    endErr = e;
+  }
+  if (failed) {
+    if (endErr instanceof LostError && isAbortOf(fnErr, holder.signal, LostError)) {
+      throw endErr;
+    }
+    throw fnErr;
+  }
+  if (endErr !== undefined) {
+    throw endErr;
+  }
+  return result as T;
 }
 
-/** The acquire request that opts describe (openapi.yaml, AcquireRequest). */
-function acquireBody(opts: AcquireOptions, owner: string): Record<string, unknown> {
-  const body: Record<string, unknown> = { owner };
-  if (opts.ttlMs !== undefined && opts.ttlMs > 0) {
-    body["ttl_ms"] = Math.ceil(opts.ttlMs);
-  }
-  if (opts.metadata && Object.keys(opts.metadata).length > 0) {
-    body["metadata"] = opts.metadata;
-  }
-  if (opts.shared) {
-    body["mode"] = "shared";
-  }
-  if (opts.limit !== undefined && opts.limit > 0) {
-    body["limit"] = opts.limit;
-  }
-  if (opts.fair) {
-    body["fair"] = true;
-  }
-  return body;
+/** Whether err is how work fails when signal aborts with a LostError. */
+function isAbortOf(err: unknown, signal: AbortSignal, LostError: abstract new (...args: never[]) => Error): boolean {
+  return err === signal.reason || err instanceof LostError || (err instanceof Error && err.name === "AbortError");
 }
-
-/** An owner nobody else uses: the process id where there is one, and 48 random bits. */
-function uniqueOwner(): string {
-  const pid = (globalThis as { process?: { pid?: number } }).process?.pid;
-  return `${pid !== undefined ? "node:" + pid : "js"}:${randomHex(6)}`;
-}
-

@@ -1,7 +1,8 @@
 // The errors of the client. Every answer of the server that is not a
 // success is an ApiError (RFC 9457 problem details with a stable `type`
 // URI), or one of its subclasses for the answers a caller treats apart.
-// A lease that no longer holds its lock is a LeaseLostError.
+// A lease that no longer holds its lock is a LeaseLostError, a session
+// that ended without close() a SessionLostError.
 
 /** The base of the `type` URIs of lockapi's problems: `${problemTypeBase}lock-held`. */
 export const problemTypeBase = "https://lockapi.dev/problems/";
@@ -117,6 +118,27 @@ export class LockHeldError extends ApiError {
   }
 }
 
+/**
+ * 409 `lock-delay`: the lock lost a session's lease moments ago (the
+ * session expired, or a force release) and stays closed to new grants for
+ * the session's lock-delay, so that the lost holder's last writes land
+ * first. Try again after `retryAfterMs`.
+ */
+export class LockDelayError extends ApiError {
+  /** The closed lock. */
+  readonly lock: string;
+  /** How long the delay lasts at most, from the server's Retry-After (whole seconds, rounded up). */
+  declare readonly retryAfterMs: number;
+
+  constructor(p: ProblemInit, lock: string) {
+    super({ ...p, retryAfterMs: p.retryAfterMs ?? 1000 });
+    this.lock = lock;
+  }
+}
+
+/** 404 `session-not-found`: no such session, or another principal's (whose existence is not disclosed). */
+export class SessionNotFoundError extends ApiError {}
+
 /** 401 `unauthorized`: no API key, or one the server does not (or no longer) accept. */
 export class UnauthorizedError extends ApiError {}
 
@@ -156,6 +178,30 @@ export class LeaseLostError extends Error {
 
   override get name(): string {
     return "LeaseLostError";
+  }
+}
+
+/**
+ * The session ended without `close()`: the server answered a renewal (or an
+ * acquire bound to it) 410 `session-lost` (it expired, or someone deleted
+ * it) or 404 `session-not-found` (it was forgotten), refused a renewal, or
+ * no renewal succeeded before a safety margin ahead of its expiry. Every
+ * lease bound to it is lost too; stop the guarded work. `cause` is the
+ * answer or failure that showed the loss, if any.
+ */
+export class SessionLostError extends Error {
+  readonly sessionId: string;
+  /** Why, in words. */
+  readonly reason: string;
+
+  constructor(sessionId: string, reason: string, cause?: unknown) {
+    super(`lockapi: session lost: ${sessionId}: ${reason}`, cause === undefined ? undefined : { cause });
+    this.sessionId = sessionId;
+    this.reason = reason;
+  }
+
+  override get name(): string {
+    return "SessionLostError";
   }
 }
 
@@ -227,6 +273,12 @@ export async function responseError(res: Response, lockName: string): Promise<Ap
       : undefined;
     const lock = typeof doc.lock === "string" ? doc.lock : lockName;
     return new LockHeldError(p, lock, holder, typeof doc.queue_length === "number" ? doc.queue_length : 0);
+  }
+  if (p.type === problemTypeBase + "lock-delay") {
+    return new LockDelayError(p, typeof doc?.lock === "string" ? doc.lock : lockName);
+  }
+  if (p.type === problemTypeBase + "session-not-found") {
+    return new SessionNotFoundError(p);
   }
   switch (res.status) {
     case 401:

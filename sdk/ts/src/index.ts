@@ -2,13 +2,19 @@
 // See README.md, and docs/SDK_TS.md in the lockapi repository.
 
 export { Client, defaultRequestTimeoutMs } from "./client.js";
-export type { AcquireOptions, ClientOptions } from "./client.js";
+export type { ClientOptions } from "./client.js";
+export type { AcquireAllOptions, AcquireOptions } from "./acquire.js";
 export { Lease, LeaseReleasedError } from "./lease.js";
+export { Session, SessionClosedError } from "./session.js";
+export type { SessionAcquireAllOptions, SessionAcquireOptions, SessionOptions } from "./session.js";
 export {
   ApiError,
   ForbiddenError,
   LeaseLostError,
+  LockDelayError,
   LockHeldError,
+  SessionLostError,
+  SessionNotFoundError,
   UnauthorizedError,
   UnavailableError,
   problemTypeBase,

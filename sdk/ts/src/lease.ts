@@ -2,9 +2,11 @@
 // released or lost. The rules are those of the Go client (client/lease.go):
 // renewals that fail in ways that may pass are retried, but only while the
 // lease is surely still held; a 410, a refusal, or no successful renewal
-// before a safety margin ahead of the lease's expiry loses it.
+// before a safety margin ahead of the lease's expiry loses it. A lease
+// bound to a session has no watchdog of its own: it lives and ends with
+// its session (client/session.go, Lease.follow).
 
-import { ApiError, LeaseLostError, UnavailableError } from "./errors.js";
+import { ApiError, LeaseLostError, UnavailableError, type SessionLostError } from "./errors.js";
 import type { Http } from "./http.js";
 import { pathName } from "./http.js";
 import { abortReason, Backoff, monotonicNow, sleep, unref } from "./internal.js";
@@ -23,6 +25,29 @@ export interface LeaseData {
   expires_at: string;
   metadata: Record<string, string>;
   release_url: string;
+  /** The session the lease is bound to; absent for a lease with a TTL of its own. */
+  session?: string;
+}
+
+/**
+ * @internal What a lease bound to a session needs of it (Session
+ * implements it): its expiry stands for the lease's, its renewals renew
+ * the lease, and its end ends the lease.
+ */
+export interface SessionBinding {
+  readonly id: string;
+  readonly ttlMs: number;
+  readonly expiresAt: Date;
+  /** When (monotonic ms) the session's watchdog would give it up: its expiry less the safety margin. */
+  safeDeadline(): number;
+  renew(opts?: { ttlMs?: number }): Promise<void>;
+  keepAlive(): Promise<void>;
+  /**
+   * Calls fn once when the session ends (at once if it has): with the
+   * SessionLostError when it was lost, undefined when it was closed.
+   * Returns a function that stops the call.
+   */
+  onEnd(fn: (lost: SessionLostError | undefined) => void): () => void;
 }
 
 /** What Lease.renew, keepAlive and release reject with once the lease was released. */
@@ -67,6 +92,8 @@ export class Lease {
   readonly releaseUrl: string;
   /** Aborted when the lease is lost (not when it is released); its reason is the LeaseLostError. */
   readonly signal: AbortSignal;
+  /** The id of the session the lease is bound to; undefined for a lease with a TTL (and watchdog) of its own. */
+  readonly sessionId: string | undefined;
 
   private readonly http: Http;
   /** The owner is unique to this lease: release drops every hold. */
@@ -85,9 +112,13 @@ export class Lease {
   private watching: Promise<void> = Promise.resolve();
   private wake: (() => void) | undefined;
   private releasing: Promise<void> | undefined;
+  /** The session the lease is bound to, if any. */
+  private readonly session: SessionBinding | undefined;
+  /** Stops following the session (release). */
+  private unfollow: (() => void) | undefined;
 
-  /** @internal Leases come from Client.acquire. */
-  constructor(http: Http, g: LeaseData, releaseAll: boolean, sentAt: number) {
+  /** @internal Leases come from Client.acquire and Session.acquire. */
+  constructor(http: Http, g: LeaseData, releaseAll: boolean, sentAt: number, session?: SessionBinding) {
     this.http = http;
     this.name = g.lock;
     this.leaseId = g.lease_id;
@@ -102,6 +133,8 @@ export class Lease {
     this.holds = g.hold_count;
     this.renewedAt = sentAt;
     this.signal = this.lostCtl.signal;
+    this.session = session;
+    this.sessionId = session?.id;
   }
 
   /** Whether the lease is a read lease. */
@@ -109,9 +142,9 @@ export class Lease {
     return this.mode === "shared";
   }
 
-  /** The lease's TTL in milliseconds, as of the last acquire or renewal. */
+  /** The lease's TTL in milliseconds, as of the last acquire or renewal: its session's for a bound lease. */
   get ttlMs(): number {
-    return this.ttl;
+    return this.session?.ttlMs ?? this.ttl;
   }
 
   /** Reentrant holds, as of the last acquire or renewal. */
@@ -122,9 +155,13 @@ export class Lease {
   /**
    * When the lease ends unless renewed, as far as this client can vouch
    * for it: from when the last successful acquire or renewal was sent, so
-   * never later than the server's own expiry.
+   * never later than the server's own expiry. A bound lease's is its
+   * session's.
    */
   get expiresAt(): Date {
+    if (this.session) {
+      return this.session.expiresAt;
+    }
     return new Date(Date.now() + (this.renewedAt + this.ttl - monotonicNow()));
   }
 
@@ -142,6 +179,24 @@ export class Lease {
   startWatchdog(): void {
     this.watching = this.watch().catch(() => {
       // watch settles every failure into the lease's end; nothing escapes.
+    });
+  }
+
+  /**
+   * @internal Makes a lease bound to session end with it, in place of a
+   * watchdog: lost (signal aborts, with a LeaseLostError whose cause is the
+   * SessionLostError) when the session is lost, released when it is
+   * closed. Session.acquire calls it once.
+   */
+  follow(session: SessionBinding): void {
+    this.unfollow = session.onEnd((sessionLost) => {
+      this.gone = true; // the server dropped it with the session
+      if (sessionLost) {
+        const reason = "its session was lost: " + sessionLost.reason;
+        this.end(new LeaseLostError(this.name, this.leaseId, this.fencingToken, reason, sessionLost), true);
+      } else {
+        this.end(new LeaseReleasedError(this.name, this.leaseId), false);
+      }
     });
   }
 
@@ -166,9 +221,14 @@ export class Lease {
    * its TTL). A 410 or any refusal but a 400 loses the lease (`signal`
    * aborts) and rejects with LeaseLostError; a failure that may pass
    * rejects with UnavailableError and leaves the lease to its watchdog.
+   * A bound lease renews its session (Session.renew), and so every lease
+   * bound to it.
    */
   async renew(opts: { ttlMs?: number } = {}): Promise<void> {
     this.mustBeHeld();
+    if (this.session) {
+      return this.session.renew(opts);
+    }
     try {
       await this.renewOnce(this.stopCtl.signal, this.http.timeoutMs, opts.ttlMs);
     } catch (e) {
@@ -187,9 +247,13 @@ export class Lease {
    * Renews the lease as the watchdog does: failures that may pass are
    * retried until the safety margin before the lease's expiry. It rejects
    * with LeaseLostError (and the lease is lost) when that does not succeed.
+   * A bound lease keeps its session alive (Session.keepAlive).
    */
   async keepAlive(): Promise<void> {
     this.mustBeHeld();
+    if (this.session) {
+      return this.session.keepAlive();
+    }
     try {
       await this.keepAliveUntilSafe(this.stopCtl.signal, false);
     } catch (e) {
@@ -212,7 +276,8 @@ export class Lease {
    * with another holder's. Failures that may pass are retried a few times
    * while that is safe, then rejected with; the lease then ends by itself
    * within its TTL. Calling it again sends nothing and settles as the first
-   * call did.
+   * call did. A bound lease that its session's close() released resolves
+   * without sending anything.
    */
   release(): Promise<void> {
     this.releasing ??= this.doRelease();
@@ -222,9 +287,13 @@ export class Lease {
   private async doRelease(): Promise<void> {
     this.stopCtl.abort();
     this.wake?.();
+    this.unfollow?.();
     await this.watching;
 
     const lostBefore = this.ended;
+    if (lostBefore instanceof LeaseReleasedError) {
+      return; // its session's close() released it
+    }
     if (lostBefore) {
       if (!this.gone) {
         // Lost by the watchdog's deadline: the server may still hold the
@@ -367,8 +436,11 @@ export class Lease {
     this.holds = a.data.hold_count;
   }
 
-  /** When the watchdog gives the lease up: its expiry less the safety margin. */
+  /** When the watchdog gives the lease up: its expiry less the safety margin (its session's, for a bound lease). */
   private safeDeadline(): number {
+    if (this.session) {
+      return this.session.safeDeadline();
+    }
     return this.renewedAt + this.ttl - safetyMargin(this.ttl);
   }
 
@@ -427,7 +499,7 @@ export class Lease {
 }
 
 /** How long before a lease's expiry the watchdog gives up renewing: clock drift, and time for the holder to stop its work. */
-function safetyMargin(ttl: number): number {
+export function safetyMargin(ttl: number): number {
   return ttl / 5;
 }
 
@@ -437,7 +509,7 @@ export function attemptTimeout(ttl: number, limit: number): number {
 }
 
 /** Paces renewal retries to the TTL: the retries of one lease fit between TTL/3 and the safety margin. */
-function renewBackoff(ttl: number): Backoff {
+export function renewBackoff(ttl: number): Backoff {
   const base = Math.min(Math.max(ttl / 30, 5), 500);
   return new Backoff(base, Math.min(Math.max(ttl / 6, base), 5000));
 }

@@ -25,6 +25,8 @@ export const server = {
   expiredKey: env("LOCKAPI_EXPIRED_KEY"),
   /** locks:read and locks:write on names matching "other:*" only. */
   narrowKey: env("LOCKAPI_NARROW_KEY"),
+  /** The store behind the server ("memory", "redis"), where the runner says; "" when it does not. */
+  store: process.env.LOCKAPI_STORE ?? "",
 };
 
 /** A lock name no other test (or run) uses. */
