@@ -106,9 +106,9 @@ class SessionTest(SessionTestCase):
         if s is None:
             return
         names = [self.name() for _ in range(4)]
-        s.acquire(names[0])
-        s.acquire(names[1], shared=True)
-        s.acquire_all(names[2:])
+        leases = [s.acquire(names[0]), s.acquire(names[1], shared=True)] + s.acquire_all(names[2:])
+        for lease in leases:
+            lease.keep_alive()  # starts no watchdog of its own
         renewals = lambda p: sum(b" /v1/sessions/%s/renew " % s.session_id.encode() in h for h in p.heads)
         # Three TTLs pass: the session's one watchdog keeps all of them.
         proxy.wait(lambda p: renewals(p) >= 9, timeout=3.0 + PROMPTLY, what="nine renewals of the session")
@@ -144,7 +144,7 @@ class SessionTest(SessionTestCase):
         proxy = Proxy(BASE_URL)
         self.addCleanup(proxy.close)
         client = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5)
-        s = self.session(client, ttl=1.0)
+        s = self.session(client, ttl=1.5)
         if s is None:
             return
         name, multi = self.name(), [self.name(), self.name()]
@@ -154,7 +154,7 @@ class SessionTest(SessionTestCase):
         proxy.set_mode(Proxy.REFUSE)  # no renewal reaches the server
         proxy.cut()
 
-        self.assertTrue(s.lost.wait(1.0 + PROMPTLY), "never gave the session up")
+        self.assertTrue(s.lost.wait(1.5 + PROMPTLY), "never gave the session up")
         self.assertLess(datetime.now(timezone.utc), s.expires_at, "lost after the expiry it vouched for")
         err = s.error
         assert err is not None
