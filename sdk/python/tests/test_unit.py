@@ -47,12 +47,26 @@ class ErrorFromResponseTest(unittest.TestCase):
             (429, "rate-limited", lockapi.Unavailable),
             (409, "limit-mismatch", lockapi.APIError),
             (400, "invalid-request", lockapi.APIError),
+            (410, "session-lost", lockapi.SessionLost),
+            (404, "session-not-found", lockapi.SessionNotFound),
+            (501, "unsupported", lockapi.APIError),
         ]
         for status, slug, cls in cases:
             with self.subTest(slug=slug):
                 err = error_from_response(status, PROBLEM, problem(status, slug), "x")
                 self.assertIs(type(err), cls)
                 self.assertEqual((err.status, err.slug, err.detail), (status, slug, "d"))
+
+    def test_lock_delay_with_retry_after(self) -> None:
+        headers = dict(PROBLEM, **{"retry-after": "5"})
+        err = error_from_response(409, headers, problem(409, "lock-delay", lock="deploy:prod"), "x")
+        self.assertIs(type(err), lockapi.LockDelay)
+        assert isinstance(err, lockapi.LockDelay)
+        self.assertEqual((err.lock, err.retry_after, err.status), ("deploy:prod", 5.0, 409))
+
+    def test_a_lost_session_is_a_lost_lease(self) -> None:
+        err = error_from_response(410, PROBLEM, problem(410, "session-lost"))
+        self.assertIsInstance(err, lockapi.LeaseLost, "except LeaseLost catches a session's loss too")
 
     def test_no_problem_document_is_classified_by_status(self) -> None:
         err = error_from_response(502, {"content-type": "text/html", "retry-after": "3"}, b"<h1>Bad gateway</h1>")

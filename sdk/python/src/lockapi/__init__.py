@@ -16,12 +16,16 @@ from ._errors import (
     Forbidden,
     Holder,
     LeaseLost,
+    LockDelay,
     LockHeld,
+    SessionLost,
+    SessionNotFound,
     Unauthorized,
     Unavailable,
 )
 from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, Event
-from ._lease import Lease
+from ._lease import Lease, release_all
+from ._session import Session
 
 __version__ = "0.1.0"
 
@@ -29,11 +33,16 @@ __all__ = [
     "Client",
     "DEFAULT_TIMEOUT",
     "Lease",
+    "Session",
+    "release_all",
     "Event",
     "APIError",
     "LockHeld",
     "Holder",
     "LeaseLost",
+    "LockDelay",
+    "SessionLost",
+    "SessionNotFound",
     "Unauthorized",
     "Forbidden",
     "Unavailable",

@@ -9,12 +9,13 @@ import secrets
 import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from ._errors import APIError, LeaseLost, LockHeld, Unavailable, error_from_response
+from ._errors import APIError, LeaseLost, LockDelay, LockHeld, Unavailable, error_from_response
 from ._events import Event, stream_events
-from ._http import Response, Transport, lock_path
-from ._lease import Lease
+from ._http import Transport, lock_path
+from ._lease import Lease, release_all
+from ._session import Session
 from ._timing import Backoff, attempt_timeout
 
 DEFAULT_TIMEOUT = 30.0
@@ -58,14 +59,22 @@ class Client:
         (idempotency_key, or a random one), so a retry that finds a grant
         whose answer was lost gets that grant back instead of a second hold.
 
-        Raises LockHeld when the lock is still held after the wait, or
-        another APIError.
+        Raises LockHeld when the lock is still held after the wait, LockDelay
+        when it is closed for a session's lock-delay, or another APIError.
         """
+        return self._acquire(name, ttl, wait, owner, shared, limit, fair, metadata, idempotency_key)
+
+    def _acquire(self, name: str, ttl: Optional[float], wait: float, owner: Optional[str], shared: bool,
+                 limit: Optional[int], fair: bool, metadata: Optional[Mapping[str, str]],
+                 idempotency_key: Optional[str], session: Optional[Session] = None) -> Lease:
+        """acquire, of a lease bound to session unless that is None."""
         release_all = owner is None
         if owner is None:
             owner = unique_owner()
         body: Dict[str, Any] = {"owner": owner}
-        if ttl is not None and ttl > 0:
+        if session is not None:
+            body["session"] = session.session_id  # and no ttl_ms: the session's is the lease's
+        elif ttl is not None and ttl > 0:
             body["ttl_ms"] = max(1, math.ceil(ttl * 1000))
         if metadata:
             body["metadata"] = dict(metadata)
@@ -96,14 +105,16 @@ class Client:
             else:
                 received = time.monotonic()
                 if resp.status in (200, 201):
-                    return self._grant(resp, release_all, wait_ms > 0, sent, sent_wall, received)
+                    replayed = resp.headers.get("idempotent-replayed", "") == "true"
+                    return self._grant(resp.json(), release_all, wait_ms > 0, sent, sent_wall, received,
+                                       replayed, session)
                 err = error_from_response(resp.status, resp.headers, resp.body, name)
 
             # Asked again only while the wait lasts: a lock still held after
             # the server's longest wait, or a failure that may pass.
             if deadline is None or deadline - time.monotonic() < 0.001:
                 raise err
-            if isinstance(err, LockHeld):
+            if isinstance(err, (LockHeld, LockDelay)):
                 pause = backoff.next() if received - sent < 0.1 else 0.0  # the server hardly waited: do not spin
             elif isinstance(err, Unavailable):
                 pause = max(backoff.next(), err.retry_after)
@@ -111,10 +122,12 @@ class Client:
                 raise err
             time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
-    def _grant(self, resp: Response, release_all: bool, waited: bool, sent: float, sent_wall: float,
-               received: float) -> Lease:
-        lease = Lease(self._http, self.timeout, resp.json(), release_all, sent, sent_wall,
-                      replayed=resp.headers.get("idempotent-replayed", "") == "true")
+    def _grant(self, doc: Mapping[str, Any], release_all: bool, waited: bool, sent: float, sent_wall: float,
+               received: float, replayed: bool = False, session: Optional[Session] = None) -> Lease:
+        lease = Lease(self._http, self.timeout, doc, release_all, sent, sent_wall, replayed=replayed,
+                      session=session)
+        if session is not None:
+            return lease  # kept by its session's watchdog, which measures its own renewals
         # The lease can only be vouched for from when the request was sent.
         # An acquire that waited may have been granted long after that, so
         # confirm the grant with a renewal, which measures afresh. Until then
@@ -155,6 +168,115 @@ class Client:
                              metadata=metadata, idempotency_key=idempotency_key)
         with lease.keep_alive(on_lost):
             yield lease
+
+    def acquire_all(self, names: Sequence[str], ttl: Optional[float] = 30.0, wait: float = 0,
+                    owner: Optional[str] = None, shared: bool = False,
+                    metadata: Optional[Mapping[str, str]] = None) -> List[Lease]:
+        """Acquires every lock in names, or none (POST /v1/leases): the server
+        takes them one at a time in one global order and never holds some
+        while it waits for the others, so overlapping calls cannot deadlock.
+        Returns the leases in the order of names; each is renewed
+        (``keep_alive()``) and released on its own, or all together with
+        :func:`lockapi.release_all`. The arguments are :meth:`acquire`'s;
+        limit and fair do not apply to several locks.
+
+        Raises LockHeld naming the lock still held after the wait, or another
+        APIError. Unlike acquire, a request whose answer was lost is not
+        repeated (a multi-lock takes no Idempotency-Key): it raises
+        Unavailable, and whatever the lost answer granted ends with its TTL.
+        """
+        return self._acquire_all(names, ttl, wait, owner, shared, metadata)
+
+    def _acquire_all(self, names: Sequence[str], ttl: Optional[float], wait: float, owner: Optional[str],
+                     shared: bool, metadata: Optional[Mapping[str, str]],
+                     session: Optional[Session] = None) -> List[Lease]:
+        """acquire_all, of leases bound to session unless that is None."""
+        names = list(names)
+        release_all_holds = owner is None
+        if owner is None:
+            owner = unique_owner()
+        body: Dict[str, Any] = {"locks": names, "owner": owner}
+        if session is not None:
+            body["session"] = session.session_id
+        elif ttl is not None and ttl > 0:
+            body["ttl_ms"] = max(1, math.ceil(ttl * 1000))
+        if metadata:
+            body["metadata"] = dict(metadata)
+        if shared:
+            body["mode"] = "shared"
+        what = ", ".join(names)
+
+        deadline = time.monotonic() + wait if wait and wait > 0 else None
+        backoff = Backoff(0.1, 5.0)
+        while True:
+            left = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
+            wait_ms = int(left * 1000)
+            if wait_ms > 0:
+                body["wait_ms"] = wait_ms
+            else:
+                body.pop("wait_ms", None)
+            sent, sent_wall = time.monotonic(), time.time()
+            resp = self._http.request("POST", "/v1/leases", body=body, timeout=left + self.timeout)
+            received = time.monotonic()
+            if resp.status == 201:
+                return self._grant_all(resp.json()["leases"], release_all_holds, wait_ms > 0, sent, sent_wall,
+                                       received, session)
+            err = error_from_response(resp.status, resp.headers, resp.body, what)
+            if not isinstance(err, (LockHeld, LockDelay)) or deadline is None or deadline - time.monotonic() < 0.001:
+                raise err
+            if received - sent < 0.1:  # the server hardly waited: do not spin
+                time.sleep(max(0.0, min(backoff.next(), deadline - time.monotonic())))
+
+    def _grant_all(self, docs: Sequence[Mapping[str, Any]], release_all_holds: bool, waited: bool, sent: float,
+                   sent_wall: float, received: float, session: Optional[Session]) -> List[Lease]:
+        """The leases of a granted multi-lock, all or none."""
+        leases: List[Lease] = []
+        for i, doc in enumerate(docs):
+            try:
+                leases.append(self._grant(doc, release_all_holds, waited, sent, sent_wall, received,
+                                          session=session))
+            except APIError:
+                for rest in docs[i + 1:]:
+                    try:
+                        Lease(self._http, self.timeout, rest, release_all_holds, sent, sent_wall)._delete(self.timeout)
+                    except APIError:
+                        pass
+                try:
+                    release_all(leases)
+                except APIError:
+                    pass
+                raise
+        return leases
+
+    def session(self, ttl: Optional[float] = 10.0, lock_delay: float = 0.0,
+                owner: Optional[str] = None) -> Session:
+        """Starts a session (POST /v1/sessions; docs/SESSIONS.md) and its
+        watchdog, which renews it every TTL/3, and with it every lease bound
+        to it by ``session.acquire`` or ``session.acquire_all``::
+
+            with client.session(ttl=10, lock_delay=5) as s:
+                a = s.acquire("orders:7")
+                b, c = s.acquire_all(["stock:1", "stock:2"])
+                ...  # s.lost is set if the session ends; every bound lease is lost with it
+            # closed here: every bound lease released at once
+
+        ttl: seconds the session and its leases last unless renewed (None:
+        the server's default, 10 s). lock_delay: seconds a lock stays closed
+        to new grants (409 LockDelay) after a bound lease ended by the
+        session's expiry or a force release. owner: the session's holder
+        (None: a unique one). Raises APIError (``status`` 501, slug
+        ``unsupported``) on a server whose store keeps no sessions.
+        """
+        body: Dict[str, Any] = {"owner": owner or unique_owner()}
+        if ttl is not None and ttl > 0:
+            body["ttl_ms"] = max(1, math.ceil(ttl * 1000))
+        if lock_delay and lock_delay > 0:
+            body["lock_delay_ms"] = max(1, math.ceil(lock_delay * 1000))
+        sent, sent_wall = time.monotonic(), time.time()
+        resp = self._http.request("POST", "/v1/sessions", body=body, timeout=self.timeout)
+        if resp.status != 201:
+            raise error_from_response(resp.status, resp.headers, resp.body)
+        return Session(self, resp.json(), sent, sent_wall)._start()
 
     def events(self, prefix: Optional[str] = None, lock: Optional[str] = None,
                types: Optional[Sequence[str]] = None, after: Optional[str] = None) -> Iterator[Event]:

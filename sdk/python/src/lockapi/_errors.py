@@ -117,6 +117,32 @@ class LeaseLost(APIError):
     """
 
 
+class SessionLost(LeaseLost):
+    """The session ended without :meth:`Session.close`: the server answered
+    410 session-lost (it was not renewed within its TTL, or someone deleted
+    it) or 404 to a renewal, or no renewal succeeded in time. Every lease
+    bound to it is lost with it, so it is a :class:`LeaseLost` too: stop the
+    guarded work. An acquire naming an ended session raises it as well.
+    """
+
+
+class SessionNotFound(APIError):
+    """404 session-not-found: no such session, or another principal's (its
+    existence is not disclosed), or one ended long enough ago (an hour) to be
+    forgotten."""
+
+
+class LockDelay(APIError):
+    """409 lock-delay: a lease bound to a session ended moments ago by the
+    session's expiry or a force release, and the lock is closed to new grants
+    for that session's lock-delay. ``retry_after`` is the seconds until it
+    opens (whole seconds, rounded up); ``lock`` the lock's name."""
+
+    def __init__(self, detail: str = "", *, lock: str = "", **kw: Any) -> None:
+        self.lock = lock
+        super().__init__(detail, **kw)
+
+
 class Unauthorized(APIError):
     """401: no API key, or not a valid one (unknown, revoked or expired)."""
 
@@ -134,6 +160,8 @@ class Unavailable(APIError):
 
 _BY_SLUG = {
     "lease-lost": LeaseLost,
+    "session-lost": SessionLost,
+    "session-not-found": SessionNotFound,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
     "unavailable": Unavailable,
@@ -174,6 +202,8 @@ def error_from_response(status: int, headers: Mapping[str, str], body: bytes, lo
             detail = detail[:200] + "…"
 
     slug = problem_type[len(PROBLEM_BASE):] if problem_type.startswith(PROBLEM_BASE) else ""
+    if slug == "lock-delay":
+        return LockDelay(detail, lock=str(doc.get("lock") or lock), **kw)
     if status == 409 and (slug == "lock-held" or "holder" in doc):
         return LockHeld(detail, lock=str(doc.get("lock") or lock), holder=_holder(doc.get("holder")),
                         queue_length=int(doc.get("queue_length") or 0), **kw)

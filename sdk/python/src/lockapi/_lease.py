@@ -6,11 +6,14 @@ import math
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from ._errors import APIError, LeaseLost, Unavailable, error_from_response
+from ._errors import APIError, LeaseLost, SessionLost, Unavailable, error_from_response
 from ._http import Transport, lock_path
 from ._timing import attempt_timeout, renew_backoff, safety_margin
+
+if TYPE_CHECKING:
+    from ._session import Session
 
 # How often release sends its request at most.
 RELEASE_ATTEMPTS = 3
@@ -35,13 +38,19 @@ class Lease:
     before the last expiry it can vouch for, since after that another holder
     may exist. Any other refusal (410 lease-lost, 404, 403) is final at once.
 
+    A lease bound to a session (:meth:`Session.acquire`) has no watchdog of
+    its own: the session's renews it, its TTL and expiry are the session's,
+    and it is lost when the session is (:attr:`error` is then a
+    :class:`SessionLost`). A clean :meth:`Session.close` releases it.
+
     Holding is never certain: a process can pause past its lease. Pass
     :attr:`fencing_token` to the resources you guard, and have them refuse
     tokens smaller than one they have seen.
     """
 
     def __init__(self, transport: Transport, timeout: float, doc: Mapping[str, Any],
-                 release_all: bool, sent: float, sent_wall: float, replayed: bool = False) -> None:
+                 release_all: bool, sent: float, sent_wall: float, replayed: bool = False,
+                 session: Optional["Session"] = None) -> None:
         self._http = transport
         self._timeout = timeout
         #: The lock's name.
@@ -61,6 +70,10 @@ class Lease:
         #: True when the server answered a repeat of an earlier acquire
         #: (same idempotency key) with the lease it granted then.
         self.replayed = replayed
+        #: The session the lease is bound to, or None.
+        self.session: Optional["Session"] = session
+        #: The id of the session the lease is bound to, as the server said, or None.
+        self.session_id: Optional[str] = doc.get("session") or None
         #: Set when the lease is lost: a renewal or the release was refused
         #: (410 lease-lost after an expiry or a force release), or no renewal
         #: succeeded in time. Not set by a successful release.
@@ -83,6 +96,9 @@ class Lease:
         self._on_lost: Optional[Callable[[LeaseLost], None]] = None
         self._release_lock = threading.Lock()
         self._release_called = False
+        self._closed_by_session = False  # a clean Session.close released it
+        if session is not None:
+            session._bind(self)
 
     def __repr__(self) -> str:
         return "<lockapi.Lease %s lease_id=%s owner=%s fencing_token=%d%s>" % (
@@ -90,7 +106,10 @@ class Lease:
 
     @property
     def ttl(self) -> float:
-        """The lease's TTL in seconds, as of the last acquire or renewal."""
+        """The lease's TTL in seconds, as of the last acquire or renewal (a
+        bound lease's is its session's)."""
+        if self.session is not None:
+            return self.session.ttl
         with self._mu:
             return self._ttl
 
@@ -104,7 +123,10 @@ class Lease:
     def expires_at(self) -> datetime:
         """When the lease ends unless renewed, as far as this client can
         vouch for it: measured from when the last successful acquire or
-        renewal was sent, so never later than the server's own expiry."""
+        renewal was sent, so never later than the server's own expiry. A
+        bound lease's is its session's."""
+        if self.session is not None:
+            return self.session.expires_at
         with self._mu:
             return datetime.fromtimestamp(self._renewed_wall + self._ttl, tz=timezone.utc)
 
@@ -126,11 +148,13 @@ class Lease:
         """Starts the watchdog thread (once; later calls do nothing) and
         returns the lease. on_lost, if given, is called once from the
         watchdog's thread with the LeaseLost error when the lease is lost,
-        e.g. to stop a child process."""
+        e.g. to stop a child process. A bound lease starts no thread (its
+        session's watchdog keeps it), and on_lost is called when the session
+        is lost."""
         with self._mu:
             if on_lost is not None and self._on_lost is None:
                 self._on_lost = on_lost
-            if self._watchdog is not None or self._ended or self._release_called:
+            if self.session is not None or self._watchdog is not None or self._ended or self._release_called:
                 return self
             self._watchdog = threading.Thread(target=self._watch, name="lockapi-watchdog " + self.name, daemon=True)
             self._watchdog.start()
@@ -140,10 +164,17 @@ class Lease:
         """Renews the lease now, with a new TTL in seconds if given (it then
         stays the lease's TTL). Failures that may pass are retried until the
         safety margin before the expiry. Raises LeaseLost, and sets
-        :attr:`lost`, when the lease is gone."""
+        :attr:`lost`, when the lease is gone. A bound lease renews its
+        session (:meth:`Session.renew`)."""
         self.check()
-        if self._release_called:
+        if self._release_called or self._closed_by_session:
             raise LeaseLost("lock %r, lease %s: the lease was released" % (self.name, self.lease_id))
+        if self.session is not None:
+            try:
+                self.session.renew(ttl)
+            except SessionLost as e:
+                raise (self.error or e) from e
+            return
         try:
             self._renew_with_retry(self._stop, ttl)
         except _Stopped:
@@ -173,7 +204,9 @@ class Lease:
                 watchdog.join()
 
             with self._mu:
-                lost, gone = self._error, self._gone
+                lost, gone, closed = self._error, self._gone, self._closed_by_session
+            if closed:
+                return  # its session's close released it
             if lost is not None:
                 if not gone:
                     # Lost by the watchdog's deadline: the server may still
@@ -191,6 +224,8 @@ class Lease:
                 raise err from e
             finally:
                 self._end(None, lost=False)  # no-op once ended above
+                if self.session is not None:
+                    self.session._unbind(self)
 
     def __enter__(self) -> "Lease":
         return self.keep_alive()
@@ -270,6 +305,8 @@ class Lease:
 
     def _safe_deadline(self) -> float:
         """When the watchdog gives the lease up: its expiry less the margin."""
+        if self.session is not None:
+            return self.session._safe_deadline()
         with self._mu:
             return self._renewed_at + self._ttl - safety_margin(self._ttl)
 
@@ -320,6 +357,22 @@ class Lease:
                 except Exception:  # the callback's failure is not the lease's
                     pass
 
+    def _session_ended(self, err: Optional[SessionLost]) -> None:
+        """Its session ended: lost with err, or released by a clean close
+        (err None). Either way the server no longer holds the lease."""
+        with self._mu:
+            self._gone = True
+            if err is None:
+                self._closed_by_session = True
+        if err is None:
+            self._end(None, lost=False)
+            return
+        lost = SessionLost("lock %r, lease %s, fencing token %d: its session was lost: %s"
+                           % (self.name, self.lease_id, self.fencing_token, err),
+                           type=err.type, status=err.status, title=err.title, request_id=err.request_id)
+        lost.__cause__ = err
+        self._end(lost, lost=True)
+
     def _lost_error(self, cause: APIError) -> LeaseLost:
         if cause.status == 410:
             reason = "the server no longer has it: it expired or was force-released"
@@ -340,3 +393,17 @@ class Lease:
         err = LeaseLost("lock %r, lease %s, fencing token %d: %s" % (self.name, self.lease_id, self.fencing_token, reason))
         err.__cause__ = last
         return err
+
+
+def release_all(leases: Iterable[Lease]) -> None:
+    """Releases every lease (from :meth:`Client.acquire_all`, or any
+    others), each as :meth:`Lease.release` does, also when one fails; then
+    raises the first failure, if any."""
+    errors: List[APIError] = []
+    for lease in leases:
+        try:
+            lease.release()
+        except APIError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
