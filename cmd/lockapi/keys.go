@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/lockapi/lockapi/internal/auth"
 )
@@ -24,11 +25,15 @@ Flags:
                      (default locks:read,locks:write)
   --patterns P,...   comma-separated lock-name patterns the key may use,
                      e.g. ci:*,deploy:* (default *)
+  --expires DURATION the key expires this long from now, e.g. 720h; the
+                     line gets an expires= field (default: never expires)
+  --expires-at TIME  the key expires at this RFC 3339 UTC time, e.g.
+                     2027-01-31T00:00:00Z (instead of --expires)
 
 Output: two lines, "key:  " and the key, "line: " and the line.
 
-Exit status: 0 printed; 2 usage error, or a scope or pattern that is not
-one.
+Exit status: 0 printed; 2 usage error, a scope or pattern that is not
+one, or an expiry that is not in the future.
 `
 
 // keys handles "lockapi keys new".
@@ -46,7 +51,12 @@ func keys(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	f.bind("principal", stringValue(&principal, ""))
 	f.bind("scopes", stringValue(&scopes, "locks:read,locks:write"))
 	f.bind("patterns", stringValue(&patterns, "*"))
+	var expiresIn time.Duration
+	var expiresAt time.Time
+	f.bind("expires", durationValue(&expiresIn, 0, positive))
+	f.bind("expires-at", expiresAtValue(&expiresAt))
 	err := f.parse(args[1:])
+	now := time.Now()
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, keysUsage)
@@ -55,6 +65,12 @@ func keys(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("unexpected argument %q", f.fs.Arg(0))
 	case err == nil && principal == "":
 		err = errors.New("missing --principal NAME, who the key belongs to")
+	case err == nil && expiresIn > 0 && !expiresAt.IsZero():
+		err = errors.New("--expires and --expires-at both say when the key expires: give one")
+	case err == nil && expiresIn > 0:
+		expiresAt = now.Add(expiresIn)
+	case err == nil && !expiresAt.IsZero() && !expiresAt.After(now):
+		err = fmt.Errorf("--expires-at %s is not in the future: the key would authenticate nobody", auth.FormatExpires(expiresAt))
 	}
 	if err != nil {
 		reportUsage(stderr, "keys new", err)
@@ -64,11 +80,24 @@ func keys(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, s := range strings.Split(scopes, ",") {
 		ss = append(ss, auth.Scope(strings.TrimSpace(s)))
 	}
-	key, line, err := auth.NewKey(principal, ss, strings.Split(patterns, ","))
+	key, line, err := auth.NewExpiringKey(principal, ss, strings.Split(patterns, ","), expiresAt)
 	if err != nil {
 		fmt.Fprintf(stderr, "lockapi keys new: %v\n", err)
 		return exitUsage
 	}
 	fmt.Fprintf(stdout, "key:  %s\nline: %s\n", key, line)
 	return 0
+}
+
+// expiresAtValue is a key's expiry as the key line writes it (an RFC 3339
+// UTC time), read by the key line's own rule (auth.ParseExpires).
+func expiresAtValue(p *time.Time) value {
+	return value{arg: "TIME", set: func(s string) error {
+		t, err := auth.ParseExpires(s)
+		if err != nil {
+			return wantf("an RFC 3339 UTC time such as 2027-01-31T00:00:00Z")
+		}
+		*p = t
+		return nil
+	}}
 }

@@ -266,6 +266,11 @@ func loadSecurity(c serveConfig, log zerolog.Logger) (*auth.Keyring, *auth.Relea
 	} else {
 		log.Info().Int("keys", keys.Len()).Msg("API keys required on /v1 routes")
 	}
+	// An expired key is no configuration error (a rotation leaves the old
+	// line for a while), but whoever still holds it will get 401s.
+	for _, principal := range keys.Expired(time.Now()) {
+		log.Warn().Str("principal", principal).Msg("an API key has expired (its expires= time has passed): requests with it are answered 401; remove its line")
+	}
 	signer, err := releaseSigner(c)
 	if err != nil {
 		return nil, nil, nil, err

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -122,15 +123,19 @@ func TestParseKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, ok := ring.Authenticate(key)
-	if !ok || k.Principal != "ci" || !k.Has(ScopeWrite) || k.Has(ScopeAdmin) || !k.MayUse("deploy:prod") || k.MayUse("payments:1") {
-		t.Fatalf("key = %+v, %v", k, ok)
+	now := time.Now()
+	k, err := ring.Authenticate(key, now)
+	if err != nil || k.Principal != "ci" || !k.Has(ScopeWrite) || k.Has(ScopeAdmin) || !k.MayUse("deploy:prod") || k.MayUse("payments:1") || !k.Expires.IsZero() {
+		t.Fatalf("key = %+v, %v", k, err)
 	}
-	if _, ok := ring.Authenticate(key + "x"); ok {
-		t.Fatal("a wrong key authenticated")
+	if _, err := ring.Authenticate(key, now.AddDate(100, 0, 0)); err != nil {
+		t.Fatalf("a key without expires= expired: %v", err)
 	}
-	if _, ok := ring.Authenticate(""); ok {
-		t.Fatal("an empty key authenticated")
+	if _, err := ring.Authenticate(key+"x", now); err != ErrUnknownKey {
+		t.Fatalf("a wrong key: %v, want ErrUnknownKey", err)
+	}
+	if _, err := ring.Authenticate("", now); err != ErrUnknownKey {
+		t.Fatalf("an empty key: %v, want ErrUnknownKey", err)
 	}
 
 	for _, bad := range []string{
@@ -141,11 +146,91 @@ func TestParseKeys(t *testing.T) {
 		"principal=ci principal=cd scopes=admin patterns=* sha256=" + strings.Repeat("a", 64),
 		"garbage",
 		line + ";" + line, // the same key twice
+		line + " expires=2027-01-31T00:00:00Z expires=2028-01-31T00:00:00Z",
 	} {
 		if _, err := ParseKeys(bad); err == nil {
 			t.Errorf("ParseKeys(%q) accepted it", bad)
 		}
 	}
+}
+
+func TestParseKeys_expires(t *testing.T) {
+	key, line, err := NewKey("ci", []Scope{ScopeRead}, []string{"ci:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2027, 1, 31, 12, 0, 0, 0, time.UTC)
+
+	t.Run("OK", func(t *testing.T) {
+		ring, err := ParseKeys(line + " expires=2027-01-31T12:00:00Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := ring.Authenticate(key, at.Add(-time.Second))
+		if err != nil || !k.Expires.Equal(at) {
+			t.Fatalf("a second before expiry: %+v, %v", k, err)
+		}
+		if got := ring.Expired(at.Add(-time.Second)); len(got) != 0 {
+			t.Fatalf("Expired before expiry = %v", got)
+		}
+	})
+
+	t.Run("ErrExpired", func(t *testing.T) {
+		ring, err := ParseKeys(line + " expires=2027-01-31T12:00:00Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, now := range []time.Time{at, at.Add(time.Hour)} {
+			k, err := ring.Authenticate(key, now)
+			var expired *ExpiredKeyError
+			if k != nil || !errors.As(err, &expired) || expired.Principal != "ci" || !expired.At.Equal(at) {
+				t.Fatalf("at %v: %+v, %v; want an ExpiredKeyError", now, k, err)
+			}
+			if msg := err.Error(); msg != "the API key expired at 2027-01-31T12:00:00Z" || strings.Contains(msg, key) {
+				t.Fatalf("message %q", msg)
+			}
+		}
+		if got := ring.Expired(at); len(got) != 1 || got[0] != "ci" {
+			t.Fatalf("Expired = %v, want [ci]", got)
+		}
+		// A wrong token says nothing about the expired key.
+		if _, err := ring.Authenticate(key+"x", at); err != ErrUnknownKey {
+			t.Fatalf("a wrong key: %v, want ErrUnknownKey", err)
+		}
+	})
+
+	t.Run("ErrBadTime", func(t *testing.T) {
+		for _, v := range []string{
+			"", "tomorrow", "2027-01-31", "2027-01-31T12:00:00", "2027-01-31T12:00:00+02:00",
+			"2027-13-01T00:00:00Z", "1738324800",
+		} {
+			_, err := ParseKeys("# c\n" + line + " expires=" + v)
+			if err == nil {
+				t.Errorf("expires=%q accepted", v)
+				continue
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "key line 2: expires ") || !strings.Contains(msg, "RFC 3339 UTC") || strings.Contains(msg, "\n") {
+				t.Errorf("expires=%q: message %q", v, msg)
+			}
+		}
+	})
+
+	t.Run("NewExpiringKey", func(t *testing.T) {
+		key, line, err := NewExpiringKey("ci", []Scope{ScopeRead}, []string{"*"}, at.Add(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(line, " expires=2027-01-31T12:00:00Z") {
+			t.Fatalf("line %q", line)
+		}
+		ring, err := ParseKeys(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ring.Authenticate(key, at); err == nil {
+			t.Fatal("the key authenticated at its expiry")
+		}
+	})
 }
 
 func FuzzParseKeys(f *testing.F) {

@@ -6,6 +6,9 @@
 //
 //	principal=ci scopes=locks:read,locks:write patterns=ci:*,deploy:* sha256=<64 hex digits>
 //
+// An optional expires=<RFC 3339 UTC time> field ends the key's life at that
+// instant; a line without it never expires.
+//
 // `lockapi keys new` prints a fresh key and its line.
 package auth
 
@@ -16,9 +19,11 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
 )
@@ -41,7 +46,15 @@ type Key struct {
 	// Patterns are the lock names the key may use: '*' matches any run of
 	// characters, everything else matches itself.
 	Patterns []string
-	hash     [sha256.Size]byte
+	// Expires is when the key stops authenticating; zero: never.
+	Expires time.Time
+	hash    [sha256.Size]byte
+}
+
+// ExpiredAt reports whether the key has expired at now: from its Expires
+// instant on, it authenticates nobody.
+func (k *Key) ExpiredAt(now time.Time) bool {
+	return !k.Expires.IsZero() && !now.Before(k.Expires)
 }
 
 // Has reports whether the key carries scope; admin carries every scope.
@@ -109,13 +122,32 @@ func (r *Keyring) Len() int {
 	return len(r.keys)
 }
 
-// Authenticate returns the key whose hash matches token. It hashes token and
-// compares the hash with every configured hash in constant time, without
-// stopping at a match, so timing tells nothing about which key, if any,
-// matched.
-func (r *Keyring) Authenticate(token string) (*Key, bool) {
+// ErrUnknownKey is Authenticate's answer to a token that is no configured
+// key.
+var ErrUnknownKey = errors.New("the API key is not valid")
+
+// ExpiredKeyError is Authenticate's answer to a configured key whose
+// expires= time has passed. Its message names the time, never the key or
+// its principal: the caller holding the key learns when it ended, nothing
+// more.
+type ExpiredKeyError struct {
+	Principal string
+	At        time.Time
+}
+
+func (e *ExpiredKeyError) Error() string {
+	return "the API key expired at " + e.At.UTC().Format(time.RFC3339)
+}
+
+// Authenticate is the authentication rule of every front door, the API and
+// the dashboard alike: it returns the key whose hash matches token, unless
+// that key has expired at now (*ExpiredKeyError) or none matches
+// (ErrUnknownKey). It hashes token and compares the hash with every
+// configured hash in constant time, without stopping at a match, so timing
+// tells nothing about which key, if any, matched.
+func (r *Keyring) Authenticate(token string, now time.Time) (*Key, error) {
 	if r == nil || token == "" {
-		return nil, false
+		return nil, ErrUnknownKey
 	}
 	sum := sha256.Sum256([]byte(token))
 	found := -1
@@ -125,9 +157,28 @@ func (r *Keyring) Authenticate(token string) (*Key, bool) {
 		}
 	}
 	if found < 0 {
-		return nil, false
+		return nil, ErrUnknownKey
 	}
-	return &r.keys[found], true
+	k := &r.keys[found]
+	if k.ExpiredAt(now) {
+		return nil, &ExpiredKeyError{Principal: k.Principal, At: k.Expires}
+	}
+	return k, nil
+}
+
+// Expired returns the principals of the keys that have expired at now, in
+// configuration order, for a server to warn about at startup.
+func (r *Keyring) Expired(now time.Time) []string {
+	if r == nil {
+		return nil
+	}
+	var principals []string
+	for i := range r.keys {
+		if r.keys[i].ExpiredAt(now) {
+			principals = append(principals, r.keys[i].Principal)
+		}
+	}
+	return principals
 }
 
 // ParseKeys reads key lines; blank lines and lines starting with # are
@@ -190,6 +241,12 @@ func parseKeyLine(line string) (Key, error) {
 				return k, fmt.Errorf("sha256 must be 64 hex digits")
 			}
 			copy(k.hash[:], b)
+		case "expires":
+			t, err := ParseExpires(value)
+			if err != nil {
+				return k, err
+			}
+			k.Expires = t
 		default:
 			return k, fmt.Errorf("unknown field %q", name)
 		}
@@ -200,6 +257,22 @@ func parseKeyLine(line string) (Key, error) {
 		}
 	}
 	return k, nil
+}
+
+// ParseExpires reads an expires= value: an RFC 3339 time in UTC (a "Z"
+// suffix), so that a line reads the same wherever it is read.
+func ParseExpires(value string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, value)
+	if err != nil || !strings.HasSuffix(value, "Z") {
+		return time.Time{}, fmt.Errorf("expires %q: want an RFC 3339 UTC time such as 2027-01-31T00:00:00Z", value)
+	}
+	return t, nil
+}
+
+// FormatExpires writes t as an expires= value: RFC 3339 in UTC, to the
+// second.
+func FormatExpires(t time.Time) string {
+	return t.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
 // CheckPattern reports whether p is a valid lock-name pattern: lock-name
@@ -239,8 +312,15 @@ func Match(pattern, name string) bool {
 	return p == len(pattern)
 }
 
-// NewKey returns a fresh random API key and its configuration line.
+// NewKey returns a fresh random API key that never expires and its
+// configuration line.
 func NewKey(principal string, scopes []Scope, patterns []string) (key, line string, err error) {
+	return NewExpiringKey(principal, scopes, patterns, time.Time{})
+}
+
+// NewExpiringKey is NewKey for a key that expires at expires (to the
+// second; zero: never).
+func NewExpiringKey(principal string, scopes []Scope, patterns []string, expires time.Time) (key, line string, err error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", "", err
@@ -253,6 +333,9 @@ func NewKey(principal string, scopes []Scope, patterns []string) (key, line stri
 	}
 	line = fmt.Sprintf("principal=%s scopes=%s patterns=%s sha256=%s",
 		principal, strings.Join(ss, ","), strings.Join(patterns, ","), hex.EncodeToString(sum[:]))
+	if !expires.IsZero() {
+		line += " expires=" + FormatExpires(expires)
+	}
 	if _, err := parseKeyLine(line); err != nil {
 		return "", "", err
 	}

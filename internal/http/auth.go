@@ -34,8 +34,8 @@ func callerOf(r *http.Request) caller {
 }
 
 // authenticate identifies the caller of a /v1 route. With no keys configured
-// everyone is let in as the anonymous principal; otherwise a valid
-// "Authorization: Bearer <key>" is required.
+// everyone is let in as the anonymous principal; otherwise a valid,
+// unexpired "Authorization: Bearer <key>" is required (auth.Keyring.Authenticate).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var c caller
@@ -48,10 +48,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				Error(w, r, &httpError{kindUnauthorized, "this server needs an API key: send Authorization: Bearer <key>"})
 				return
 			}
-			key, ok := s.cfg.Keys.Authenticate(strings.TrimSpace(token))
-			if !ok {
+			key, err := s.cfg.Keys.Authenticate(strings.TrimSpace(token), time.Now())
+			if err != nil {
+				// Unknown or expired (auth.ExpiredKeyError says when, not
+				// the key): either way the token is no longer a credential.
 				w.Header().Set("WWW-Authenticate", `Bearer realm="lockapi", error="invalid_token"`)
-				Error(w, r, &httpError{kindUnauthorized, "the API key is not valid"})
+				Error(w, r, &httpError{kindUnauthorized, err.Error()})
 				return
 			}
 			c = caller{key: key, principal: key.Principal, limitKey: "principal:" + key.Principal}

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -84,8 +86,10 @@ func (h *Handler) readSession(r *http.Request) (session, bool) {
 	if err != nil {
 		return session{}, false
 	}
-	key, ok := h.keys.Authenticate(string(apiKey))
-	if !ok {
+	// A key that expired since sign-in ends the session: the cookie holds
+	// the key, and the key is checked by the API's rule on every request.
+	key, err := h.keys.Authenticate(string(apiKey), time.Now())
+	if err != nil {
 		return session{}, false
 	}
 	return session{id: id, apiKey: string(apiKey), key: key}, true
@@ -202,9 +206,14 @@ func (h *Handler) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	}
 	apiKey := strings.TrimSpace(r.PostFormValue("key"))
 	next := safeNext(r.PostFormValue("next"))
-	key, ok := h.keys.Authenticate(apiKey)
-	if !ok {
-		h.render(w, r, http.StatusUnauthorized, "signin", signInPage{chrome: chrome{Title: "Sign in"}, Next: next, Error: "That API key is not valid here."})
+	key, err := h.keys.Authenticate(apiKey, time.Now())
+	if err != nil {
+		msg := "That API key is not valid here."
+		var expired *auth.ExpiredKeyError
+		if errors.As(err, &expired) {
+			msg = "That API key expired at " + auth.FormatExpires(expired.At) + "."
+		}
+		h.render(w, r, http.StatusUnauthorized, "signin", signInPage{chrome: chrome{Title: "Sign in"}, Next: next, Error: msg})
 		return
 	}
 	h.startSession(w, r, apiKey, key)
