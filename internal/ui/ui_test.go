@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -193,6 +194,44 @@ func TestSignIn(t *testing.T) {
 			t.Fatalf("%d %+v", w.Code, cs)
 		}
 	})
+}
+
+// TestSignIn_ExpiredKey: the dashboard refuses a key past its expires=
+// time by the API's rule, at sign-in and in a session begun before.
+func TestSignIn_ExpiredKey(t *testing.T) {
+	expiredAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	key, line, err := auth.NewExpiringKey("old-ops", []auth.Scope{auth.ScopeAdmin}, []string{"*"}, expiredAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveKey, liveLine, err := auth.NewExpiringKey("ops", []auth.Scope{auth.ScopeAdmin}, []string{"*"}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := auth.ParseKeys(line + "\n" + liveLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New()
+	h := New(Config{Store: store, Keys: keys, API: http.NotFoundHandler(), Force: force.NewReleaser(store, metrics.New())})
+	cookieOf := func(key string) string { // session id, then the key
+		return strings.Repeat("A", sessionIDLen) + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+	}
+
+	w := serve(h, "POST", "/ui/signin", "", url.Values{"key": {key}, "next": {"/ui/"}})
+	if w.Code != http.StatusUnauthorized || len(w.Result().Cookies()) != 0 {
+		t.Fatalf("sign in with an expired key: %d %v", w.Code, w.Result().Cookies())
+	}
+	if want := "expired at " + expiredAt.Format(time.RFC3339); !strings.Contains(w.Body.String(), want) {
+		t.Fatalf("the sign-in page does not say %q:\n%s", want, w.Body)
+	}
+	// A session begun before the key expired ends; one with a live key goes on.
+	if w := serve(h, "GET", "/ui/rows", cookieOf(key), nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a session with an expired key: %d", w.Code)
+	}
+	if w := serve(h, "GET", "/ui/rows", cookieOf(liveKey), nil); w.Code != http.StatusOK {
+		t.Fatalf("a session with a live key: %d %s", w.Code, w.Body)
+	}
 }
 
 func TestForceRelease(t *testing.T) {
