@@ -20,8 +20,9 @@ const minPython = "3.9"
 // TestPythonSDK runs the Python SDK's own tests (sdk/python/tests, with
 // python3 -m unittest) against the real binary, on the embedded memory store
 // and on a real redis-server. The server runs with API keys: the tests get
-// an admin key (force release needs one) and a key limited to "ci:*", to see
-// 401 and 403 arrive as the SDK's typed errors.
+// an admin key (force release needs one), a key limited to "ci:*" and a key
+// whose expires= time has passed, to see 401 and 403 arrive as the SDK's
+// typed errors.
 //
 // It needs python3 >= 3.9 on PATH (scripts/test installs it). Without one
 // the test is skipped, unless CI is set, where it fails. Every SDK test must
@@ -41,7 +42,13 @@ func TestPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := "LOCKAPI_API_KEYS=" + adminLine + ";" + ciLine
+	// A configured key whose expires= time has passed: the server answers
+	// it 401, saying when it expired.
+	expiredKey, expiredLine, err := auth.NewExpiringKey("ci-old", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"ci:*"}, time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := "LOCKAPI_API_KEYS=" + adminLine + ";" + ciLine + ";" + expiredLine
 
 	stores := []struct {
 		name  string
@@ -57,6 +64,7 @@ func TestPythonSDK(t *testing.T) {
 				"LOCKAPI_URL=" + s.URL,
 				"LOCKAPI_API_KEY=" + adminKey,
 				"LOCKAPI_LIMITED_KEY=" + ciKey,
+				"LOCKAPI_EXPIRED_KEY=" + expiredKey,
 				"PYTHONPATH=src",
 				"PYTHONDONTWRITEBYTECODE=1", // leave no __pycache__ in the source tree
 			}, python, "-m", "unittest", "discover", "-s", "tests", "-v")

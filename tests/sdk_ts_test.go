@@ -66,23 +66,23 @@ type tsSDKKeys struct {
 
 func newTSSDKKeys(t *testing.T) tsSDKKeys {
 	t.Helper()
-	newKey := func(principal string, scopes []auth.Scope, patterns ...string) (key, line string) {
-		key, line, err := auth.NewKey(principal, scopes, patterns)
+	newKey := func(principal string, expires time.Time, scopes []auth.Scope, patterns ...string) (key, line string) {
+		key, line, err := auth.NewExpiringKey(principal, scopes, patterns, expires)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return key, line
 	}
 	rw := []auth.Scope{auth.ScopeRead, auth.ScopeWrite}
+	never := time.Time{}
 	var k tsSDKKeys
-	var lines [3]string
-	k.key, lines[0] = newKey("sdk-ts", rw, "*")
-	k.admin, lines[1] = newKey("sdk-ts-admin", []auth.Scope{auth.ScopeAdmin}, "*")
-	k.narrow, lines[2] = newKey("sdk-ts-narrow", rw, "other:*")
-	// A key the server no longer accepts: keys carry no expiry of their
-	// own, so an expired (or revoked) key is one whose line was taken out
-	// of the configuration, which the server answers 401.
-	k.stale, _ = newKey("sdk-ts-expired", rw, "*")
+	var lines [4]string
+	k.key, lines[0] = newKey("sdk-ts", never, rw, "*")
+	k.admin, lines[1] = newKey("sdk-ts-admin", never, []auth.Scope{auth.ScopeAdmin}, "*")
+	k.narrow, lines[2] = newKey("sdk-ts-narrow", never, rw, "other:*")
+	// A configured key whose expires= time has passed: the server answers
+	// it 401, saying when it expired.
+	k.stale, lines[3] = newKey("sdk-ts-expired", time.Now().Add(-time.Hour), rw, "*")
 	k.lines = strings.Join(lines[:], ";")
 	return k
 }

@@ -1,11 +1,12 @@
 """What the tests share: the server under test, and a TCP proxy that cuts.
 
 The server is the real lockapi binary, started by tests/sdk_python_test.go on
-the memory store and on Redis, with two API keys:
+the memory store and on Redis, with three API keys:
 
 - LOCKAPI_URL: its base URL;
 - LOCKAPI_API_KEY: an admin key for every name (force release needs admin);
 - LOCKAPI_LIMITED_KEY: a key with locks:read and locks:write on "ci:*" only.
+- LOCKAPI_EXPIRED_KEY: a configured key whose expires= time has passed.
 
 Without LOCKAPI_URL the tests that need a server are skipped.
 """
@@ -26,6 +27,7 @@ import lockapi
 BASE_URL = os.environ.get("LOCKAPI_URL", "")
 ADMIN_KEY = os.environ.get("LOCKAPI_API_KEY") or None
 LIMITED_KEY = os.environ.get("LOCKAPI_LIMITED_KEY") or None
+EXPIRED_KEY = os.environ.get("LOCKAPI_EXPIRED_KEY") or None
 
 # Generous bounds for things that happen on time on a loaded machine.
 PROMPTLY = 5.0

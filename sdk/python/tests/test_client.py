@@ -9,7 +9,7 @@ import unittest
 from datetime import datetime, timezone
 
 import lockapi
-from support import ADMIN_KEY, BASE_URL, LIMITED_KEY, PROMPTLY, Proxy, ServerTestCase, wait_until
+from support import ADMIN_KEY, BASE_URL, EXPIRED_KEY, LIMITED_KEY, PROMPTLY, Proxy, ServerTestCase, wait_until
 
 
 class AcquireTest(ServerTestCase):
@@ -244,6 +244,22 @@ class AuthTest(ServerTestCase):
         with self.assertRaises(lockapi.Unauthorized):
             client.acquire(self.name("ci"), wait=3)
         self.assertLess(time.monotonic() - start, 2.5, "a 401 was retried")
+        with self.assertRaises(lockapi.Unauthorized):
+            next(iter(client.events(prefix="ci:")))
+
+    def test_expired_key_is_unauthorized(self) -> None:
+        # A configured key past its expires= time is answered 401, saying
+        # when it expired, and not retried.
+        if not EXPIRED_KEY:
+            self.fail("LOCKAPI_EXPIRED_KEY is not set: the server has keys, so the test needs one")
+        client = lockapi.Client(BASE_URL, api_key=EXPIRED_KEY)
+        start = time.monotonic()
+        with self.assertRaises(lockapi.Unauthorized) as cm:
+            client.acquire(self.name("ci"), wait=3)
+        self.assertLess(time.monotonic() - start, 2.5, "a 401 was retried")
+        self.assertEqual(cm.exception.status, 401)
+        self.assertEqual(cm.exception.type, lockapi.PROBLEM_BASE + "unauthorized")
+        self.assertRegex(cm.exception.detail, r"^the API key expired at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
         with self.assertRaises(lockapi.Unauthorized):
             next(iter(client.events(prefix="ci:")))
 

@@ -16,11 +16,15 @@ test("no key: UnauthorizedError, not retried", async () => {
   assert.equal(rec.requests.length, 1, "a 401 is final");
 });
 
-test("an expired key: UnauthorizedError", async () => {
-  const c = new Client(server.url, { apiKey: server.expiredKey });
-  const err = await c.acquire(uniqueName("job")).then(() => assert.fail("acquired"), (e) => e);
-  assert.ok(err instanceof UnauthorizedError, String(err));
+test("an expired key: UnauthorizedError, not retried", async () => {
+  const rec = recordingFetch();
+  const c = new Client(server.url, { apiKey: server.expiredKey, fetch: rec.fetch });
+  const err = await c.acquire(uniqueName("job"), { waitMs: 2000 }).then(() => assert.fail("acquired"), (e) => e);
+  assert.ok(err instanceof UnauthorizedError && !(err instanceof UnavailableError), String(err));
   assert.equal(err.status, 401);
+  assert.equal(err.type, "https://lockapi.dev/problems/unauthorized");
+  assert.match(err.detail, /^the API key expired at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+  assert.equal(rec.requests.length, 1, "a 401 is final");
   await assert.rejects(async () => {
     for await (const _ of c.events({})) {
       assert.fail("an event with an expired key");

@@ -21,7 +21,7 @@ export const server = {
   key: env("LOCKAPI_KEY"),
   /** admin on every name. */
   adminKey: env("LOCKAPI_ADMIN_KEY"),
-  /** A key the server does not accept (expired, or revoked). */
+  /** A key configured with an expires= time that has passed. */
   expiredKey: env("LOCKAPI_EXPIRED_KEY"),
   /** locks:read and locks:write on names matching "other:*" only. */
   narrowKey: env("LOCKAPI_NARROW_KEY"),
