@@ -350,6 +350,9 @@ func keysValue(p *string) value {
 // its line belongs would be echoed.
 func keyLineAt(err error) string {
 	where, _, _ := strings.Cut(err.Error(), ": ")
+	if errors.Is(err, auth.ErrBadExpires) {
+		return where + "'s expires= is not " + strings.TrimPrefix(auth.ErrBadExpires.Error(), "want ")
+	}
 	return where + " is not"
 }
 

@@ -145,3 +145,19 @@ func TestLoadSecurity_expiredKey(t *testing.T) {
 		t.Fatal("the log holds the key")
 	}
 }
+
+// A key line whose expires= does not read stops serve with one line that
+// says so, and never echoes the line (it might be a pasted key).
+func TestConfig_bad_expires_is_one_line(t *testing.T) {
+	clearEnvironment(t)
+	_, line, err := auth.NewKey("ci", []auth.Scope{auth.ScopeRead}, []string{"*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LOCKAPI_API_KEYS", line+" expires=2027-01-31")
+	r := serveOnce(t, "serve", "--addr", "127.0.0.1:0")
+	wantOneLine(t, r, "lockapi serve: LOCKAPI_API_KEYS")
+	if !strings.Contains(r.Stderr, "key line 1's expires= is not an RFC 3339 UTC time") || strings.Contains(r.Stderr, line) {
+		t.Fatalf("stderr: %s", r.Stderr)
+	}
+}

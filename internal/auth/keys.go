@@ -212,7 +212,7 @@ func parseKeyLine(line string) (Key, error) {
 	for _, field := range strings.Fields(line) {
 		name, value, ok := strings.Cut(field, "=")
 		if !ok || seen[name] {
-			return k, fmt.Errorf("want principal=… scopes=… patterns=… sha256=…, got %q", field)
+			return k, fmt.Errorf("want principal=… scopes=… patterns=… sha256=… [expires=…], got %q", field)
 		}
 		seen[name] = true
 		switch name {
@@ -264,10 +264,14 @@ func parseKeyLine(line string) (Key, error) {
 func ParseExpires(value string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339, value)
 	if err != nil || !strings.HasSuffix(value, "Z") {
-		return time.Time{}, fmt.Errorf("expires %q: want an RFC 3339 UTC time such as 2027-01-31T00:00:00Z", value)
+		return time.Time{}, fmt.Errorf("expires %q: %w", value, ErrBadExpires)
 	}
 	return t, nil
 }
+
+// ErrBadExpires is the error of an expires= value that does not read, for
+// callers that report a key line's problem without echoing the line.
+var ErrBadExpires = errors.New("want an RFC 3339 UTC time such as 2027-01-31T00:00:00Z")
 
 // FormatExpires writes t as an expires= value: RFC 3339 in UTC, to the
 // second.
