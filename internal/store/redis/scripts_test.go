@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_eba326153101a114"},
-		{"cluster", true, "lockapi_6979402fc48e82a8"},
+		{"plain", false, "lockapi_7b551c3cb64543be"},
+		{"cluster", true, "lockapi_fa2756523396a42d"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
