@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_7b551c3cb64543be"},
-		{"cluster", true, "lockapi_fa2756523396a42d"},
+		{"plain", false, "lockapi_4ddd5b33e77434cc"},
+		{"cluster", true, "lockapi_ba003c714cd856f5"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -55,6 +55,9 @@ end
 
 prune_shared(now)
 local rec = load_record(id)
+if rec and rec.sess and not lease_live(rec.sess, now) then
+	rec = nil -- its session ended a moment ago; the sweeper ends it
+end
 if rec then
 	if principal ~= '' and rec.principal ~= principal then
 		return {-1}

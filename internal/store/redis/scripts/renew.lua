@@ -59,6 +59,9 @@ if principal ~= '' and rec.principal ~= principal then
 	return {-1}
 end
 if rec.sess then
+	if not lease_live(rec.sess, now) then
+		return {0} -- its session ended a moment ago; the sweeper ends it
+	end
 	local st = session_state(rec.sess)
 	return {1, id, rec.owner, rec.principal, rec.token, tonumber(rec.count), tonumber(st.ttl), rec.acq, fmt(st.exp), rec.meta, record_mode(rec), tonumber(rec.limit), rec.sess}
 end
