@@ -17,9 +17,10 @@ import (
 
 // sseEvent is one event of a GET /v1/events stream.
 type sseEvent struct {
-	ID   string
-	Type string
-	Lock string `json:"lock"`
+	ID      string
+	Type    string
+	Lock    string `json:"lock"`
+	Session string `json:"session"`
 }
 
 // openStream opens GET /v1/events with query and, when set, Last-Event-ID,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client"
+	"github.com/lockapi/lockapi/internal/testkit/redistest"
 )
 
 // sessionHolderEnv, set to a server's URL, makes the test binary a client
@@ -116,4 +117,63 @@ func TestE2E_session_of_a_killed_client_frees_every_lock(t *testing.T) {
 		}
 	}
 	t.Logf("every lock free %v after the kill (session TTL %v)", time.Since(killed).Round(time.Millisecond), holderTTL)
+}
+
+// A lockapi instance is killed -9 while a session it made lives, with
+// leases of several kinds bound to it: another instance on the same Redis,
+// which never heard of the session, ends it on time. Every lock is free
+// within a second of the session's expiry, each expiry is in the event
+// log naming the session, and the session answers 410 from then on.
+func TestE2E_session_outlives_a_killed_instance(t *testing.T) {
+	env := []string{"LOCKAPI_REDIS_URL=" + redistest.Start(t).URL}
+	first, second := startServer(t, env), startServer(t, env)
+	a, b := newAPI(t, first), newAPI(t, second)
+
+	r := a.must("POST", "/v1/sessions", map[string]any{"ttl_ms": holderTTL.Milliseconds(), "owner": "worker"})
+	if r.Status != 201 {
+		t.Fatalf("create session: %d %s", r.Status, r.Body)
+	}
+	var sess struct {
+		ID string `json:"session_id"`
+	}
+	r.decode(t, &sess)
+	names := []string{"inst:exclusive", "inst:shared", "inst:permit"}
+	bodies := []map[string]any{{}, {"mode": "shared"}, {"limit": 2}}
+	for i, name := range names {
+		bodies[i]["session"], bodies[i]["owner"] = sess.ID, "worker"
+		a.mustAcquire(name, bodies[i], 201)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := openStream(t, ctx, b.base, "", "", "")
+	// The last renewal, then the instance that made the session dies.
+	r = a.must("POST", "/v1/sessions/"+sess.ID+"/renew", map[string]any{})
+	var renewed struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	r.decode(t, &renewed)
+	first.killNow()
+
+	deadline := renewed.ExpiresAt.Add(time.Second)
+	for _, name := range names {
+		for b.state(name).Held {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is still held %v after its session's expiry", name, time.Since(renewed.ExpiresAt))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("every lock free %v after the session's expiry", time.Since(renewed.ExpiresAt).Round(time.Millisecond))
+	// Nobody acquired since: the second instance's sweeper ended them, and
+	// recorded each expiry naming the session.
+	expired := map[string]bool{}
+	for len(expired) < len(names) {
+		if e := next(t, events); e.Type == "expired" && e.Session == sess.ID {
+			expired[e.Lock] = true
+		}
+	}
+	t.Logf("every expiry recorded %v after the session's expiry", time.Since(renewed.ExpiresAt).Round(time.Millisecond))
+	if r := b.must("GET", "/v1/sessions/"+sess.ID, nil); r.Status != 410 {
+		t.Fatalf("the expired session answers %d %s, want 410", r.Status, r.Body)
+	}
 }

@@ -48,7 +48,7 @@ func openRedlock(ctx context.Context, c serveConfig, m *metrics.Metrics, log zer
 		if err := checkTopology(ctx, c, rdb, log); err != nil {
 			return nil, nil, err
 		}
-		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedlockTimeout, MinReplicas: c.MinReplicas}
+		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedlockTimeout, MinReplicas: c.MinReplicas, NoSessions: true}
 		if m != nil {
 			opts.ObserveScript = m.Script
 		}

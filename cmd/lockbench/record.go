@@ -390,6 +390,11 @@ each figure's median with every round's value (` + "`*_rounds`" + `). Latencies 
   delivery; ` + "`tests/webhook_scale_test.go`" + ` holds 100 webhooks to 4,000
   deliveries within 30 s).
 
+- **Sessions:** 1,000 sessions × 100 leases: renewing a session costs at most
+  5 Redis commands whatever it holds, and a session's end (its expiry, or
+  ` + "`DELETE`" + `) frees all its leases within 2 s (` + "`sessions`" + `,
+  [SESSIONS.md](SESSIONS.md)).
+
 ## Results
 
 ` + rowsBegin + `

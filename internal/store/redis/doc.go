@@ -14,6 +14,7 @@
 //	notifications          the pub/sub listener whose messages wake waiters (pubsub.go, shardsub.go)
 //	journal                the event log, read, waited on and merged across masters (journal.go, eventlog.go, events.go, clusterevents.go)
 //	reaper                 the repairs in the background: ghost grants abandoned, expiries swept (reaper.go, sweep.go)
+//	sessions               lock.Sessions, and the sweeper that ends due sessions (sessions.go)
 //
 // docs/ARCHITECTURE.md walks one acquire through them.
 //
@@ -43,6 +44,21 @@
 // On Redis Cluster each master keeps its own pair, in a hash tag of its
 // lowest slot ({#e<n>}, eventlog.go), written by the scripts of the names it
 // serves; a read merges them into one log (clusterevents.go).
+//
+// Sessions (docs/SESSIONS.md; single Redis and Sentinel, not yet Cluster,
+// sessions.go) add keys of their own, and a field 'sess' (the session id)
+// in the lock hash or shared record of every bound lease, which then has no
+// expiry of its own (lease_live in scripts/lib.lua reads the session's):
+//
+//	<prefix>{s:<id>}:session    hash: owner, principal, ttl, delay, exp (ms), due (its score
+//	                            below), ended ('expired' or 'released'); no expiry while it
+//	                            lives, remembered an hour once it ended (the 410)
+//	<prefix>{s:<id>}:leases     hash: "<name>\n<lease id>" -> "<mode>\n<limit>\n<token>" of
+//	                            every bound lease; deleted once the session's leases ended
+//	<prefix>{<name>}:delay      string: the end of the name's lock-delay (ms); expires then
+//	<prefix>sessions:expiries   sorted set: every session not yet swept, scored by its expiry
+//	                            when last looked at; every instance's sweeper reads it, events
+//	                            or not; also the pub/sub channel where an earliest one is announced
 //
 // Callers import it as redisstore, since go-redis (imported here as goredis)
 // owns the name redis.

@@ -283,6 +283,7 @@ func parseEvent(m goredis.XMessage) lock.Event {
 		Token:     token,
 		HoldCount: num("h"),
 		Queue:     num("q"),
+		Session:   str("s"),
 		Time:      time.UnixMilli(int64(ms)).UTC(),
 	}
 }

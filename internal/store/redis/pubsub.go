@@ -50,12 +50,12 @@ type classicListener struct {
 	reconnects     atomic.Int64
 	masterSwitches atomic.Int64
 
-	// announcements, when set, is a channel that stays subscribed for the
-	// life of the listener; its messages go to announced, and so does ""
-	// whenever messages may have been lost (a new connection, a master
-	// switch) or the subscription is confirmed.
-	announcements string
-	announced     func(payload string)
+	// announcements are channels that stay subscribed for the life of the
+	// listener (the event log's expiries, the sessions' expiries); each
+	// one's messages go to its function, and so does "" whenever messages
+	// may have been lost (a new connection, a master switch) or the
+	// subscription is confirmed. Set before start, read-only after.
+	announcements map[string]func(payload string)
 }
 
 func newClassicListener(rdb goredis.UniversalClient, keys keyspace, follow *sentinelConfig) *classicListener {
@@ -72,15 +72,26 @@ func newClassicListener(rdb goredis.UniversalClient, keys keyspace, follow *sent
 // announce subscribes channel for good, with every message handed to fn;
 // called before start.
 func (l *classicListener) announce(channel string, fn func(payload string)) {
-	l.announcements, l.announced = channel, fn
+	if l.announcements == nil {
+		l.announcements = map[string]func(string){}
+	}
+	l.announcements[channel] = fn
+}
+
+// lostAnnouncements tells every announcement's function that messages may
+// have been lost.
+func (l *classicListener) lostAnnouncements() {
+	for _, fn := range l.announcements {
+		fn("")
+	}
 }
 
 func (l *classicListener) start(hub *notify.Hub) {
 	l.hub = hub
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	if l.announcements != "" {
-		_ = l.ps.Subscribe(ctx, l.announcements)
+	for channel := range l.announcements {
+		_ = l.ps.Subscribe(ctx, channel)
 	}
 	go l.receive(ctx)
 	if l.follow != nil {
@@ -143,8 +154,8 @@ func (l *classicListener) masterChanged(addr string) {
 	for name := range l.subscribed {
 		channels = append(channels, l.keys.channel(name))
 	}
-	if l.announcements != "" {
-		channels = append(channels, l.announcements)
+	for channel := range l.announcements {
+		channels = append(channels, channel)
 	}
 	l.mu.Unlock()
 	_ = old.Close()
@@ -152,9 +163,7 @@ func (l *classicListener) masterChanged(addr string) {
 		_ = oldClient.Close()
 	}
 	l.hub.Reset()
-	if l.announced != nil {
-		l.announced("")
-	}
+	l.lostAnnouncements()
 	if len(channels) > 0 {
 		_ = ps.Subscribe(context.Background(), channels...)
 	} else {
@@ -190,9 +199,7 @@ func (l *classicListener) receive(ctx context.Context) {
 			// resubscription is confirmed.
 			l.reconnects.Add(1)
 			l.hub.Reset()
-			if l.announced != nil {
-				l.announced("")
-			}
+			l.lostAnnouncements()
 			select {
 			case <-ctx.Done():
 				return
@@ -211,20 +218,17 @@ func (l *classicListener) receive(ctx context.Context) {
 // announcement hands msg to announced if it belongs to the announcements
 // channel.
 func (l *classicListener) announcement(msg any) bool {
-	if l.announcements == "" {
-		return false
-	}
 	switch m := msg.(type) {
 	case *goredis.Subscription:
-		if m.Channel == l.announcements {
+		if fn := l.announcements[m.Channel]; fn != nil {
 			if m.Kind == "subscribe" {
-				l.announced("")
+				fn("")
 			}
 			return true
 		}
 	case *goredis.Message:
-		if m.Channel == l.announcements {
-			l.announced(m.Payload)
+		if fn := l.announcements[m.Channel]; fn != nil {
+			fn(m.Payload)
 			return true
 		}
 	}

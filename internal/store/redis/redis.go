@@ -43,6 +43,9 @@ type Store struct {
 
 	// journal is the event log; nil while no events are recorded.
 	journal *journal
+	// sessions keeps sessions (sessions.go); nil on Redis Cluster and on a
+	// redlock master.
+	sessions *sessions
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -75,6 +78,10 @@ type Options struct {
 	// least while it holds fewer (DefaultEventsRetention when 0).
 	EventsMax       int
 	EventsRetention time.Duration
+	// NoSessions opens the store without sessions: a redlock master, whose
+	// store (internal/store/redlock) offers none. Redis Cluster has none
+	// either, yet (docs/SESSIONS.md).
+	NoSessions bool
 }
 
 // Event log bounds when Options says nothing (docs/EVENTS.md).
@@ -119,6 +126,9 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	// A single Redis's log is announced on the listener before it starts
 	// (it subscribes then); a cluster's logs as the slot map names them.
 	j.announce(s.listener, s.reaper.sweeperFor)
+	if l, ok := s.listener.(*classicListener); ok && !opts.NoSessions {
+		s.sessions = newSessions(s, l) // a single Redis or Sentinel, not a cluster
+	}
 	s.notifications.start()
 	j.startSweeping(s.listener, s.reaper.sweeperFor)
 	return s, nil
@@ -217,7 +227,7 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	if err := req.CheckKind(); err != nil {
 		return lock.Grant{}, err
 	}
-	if req.Session != "" {
+	if req.Session != "" && s.sessions == nil {
 		return lock.Grant{}, errNoSessions
 	}
 	meta := ""
@@ -267,9 +277,15 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 		return lock.Grant{}, lock.LimitMismatch(req.Lock, req.Limit, int(r.int(1)))
 	case -3:
 		return lock.Grant{}, lock.UpgradeRefused(req.Lock, req.Owner)
+	case -4:
+		return lock.Grant{}, lock.LockDelayed(req.Lock, time.Duration(r.int(1))*time.Millisecond)
+	case -5:
+		return lock.Grant{}, lock.SessionNotFound(req.Session)
+	case -6:
+		return lock.Grant{}, lock.SessionLost(req.Session)
 	}
 	lease := r.lease(req.Lock, 2)
-	lease.Mode, lease.Limit = lock.Mode(r.str(13)), int(r.int(14))
+	lease.Mode, lease.Limit, lease.Session = lock.Mode(r.str(13)), int(r.int(14)), r.str(15)
 	g := lock.Grant{Lease: lease, Fresh: r.int(1) == 1, RequestID: r.str(11), Replayed: r.int(12) == 1}
 	if !g.Replayed {
 		rec.recorded()
@@ -294,7 +310,7 @@ func (s *Store) confirmGrant(ctx context.Context, req lock.AcquireRequest, g loc
 // exclusive try (see acquire_fast.lua), and the full one when the request
 // is anything else or the fast script leaves it to the full one.
 func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta string, rec *recording) (*goredis.Cmd, int) {
-	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" {
+	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" && req.Session == "" {
 		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas, rec,
 			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish)
 		if !fellBack(cmd) {
@@ -310,7 +326,7 @@ func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID,
 	}
 	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas, rec,
 		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID)
+		mode, req.Limit, fair, req.WaiterID, req.Session)
 }
 
 // freshGrant is the grant of a fresh exclusive lease, which the scripts
@@ -379,7 +395,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	}
 	rec.recorded()
 	lease := r.lease(name, 1)
-	lease.Mode, lease.Limit = lock.Mode(r.str(10)), int(r.int(11))
+	lease.Mode, lease.Limit, lease.Session = lock.Mode(r.str(10)), int(r.int(11)), r.str(12)
 	if r.err == nil && confirmed < s.minReplicas {
 		return lock.Lease{}, unconfirmed("renewal", confirmed, s.minReplicas,
 			"if Redis fails over now the lease may end at its earlier expiry: renew again")
@@ -466,11 +482,12 @@ func stateOf(name string, r *replyReader) (lock.State, error) {
 			ExpiresAt:  r.millis(6),
 			ExpiresIn:  time.Duration(max(r.int(10), 0)) * time.Millisecond,
 			Metadata:   r.metadata(7),
+			Session:    r.str(14),
 		}
 		st.Holders = append(st.Holders, *st.Holder)
 	}
 	now := r.int(13)
-	for i := 14; i < len(r.v); i++ {
+	for i := 15; i < len(r.v); i++ {
 		h, err := sharedHolder(r.str(i), now, st.Limit)
 		if err != nil {
 			return lock.State{}, err
@@ -504,6 +521,7 @@ type record struct {
 	Acq       string `json:"acq"`
 	Exp       string `json:"exp"`
 	Meta      string `json:"meta"`
+	Sess      string `json:"sess"`
 }
 
 // sharedHolder reads a record that inspect.lua returned; now is Redis's
@@ -523,6 +541,7 @@ func sharedHolder(raw string, now int64, limit int) (lock.Holder, error) {
 		AcquiredAt: time.UnixMilli(num(rec.Acq)).UTC(),
 		ExpiresAt:  time.UnixMilli(num(rec.Exp)).UTC(),
 		ExpiresIn:  time.Duration(max(num(rec.Exp)-now, 0)) * time.Millisecond,
+		Session:    rec.Sess,
 	}
 	if limit > 0 {
 		h.Mode = lock.Exclusive
@@ -770,6 +789,9 @@ func (s *Store) clusterCovered(ctx context.Context) error {
 // Close stops the pub/sub connection, the reaper and the sweeper. It does
 // not close the Redis client.
 func (s *Store) Close() error {
+	if s.sessions != nil {
+		s.sessions.close()
+	}
 	s.journal.stopSweeping()
 	if s.batch != nil {
 		s.batch.close()

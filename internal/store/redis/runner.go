@@ -38,6 +38,16 @@ var (
 	expireLua string
 	//go:embed scripts/lib.lua
 	libLua string
+	//go:embed scripts/session_create.lua
+	sessionCreateLua string
+	//go:embed scripts/session_renew.lua
+	sessionRenewLua string
+	//go:embed scripts/session_get.lua
+	sessionGetLua string
+	//go:embed scripts/session_end.lua
+	sessionEndLua string
+	//go:embed scripts/session_sweep.lua
+	sessionSweepLua string
 )
 
 // scriptSet is the store's library (below) and its entry points.
@@ -46,6 +56,8 @@ type scriptSet struct {
 	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
 	inspect, abandon, leave, expire                                 *script
 	raise                                                           *script // redlock.go
+	// The session scripts (sessions.go).
+	sessionCreate, sessionRenew, sessionGet, sessionEnd, sessionSweep *script
 }
 
 // newScriptSet builds the scripts of one store. On Redis Cluster with
@@ -65,10 +77,16 @@ func newScriptSet(crossSlot bool) *scriptSet {
 		entry{name: "leave", body: leaveLua, ev: 8},
 		entry{name: "expire", body: expireLua, ev: 8},
 		entry{name: "raise", body: raiseLua, ev: 8},
+		entry{name: "session_create", body: sessionCreateLua, ev: 4},
+		entry{name: "session_renew", body: sessionRenewLua, ev: 4},
+		entry{name: "session_get", body: sessionGetLua, ev: 4, readOnly: true},
+		entry{name: "session_end", body: sessionEndLua, ev: 4},
+		entry{name: "session_sweep", body: sessionSweepLua, ev: 4},
 	)
 	f := l.funcs
 	return &scriptSet{lib: l, acquire: f[0], acquireFast: f[1], renew: f[2], release: f[3], releaseFast: f[4],
-		forceRelease: f[5], inspect: f[6], abandon: f[7], leave: f[8], expire: f[9], raise: f[10]}
+		forceRelease: f[5], inspect: f[6], abandon: f[7], leave: f[8], expire: f[9], raise: f[10],
+		sessionCreate: f[11], sessionRenew: f[12], sessionGet: f[13], sessionEnd: f[14], sessionSweep: f[15]}
 }
 
 // The store's Lua is lib.lua and one file per entry point (scripts/). On

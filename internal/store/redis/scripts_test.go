@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_eba326153101a114"},
-		{"cluster", true, "lockapi_6979402fc48e82a8"},
+		{"plain", false, "lockapi_4ddd5b33e77434cc"},
+		{"cluster", true, "lockapi_ba003c714cd856f5"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -1,10 +1,331 @@
 package redis
 
-import "github.com/lockapi/lockapi/internal/lock"
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
-// Sessions implements lock.Store: nil, as the Redis store keeps no sessions
-// yet (docs/SESSIONS.md has the design), and it refuses an acquire that
-// names one: a half-built session must answer 501, never half-work.
-func (s *Store) Sessions() lock.Sessions { return nil }
+	"github.com/oklog/ulid/v2"
+	goredis "github.com/redis/go-redis/v9"
 
-var errNoSessions = lock.Unsupported("sessions are not offered on Redis yet (docs/SESSIONS.md)")
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Sessions implements lock.Store: a single Redis or a Sentinel master keeps
+// sessions (docs/SESSIONS.md, "Storage on Redis"); Redis Cluster does not
+// yet, nor does a store opened as a redlock master (Options.NoSessions), and
+// both refuse an acquire that names one.
+func (s *Store) Sessions() lock.Sessions {
+	if s.sessions == nil {
+		return nil
+	}
+	return s.sessions
+}
+
+var errNoSessions = lock.Unsupported("sessions are not offered on Redis Cluster yet (docs/SESSIONS.md)")
+
+// Session keys; see the session scripts' keys in scripts/lib.lua. A
+// session's own keys are tagged with its id; the expiries set is one per
+// Redis.
+func (k keyspace) sessionKey(id string) string       { return k.prefix + "{s:" + id + "}:session" }
+func (k keyspace) sessionLeasesKey(id string) string { return k.prefix + "{s:" + id + "}:leases" }
+func (k keyspace) sessionExpiriesKey() string        { return k.prefix + "sessions:expiries" }
+
+// sessionKeys lists the keys of the session scripts.
+func (k scriptKeys) sessionKeys(id string) []string {
+	return k.withLog(k.sessionKey(id), k.sessionLeasesKey(id), k.sessionExpiriesKey())
+}
+
+// sessions is the store's lock.Sessions, and its sweeper: every instance
+// ends due sessions, whichever made them, so that a session outlives the
+// instance that made it, events on or off.
+//
+// The sweeper sends Redis nothing while nothing is due. It sleeps until the
+// earliest expiry it knows of; a script that puts a session into the
+// expiries set earlier than every other announces it on the channel of the
+// set's name, so every instance learns of it. A renewal moves nothing (see
+// session_renew.lua): the sweeper that finds a renewed session due moves it
+// to its real expiry. Whenever announcements may have been lost (a new
+// pub/sub connection, a Sentinel master switch) it looks at the set again.
+type sessions struct {
+	s *Store
+
+	poke    chan struct{}
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+
+	mu        sync.Mutex
+	announced int64 // the earliest ms announced since the last look; 0: none
+	lookAgain bool  // announcements may have been lost
+}
+
+// Bounds of the sweeper's looks: at most one every sessionLookGap (a
+// session Redis's clock finds alive a moment longer than ours is not
+// looked at in a loop), and a failed look is tried again after a backoff.
+const (
+	sessionLookGap        = 20 * time.Millisecond
+	sessionLookMaxBackoff = 2 * time.Second
+)
+
+// newSessions returns the sessions of s, whose sweeper hears announcements
+// on l: called before l starts, which subscribes.
+func newSessions(s *Store, l *classicListener) *sessions {
+	ss := &sessions{s: s, poke: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}), lookAgain: true}
+	l.announce(s.sessionExpiriesKey(), ss.notice)
+	go ss.sweep()
+	return ss
+}
+
+func (ss *sessions) close() {
+	ss.once.Do(func() { close(ss.done) })
+	<-ss.stopped
+}
+
+// notice takes an announcement: an expiry in ms, or "" when announcements
+// may have been lost.
+func (ss *sessions) notice(payload string) {
+	ss.mu.Lock()
+	if ms, err := strconv.ParseInt(payload, 10, 64); err == nil && ms > 0 {
+		if ss.announced == 0 || ms < ss.announced {
+			ss.announced = ms
+		}
+	} else {
+		ss.lookAgain = true
+	}
+	ss.mu.Unlock()
+	select {
+	case ss.poke <- struct{}{}:
+	default:
+	}
+}
+
+// CreateSession implements lock.Sessions.
+func (ss *sessions) CreateSession(ctx context.Context, req lock.SessionRequest) (lock.Session, error) {
+	id := ulid.Make().String()
+	res, err := ss.call(ctx, "session_create", ss.s.scripts.sessionCreate, id,
+		req.Owner, req.Principal, req.TTL.Milliseconds(), req.LockDelay.Milliseconds(), id)
+	if err != nil {
+		return lock.Session{}, err
+	}
+	return sessionOf(id, res)
+}
+
+// RenewSession implements lock.Sessions: one script, whatever the session
+// holds.
+func (ss *sessions) RenewSession(ctx context.Context, ref lock.SessionRef, ttl time.Duration) (lock.Session, error) {
+	res, err := ss.call(ctx, "session_renew", ss.s.scripts.sessionRenew, ref.ID, ref.Principal, ttl.Milliseconds(), ref.ID)
+	if err != nil {
+		return lock.Session{}, err
+	}
+	return sessionOf(ref.ID, res)
+}
+
+// GetSession implements lock.Sessions.
+func (ss *sessions) GetSession(ctx context.Context, ref lock.SessionRef) (lock.Session, error) {
+	res, err := ss.call(ctx, "session_get", ss.s.scripts.sessionGet, ref.ID, ref.Principal)
+	if err != nil {
+		return lock.Session{}, err
+	}
+	return sessionOf(ref.ID, res)
+}
+
+// EndSession implements lock.Sessions: it marks the session released, then
+// releases its leases in chunks (session_sweep.lua). Should this instance
+// die midway, any instance's sweeper finishes: the session is due at once.
+func (ss *sessions) EndSession(ctx context.Context, ref lock.SessionRef) (lock.Session, error) {
+	res, err := ss.call(ctx, "session_end", ss.s.scripts.sessionEnd, ref.ID, ref.Principal, ref.ID)
+	if err != nil {
+		return lock.Session{}, err
+	}
+	sess, err := sessionOf(ref.ID, res)
+	if err != nil {
+		return sess, err
+	}
+	return sess, ss.finish(ctx, ref.ID)
+}
+
+// finish runs session_sweep.lua on a due session until none of its leases
+// is left, or it turns out to live on.
+func (ss *sessions) finish(ctx context.Context, id string) error {
+	for range maxSessionChunks {
+		left, err := ss.s.run(ctx, "session_sweep", ss.s.scripts.sessionSweep, ss.s.sessionKeys(id), ss.rec(), id).Int64()
+		if err != nil {
+			return storeError(err)
+		}
+		if left <= 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// maxSessionChunks bounds one finish: 200 leases a chunk (SESSION_CHUNK in
+// lib.lua), so a million leases; the sweeper goes on with any more.
+const maxSessionChunks = 5000
+
+// ListSessions implements lock.Sessions: it scans the session hashes.
+func (ss *sessions) ListSessions(ctx context.Context, f lock.SessionFilter) ([]lock.Session, error) {
+	var ids []string
+	iter := ss.s.rdb.Scan(ctx, 0, ss.s.prefix+"{s:*}:session", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		id := strings.TrimSuffix(strings.TrimPrefix(k, ss.s.prefix+"{s:"), "}:session")
+		if lock.ValidULID(id) {
+			ids = append(ids, id)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, storeError(err)
+	}
+	slices.Sort(ids)
+	var out []lock.Session
+	for _, id := range ids {
+		if f.Limit > 0 && len(out) >= f.Limit {
+			break
+		}
+		sess, err := ss.GetSession(ctx, lock.SessionRef{ID: id, Principal: f.Principal})
+		if e := lock.AsError(err); err != nil && (e.Code == lock.CodeSessionLost || e.Code == lock.CodeSessionNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasPrefix(sess.Owner, f.OwnerPrefix) {
+			out = append(out, sess)
+		}
+	}
+	return out, nil
+}
+
+// call runs a session script on session id's keys and reads its answer's
+// status: -5 unknown (or another principal's), -6 ended.
+func (ss *sessions) call(ctx context.Context, name string, sc *script, id string, args ...any) ([]any, error) {
+	if !lock.ValidULID(id) {
+		return nil, lock.SessionNotFound(id)
+	}
+	res, err := ss.s.run(ctx, name, sc, ss.s.sessionKeys(id), ss.rec(), args...).Slice()
+	if err != nil {
+		return nil, storeError(err)
+	}
+	switch reply(res).int(0) {
+	case -5:
+		return nil, lock.SessionNotFound(id)
+	case -6:
+		return nil, lock.SessionLost(id)
+	}
+	return res, nil
+}
+
+// rec is the session scripts' events argument: the log of a single Redis.
+func (ss *sessions) rec() *recording {
+	rec, _ := ss.s.journal.recordingFor(context.Background(), "")
+	return rec
+}
+
+// sessionOf reads session_reply (scripts/lib.lua).
+func sessionOf(id string, res []any) (lock.Session, error) {
+	r := reply(res)
+	sess := lock.Session{
+		ID:        id,
+		Owner:     r.str(1),
+		Principal: r.str(2),
+		TTL:       time.Duration(r.int(3)) * time.Millisecond,
+		LockDelay: time.Duration(r.int(4)) * time.Millisecond,
+		ExpiresAt: r.millis(5),
+	}
+	for i := 6; i+1 < len(res); i += 2 {
+		name, leaseID, _ := strings.Cut(r.str(i), "\n")
+		parts := strings.SplitN(r.str(i+1), "\n", 3)
+		if len(parts) != 3 {
+			r.fail(i+1, "not a session lease")
+			break
+		}
+		limit, _ := strconv.Atoi(parts[1])
+		token, _ := strconv.ParseUint(parts[2], 10, 64)
+		sess.Leases = append(sess.Leases, lock.SessionLease{Lock: name, LeaseID: leaseID, Mode: lock.Mode(parts[0]), Limit: limit, Token: token})
+	}
+	slices.SortFunc(sess.Leases, func(a, b lock.SessionLease) int {
+		if c := strings.Compare(a.Lock, b.Lock); c != 0 {
+			return c
+		}
+		return strings.Compare(a.LeaseID, b.LeaseID)
+	})
+	return sess, r.err
+}
+
+// sweep ends due sessions (or moves on those that were renewed), sleeping
+// until the earliest expiry it knows of.
+func (ss *sessions) sweep() {
+	defer close(ss.stopped)
+	var next int64 // ms of the earliest expiry known; 0: none
+	backoff := sessionLookGap
+	for {
+		ss.mu.Lock()
+		if ss.announced != 0 && (next == 0 || ss.announced < next) {
+			next = ss.announced
+		}
+		look := ss.lookAgain
+		ss.announced, ss.lookAgain = 0, false
+		ss.mu.Unlock()
+
+		if look || (next != 0 && next <= time.Now().UnixMilli()) {
+			first, err := ss.sweepDue()
+			if err != nil {
+				ss.mu.Lock()
+				ss.lookAgain = true
+				ss.mu.Unlock()
+				backoff = min(2*backoff, sessionLookMaxBackoff)
+			} else {
+				next, backoff = first, sessionLookGap
+			}
+			select {
+			case <-ss.done:
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		var wake <-chan time.Time
+		if next != 0 {
+			wake = time.After(time.Until(time.UnixMilli(next)))
+		}
+		select {
+		case <-ss.done:
+			return
+		case <-ss.poke:
+		case <-wake:
+		}
+	}
+}
+
+// sweepDue runs session_sweep.lua on every session due by this instance's
+// clock (the script decides by Redis's), and returns the earliest expiry
+// left in the set (0: none).
+func (ss *sessions) sweepDue() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+		due, err := ss.s.rdb.ZRangeByScore(ctx, ss.s.sessionExpiriesKey(), &goredis.ZRangeBy{Min: "-inf", Max: now, Count: sweepBatch}).Result()
+		if err != nil {
+			return 0, err
+		}
+		for _, id := range due {
+			if err := ss.finish(ctx, id); err != nil {
+				return 0, err
+			}
+		}
+		if len(due) < sweepBatch {
+			break
+		}
+	}
+	first, err := ss.s.rdb.ZRangeWithScores(ctx, ss.s.sessionExpiriesKey(), 0, 0).Result()
+	if err != nil || len(first) == 0 {
+		return 0, err
+	}
+	return int64(first[0].Score), nil
+}

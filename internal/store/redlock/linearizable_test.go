@@ -191,7 +191,7 @@ func masterStore(t *testing.T, m *redistest.Server, prefix string) *redisstore.S
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	st, err := redisstore.New(c, redisstore.Options{Prefix: prefix, CallTimeout: 2 * time.Second})
+	st, err := redisstore.New(c, redisstore.Options{Prefix: prefix, CallTimeout: 2 * time.Second, NoSessions: true})
 	if err != nil {
 		t.Fatal(err)
 	}

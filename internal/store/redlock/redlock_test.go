@@ -52,7 +52,7 @@ func openWith(t *testing.T, rl *redistest.Redlock, perMaster time.Duration) *red
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		s, err := redisstore.New(c, redisstore.Options{Prefix: prefix, CallTimeout: perMaster, Batch: true})
+		s, err := redisstore.New(c, redisstore.Options{Prefix: prefix, CallTimeout: perMaster, Batch: true, NoSessions: true})
 		if err != nil {
 			t.Fatal(err)
 		}

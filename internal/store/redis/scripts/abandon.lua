@@ -48,7 +48,10 @@ redis.call('SADD', KEYS[3], req)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 
 local mark = 's:' .. req
-local h = redis.call('HMGET', KEYS[1], 'lease', mark, 'op', 'owner', 'principal', 'token')
+local h = redis.call('HMGET', KEYS[1], 'lease', mark, 'op', 'owner', 'principal', 'token', 'sess')
+if h[7] and lapse_exclusive(now, h[1], h[4], h[5], h[6], h[7]) then
+	h = {}
+end
 settle_exclusive(now, h[1])
 if h[1] and (h[2] or h[1] == req or h[3] == req) then
 	-- The request granted or re-entered the exclusive lease.
@@ -65,8 +68,9 @@ if h[1] and (h[2] or h[1] == req or h[3] == req) then
 	end
 	redis.call('DEL', KEYS[1])
 	untrack_exclusive()
+	unbind(h[7], h[1])
 	lease_ended(now, channel, publish)
-	record(now, 'released', h[1], 'exclusive', h[6], h[4], h[5], 0)
+	record(now, 'released', h[1], 'exclusive', h[6], h[4], h[5], 0, nil, nil, h[7])
 	return 2
 end
 
@@ -93,6 +97,7 @@ if left > 0 then
 	return 1
 end
 drop_record(id, rec)
+unbind(rec.sess, id)
 lease_ended(now, channel, publish)
-record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0)
+record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0, nil, nil, rec.sess)
 return 2

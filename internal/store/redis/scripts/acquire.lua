@@ -14,7 +14,9 @@
 -- ARGV[10] semaphore limit, "0" for a lock
 -- ARGV[11] "1" for a fair acquire
 -- ARGV[12] waiter id, "" for a try (see lock.NewWaiterID)
--- ARGV[13] events: see events_from in lib.lua ("0" to record none)
+-- ARGV[13] session id the lease is bound to, "" for none (ARGV[4] is then
+--          ignored: the session's TTL and expiry count)
+-- ARGV[14] events: see events_from in lib.lua ("0" to record none)
 --
 -- Returns, for a fresh exclusive lease (the lease id is the request id, the
 -- rest is as asked), "<token> <acquired ms>" (a string costs Redis less
@@ -29,7 +31,10 @@
 -- (look again is the sooner of the lease's end and the queue head's renewal
 -- deadline: a retry hint, while the lease ttl is the holder's own expiry)
 -- {-1} when this request was abandoned before it ran (see abandon.lua),
--- {-2, the held limit} on a limit mismatch, {-3} for an upgrade.
+-- {-2, the held limit} on a limit mismatch, {-3} for an upgrade, {-4, ms
+-- left} during a lock-delay, {-5} for an unknown session (or another
+-- principal's), {-6} for a session that ended. A grant bound to a session
+-- is always answered with the array, whose element 16 is the session id.
 --
 -- The exclusive lease keeps the lock hash of the plain lock: every re-entry
 -- marks its request id there as having added a hold ('s:<request id>' =
@@ -59,7 +64,19 @@ local shared = ARGV[9] == 's'
 local limit = tonumber(ARGV[10])
 local fair = ARGV[11] == '1'
 local waiter = ARGV[12]
-events_from(ARGV[13])
+events_from(ARGV[14])
+local sid = ARGV[13]
+local ttl_s = ARGV[4]
+if sid ~= '' then
+	local st = session_state(sid)
+	if not st.exp or (principal ~= '' and st.principal ~= principal) then
+		return {-5}
+	end
+	if st.ended or st.exp <= now then
+		return {-6}
+	end
+	ttl_s, ttl, exp = st.ttl, tonumber(st.ttl), st.exp
+end
 local mode = 'exclusive'
 if shared then
 	mode = 'shared'
@@ -69,10 +86,28 @@ if rare() and redis.call('SISMEMBER', KEYS[3], req) == 1 then
 	return {-1}
 end
 
-local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop')
+local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop', 'sess')
+if held[9] and lapse_exclusive(now, held[1], held[2], held[3], held[4], held[9]) then
+	held = {}
+end
 settle_exclusive(now, held[1])
 local nshared = prune_shared(now)
 local queued = prune_queue(now)
+local held_sess = held[9] or ''
+
+-- A lock-delay closes the name to every grant until it ends.
+local delay_left = redis.call('PTTL', delay_key())
+if delay_left > 0 then
+	return {-4, delay_left}
+end
+
+-- held_ms is how long the exclusive lease has left: its session's when bound.
+local function held_ms()
+	if held[9] then
+		return session_state(held[9]).exp - now
+	end
+	return redis.call('PTTL', KEYS[1])
+end
 
 -- The next fencing token: max(counter + 1, now in microseconds). The
 -- counter orders grants while Redis keeps its data, the clock keeps tokens
@@ -99,7 +134,7 @@ local function granted(fresh, id, token, count, exp_ms)
 		fence_set('ver', fence().ver + 1)
 	end
 	fence_flush()
-	redis.call(publish, channel, 'c:' .. ARGV[4])
+	redis.call(publish, channel, 'c:' .. fmt(exp - now))
 	if waiter ~= '' and redis.call('ZREM', KEYS[6], waiter) == 1 then
 		redis.call('ZREM', KEYS[7], waiter)
 		local head = (shared or limit > 0) and queue_head()
@@ -111,12 +146,15 @@ local function granted(fresh, id, token, count, exp_ms)
 	if fresh == 1 then
 		event = 'granted'
 	end
-	record(now, event, id, mode, token, owner, principal, count, exp_ms)
+	record(now, event, id, mode, token, owner, principal, count, exp_ms, nil, sid)
+	if fresh == 1 and sid ~= '' then
+		bind(sid, id, mode, limit, token)
+	end
 end
 
 local function record_reply(id, rec, fresh, request, replayed)
 	return {1, fresh, id, rec.owner, rec.principal, rec.token, tonumber(rec.count), tonumber(rec.ttl),
-		rec.acq, rec.exp, rec.meta, request, replayed, mode, limit}
+		rec.acq, rec.exp, rec.meta, request, replayed, mode, limit, rec.sess or ''}
 end
 
 -- 3. Idempotent replays.
@@ -130,7 +168,7 @@ if idem ~= '' then
 			if held[8] == held[1] then
 				fresh = 1
 			end
-			return {1, fresh, held[1], held[2], held[3], held[4], tonumber(cur[1]), tonumber(cur[2]), held[5], cur[3], held[6], held[8], 1, 'exclusive', 0}
+			return {1, fresh, held[1], held[2], held[3], held[4], tonumber(cur[1]), tonumber(cur[2]), held[5], cur[3], held[6], held[8], 1, 'exclusive', 0, held_sess}
 		end
 	end
 	if nshared > 0 then
@@ -175,7 +213,8 @@ local function first_shared()
 	way_owner, way_token, way_ms = rec.owner, rec.token, tonumber(first[2]) - now
 end
 
-local my_owner_field = owner_field(principal, owner)
+local my_owner_field = owner_field(principal, owner, sid)
+local my_lease = held[2] == owner and held[3] == principal and held_sess == sid
 local downgrade = false
 
 if limit > 0 then
@@ -185,21 +224,23 @@ if limit > 0 then
 	end
 elseif not shared then
 	-- 5. Exclusive.
-	if held[1] and held[2] == owner and held[3] == principal then
+	if held[1] and my_lease then
 		local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-		redis.call('HSET', KEYS[1], 'ttl', ARGV[4], 'exp', exp, 's:' .. req, 'g')
+		redis.call('HSET', KEYS[1], 'ttl', ttl_s, 'exp', fmt(exp), 's:' .. req, 'g')
 		if idem ~= '' then
 			redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
 		end
-		redis.call('PEXPIRE', KEYS[1], ttl)
+		if sid == '' then
+			redis.call('PEXPIRE', KEYS[1], ttl)
+		end
 		granted(0, held[1], held[4], count, exp)
-		return {1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], exp, held[6], req, 0, mode, 0}
+		return {1, 0, held[1], held[2], held[3], held[4], count, ttl, held[5], fmt(exp), held[6], req, 0, mode, 0, sid}
 	end
 	if nshared > 0 and redis.call('HEXISTS', KEYS[4], my_owner_field) == 1 then
 		return {-3}
 	end
 	if held[1] then
-		way_owner, way_token, way_ms = held[2], held[4], redis.call('PTTL', KEYS[1])
+		way_owner, way_token, way_ms = held[2], held[4], held_ms()
 	elseif nshared > 0 then
 		first_shared()
 		by_shared = true
@@ -210,7 +251,7 @@ else
 	if mine then
 		local rec = load_record(mine)
 		rec.count = fmt(tonumber(rec.count) + 1)
-		rec.ttl, rec.exp = ARGV[4], fmt(exp)
+		rec.ttl, rec.exp = ttl_s, fmt(exp)
 		rec.st[req] = 'g'
 		redis.call('HSET', KEYS[4], 'r:' .. req, mine)
 		if idem ~= '' then
@@ -224,10 +265,10 @@ else
 		return record_reply(mine, rec, 0, req, 0)
 	end
 	if held[1] then
-		if held[2] == owner and held[3] == principal then
+		if my_lease then
 			downgrade = true
 		else
-			way_owner, way_token, way_ms = held[2], held[4], redis.call('PTTL', KEYS[1])
+			way_owner, way_token, way_ms = held[2], held[4], held_ms()
 		end
 	end
 end
@@ -293,21 +334,31 @@ if not shared and limit == 0 then
 	-- metadata, and the grant's mark (its request id is the lease id).
 	local acq = fmt(now)
 	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
-		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', fmt(exp))
+		'token', tok, 'count', '1', 'ttl', ttl_s, 'acq', acq, 'exp', fmt(exp))
 	if ARGV[5] ~= '' then
 		redis.call('HSET', KEYS[1], 'meta', ARGV[5])
 	end
 	if idem ~= '' then
 		redis.call('HSET', KEYS[1], 'idem', idem, 'idemop', req)
 	end
+	if sid ~= '' then
+		-- Bound: no expiry of its own (lease_live in lib.lua).
+		redis.call('HSET', KEYS[1], 'sess', sid)
+		granted(1, req, tok, 1, exp)
+		return {1, 1, req, owner, principal, tok, 1, ttl, acq, fmt(exp), ARGV[5], req, 0, mode, 0, sid}
+	end
 	redis.call('PEXPIRE', KEYS[1], ARGV[4])
 	track_exclusive(req, tok, owner, principal)
 	granted(1, req, tok, 1, exp)
 	return tok .. ' ' .. acq
 end
-local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl = ARGV[4],
+local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl = ttl_s,
 	acq = fmt(now), exp = fmt(exp), meta = ARGV[5], idem = idem, idemop = req,
 	limit = ARGV[10], st = {_ = ''}}
+if sid ~= '' then
+	rec.sess = sid
+	redis.call('HSET', KEYS[4], 'bound', '1')
+end
 save_record(req, rec)
 redis.call('ZADD', KEYS[5], exp, req)
 RARE = true

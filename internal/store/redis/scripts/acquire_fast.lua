@@ -19,18 +19,20 @@
 -- less than an array), for a refusal what acquire.lua returns ({0, owner,
 -- token, look again in ms, 0, 0, lease ttl in ms}: with no queue, look
 -- again is the lease's ttl), and FALLBACK for all it leaves to
--- acquire.lua: a name with any of KEYS[3..5], a reentrant acquire, or an
--- expired lease whose expiry is not recorded yet. It changes nothing then.
+-- acquire.lua: a name with any of KEYS[3..5] or a lock-delay, a reentrant
+-- acquire, a lease bound to a session (acquire.lua asks whether the
+-- session lives), or an expired lease whose expiry is not recorded yet. It
+-- changes nothing then.
 
 local owner, principal = ARGV[2], ARGV[3]
 events_from(ARGV[8])
-if redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5]) > 0 then
+if redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], delay_key()) > 0 then
 	return FALLBACK
 end
 RARE = false
-local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token')
+local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess')
 if held[1] then
-	if held[2] == owner and held[3] == principal then
+	if held[5] or (held[2] == owner and held[3] == principal) then
 		return FALLBACK
 	end
 	local ttl = redis.call('PTTL', KEYS[1])

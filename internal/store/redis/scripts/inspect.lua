@@ -3,22 +3,46 @@
 --
 -- Returns {lease id or false, owner, principal, token, hold count,
 --          acquired ms, expires ms, metadata, last token, version,
---          remaining ttl ms, limit, queue length, now ms,
+--          remaining ttl ms, limit, queue length, now ms, session id,
 --          then per live shared lease or permit: its record (JSON)}
 -- The remaining TTL (PTTL) lets a watcher time the expiry on its own clock,
 -- whatever the skew between its clock and Redis's; so does 'now' for the
--- shared records' expiries.
+-- shared records' expiries. A lease bound to a session shows the session's
+-- expiry, and one whose session is dead is not shown (lease_live in
+-- lib.lua): the next script that meets it ends it.
 local _, now = clock()
-local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'acq', 'exp', 'meta')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'acq', 'exp', 'meta', 'sess')
+local sid = h[9]
 local f = redis.call('HMGET', KEYS[2], 'token', 'ver')
 h[9] = f[1]
 h[10] = f[2]
 h[11] = redis.call('PTTL', KEYS[1])
+if sid then
+	if lease_live(sid, now) then
+		local exp = session_state(sid).exp
+		h[7], h[11] = fmt(exp), exp - now
+	else
+		for i = 1, 8 do
+			h[i] = false
+		end
+		sid = nil
+	end
+end
 h[12] = tonumber(redis.call('HGET', KEYS[4], 'limit') or '0')
 h[13] = redis.call('ZCOUNT', KEYS[7], '(' .. now, '+inf')
 h[14] = now
-local live = redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf')
-for _, id in ipairs(live) do
-	h[#h + 1] = redis.call('HGET', KEYS[4], id)
+h[15] = sid or ''
+local all = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
+for i = 1, #all, 2 do
+	local raw = redis.call('HGET', KEYS[4], all[i])
+	if raw and string.find(raw, '"sess"', 1, true) then
+		local rec = cjson.decode(raw)
+		if lease_live(rec.sess, now) then
+			rec.exp = fmt(session_state(rec.sess).exp)
+			h[#h + 1] = cjson.encode(rec)
+		end
+	elseif raw and tonumber(all[i + 1]) > now then
+		h[#h + 1] = raw
+	end
 end
 return h

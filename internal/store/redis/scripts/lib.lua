@@ -61,6 +61,9 @@ local EVENTS_MAX, EV_MAXLEN, EV_LOG, EV_EXP, EV_CHAN, EV_PUB = 0, '0', nil, nil,
 -- What the helpers below remember within one call.
 local FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
 
+-- SESS caches the sessions one call read (session_state).
+local SESS = {}
+
 -- begin starts a call: keys and args are its KEYS and ARGV, and the event
 -- log and its expiries are keys[ev] and keys[ev + 1] when given (8 in the
 -- full scripts).
@@ -69,6 +72,7 @@ local function begin(keys, args, ev)
 	EVENTS_MAX, EV_PUB = 0, 'PUBLISH'
 	EV_LOG, EV_EXP, EV_CHAN = keys[ev], keys[ev + 1], keys[ev + 1]
 	FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
+	SESS = {}
 end
 
 -- events_from reads a script's events argument (its header says which
@@ -170,7 +174,12 @@ local function save_record(id, rec)
 	redis.call('HSET', KEYS[4], id, cjson.encode(rec))
 end
 
-local function owner_field(principal, owner)
+-- owner_field indexes an owner's shared lease for reentrancy; a lease
+-- bound to a session is another holder to the same owner without it.
+local function owner_field(principal, owner, sess)
+	if sess and sess ~= '' then
+		return 'o:' .. principal .. '\n' .. owner .. '\n' .. sess
+	end
 	return 'o:' .. principal .. '\n' .. owner
 end
 
@@ -226,12 +235,15 @@ end
 -- principal that made the change (a force release's admin). An expiry is
 -- recorded only by the script that takes the lease out of EV_EXP, so once
 -- whichever scripts and sweepers see it.
-local function record(now, t, id, mode, token, owner, principal, count, exp, by)
+local function record(now, t, id, mode, token, owner, principal, count, exp, by, sess)
 	if EVENTS_MAX == 0 then
 		return
 	end
 	local member = lease_member(id, mode, token, owner, principal)
-	if tonumber(count) == 0 then
+	if sess and sess ~= '' then
+		-- A bound lease has no member of its own: its session has one.
+		exp = nil
+	elseif tonumber(count) == 0 then
 		if redis.call('ZREM', EV_EXP, member) == 0 and t == 'expired' then
 			return
 		end
@@ -246,6 +258,11 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by)
 	local q = queue_length(now)
 	if q == 0 then
 		q = '0'
+	end
+	if sess and sess ~= '' then
+		redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
+			'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q, 's', sess)
+		return
 	end
 	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
 		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q)
@@ -273,6 +290,98 @@ local function split_member(m)
 	return f -- name, lease id, mode, token, owner, principal
 end
 
+-- Sessions (docs/SESSIONS.md). A bound lease carries its session's id
+-- ('sess' in the lock hash, sess in a shared record) and no expiry of its
+-- own: whether it lives is read here, from the session's hash, by every
+-- script that meets it, so a dead session's leases are dead at the instant
+-- its TTL ends, whether or not a sweeper has run. The session's keys are
+-- derived from the prefix of KEYS[1] (single Redis and Sentinel only: on
+-- Redis Cluster sessions are not offered yet).
+local function key_prefix()
+	return string.sub(KEYS[1], 1, string.find(KEYS[1], '{', 1, true) - 1)
+end
+
+local function session_key(sid)
+	return key_prefix() .. '{s:' .. sid .. '}:session'
+end
+
+local function session_leases_key(sid)
+	return key_prefix() .. '{s:' .. sid .. '}:leases'
+end
+
+-- delay_key holds the end (ms) of the name's lock-delay, and expires then.
+local function delay_key()
+	return key_prefix() .. '{' .. lock_name() .. '}:delay'
+end
+
+-- session_state reads a session once per call: exp (ms) is nil for an
+-- unknown (or forgotten) session; ended is 'expired' or 'released' once
+-- it ended.
+local function session_state(sid)
+	local st = SESS[sid]
+	if not st then
+		local v = redis.call('HMGET', session_key(sid), 'exp', 'ttl', 'delay', 'principal', 'ended')
+		st = {exp = tonumber(v[1]), ttl = v[2], delay = tonumber(v[3]) or 0, principal = v[4], ended = v[5]}
+		SESS[sid] = st
+	end
+	return st
+end
+
+-- lease_live tells whether a lease bound to sid (nil or '' for none) lives.
+local function lease_live(sid, now)
+	if not sid or sid == '' then
+		return true
+	end
+	local st = session_state(sid)
+	return st.exp ~= nil and not st.ended and st.exp > now
+end
+
+-- close_for_delay closes the name to new grants until ms till.
+local function close_for_delay(till, now)
+	if till <= now then
+		return
+	end
+	local k = delay_key()
+	if tonumber(redis.call('GET', k) or '0') < till then
+		redis.call('SET', k, fmt(till), 'PXAT', fmt(till))
+	end
+end
+
+-- A session's leases are a hash: "<name>\n<lease id>" -> "<mode>\n<limit>
+-- \n<token>", all GetSession shows of them. bind adds lease id of this
+-- name, unbind drops it.
+local function bind(sid, id, mode, limit, token)
+	redis.call('HSET', session_leases_key(sid), lock_name() .. '\n' .. id, mode .. '\n' .. limit .. '\n' .. token)
+end
+
+local function unbind(sid, id)
+	if sid and sid ~= '' then
+		redis.call('HDEL', session_leases_key(sid), lock_name() .. '\n' .. id)
+	end
+end
+
+-- lapse_delay sets the lock-delay of a lease that ended with its session's
+-- expiry: counted from that expiry. A deleted session's leases have none.
+local function lapse_delay(sid, now)
+	local st = session_state(sid)
+	if st.exp and st.ended ~= 'released' and st.delay > 0 then
+		close_for_delay(st.exp + st.delay, now)
+	end
+end
+
+-- lapse_exclusive ends the exclusive lease when it is bound to a session
+-- that is dead, as its expiry, and reports whether it did.
+local function lapse_exclusive(now, id, owner, principal, token, sid)
+	if not id or lease_live(sid, now) then
+		return false
+	end
+	redis.call('DEL', KEYS[1])
+	unbind(sid, id)
+	lapse_delay(sid, now)
+	record(now, 'expired', id, 'exclusive', token, owner, principal, 0, nil, nil, sid)
+	return true
+end
+
 -- settle_exclusive records the expiry of the exclusive lease when Redis
 -- deleted its hash (its TTL ran out) and the sweeper has not recorded it
 -- yet, so that the name's events stay in the order of its changes. lease
@@ -298,7 +407,7 @@ local function drop_record(id, rec)
 	redis.call('HDEL', KEYS[4], id)
 	redis.call('ZREM', KEYS[5], id)
 	if rec then
-		local of = owner_field(rec.principal, rec.owner)
+		local of = owner_field(rec.principal, rec.owner, rec.sess)
 		if redis.call('HGET', KEYS[4], of) == id then
 			redis.call('HDEL', KEYS[4], of)
 		end
@@ -334,9 +443,18 @@ local function prune_shared(now)
 	local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
 	for _, id in ipairs(gone) do
 		local rec = load_record(id)
-		drop_record(id, rec)
-		if rec then
-			record(now, 'expired', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0)
+		if rec and rec.sess and lease_live(rec.sess, now) then
+			-- Bound: its score is its session's expiry when last seen.
+			redis.call('ZADD', KEYS[5], session_state(rec.sess).exp, id)
+		else
+			drop_record(id, rec)
+			if rec then
+				unbind(rec.sess, id)
+				if rec.sess then
+					lapse_delay(rec.sess, now)
+				end
+				record(now, 'expired', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0, nil, nil, rec.sess)
+			end
 		end
 	end
 	return redis.call('ZCARD', KEYS[5])
@@ -353,6 +471,12 @@ local EXPIRED_GRACE = 600000
 -- (but the grace), so that a name whose holders all died leaves nothing
 -- behind.
 local function keep_shared()
+	if redis.call('HEXISTS', KEYS[4], 'bound') == 1 then
+		-- A bound lease lives as long as its session, whatever its score.
+		redis.call('PERSIST', KEYS[4])
+		redis.call('PERSIST', KEYS[5])
+		return
+	end
 	local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
 	if last[2] then
 		local at = tonumber(last[2])
@@ -389,4 +513,81 @@ local function lease_ended(now, channel, publish)
 	else
 		redis.call(publish, channel, 'r')
 	end
+end
+
+-- The session scripts (session_*.lua) take their own keys:
+--   KEYS[1] session hash       <prefix>{s:<id>}:session
+--   KEYS[2] its leases (hash)  <prefix>{s:<id>}:leases
+--   KEYS[3] sessions' expiries <prefix>sessions:expiries
+--   KEYS[4] event log, KEYS[5] lease expiries: as KEYS[8] and KEYS[9] above
+-- The session hash holds owner, principal, ttl, delay (ms), exp (ms), due
+-- (its score in KEYS[3]) and, once it ended, ended ('expired' or
+-- 'released'); an ended session is remembered SESSION_MEMORY ms.
+local SESSION_MEMORY = 3600000 -- lock.EndedSessionMemory
+-- SESSION_CHUNK bounds the leases one script ends, so that none blocks
+-- Redis for long.
+local SESSION_CHUNK = 200
+
+-- session_read reads the session hash, nil when there is none or it is
+-- another principal's ("" for anyone): owner, principal, ttl, delay, exp,
+-- ended, due.
+local function session_read(principal)
+	local v = redis.call('HMGET', KEYS[1], 'owner', 'principal', 'ttl', 'delay', 'exp', 'ended', 'due')
+	if not v[1] or (principal ~= '' and v[2] ~= principal) then
+		return nil
+	end
+	return v
+end
+
+-- session_due puts session sid into the sessions' expiries at ms at, and
+-- announces at on the channel of the same name when it is the earliest,
+-- so that every instance's sweeper looks then (sessions.go).
+local function session_due(sid, at)
+	local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+	redis.call('ZADD', KEYS[3], at, sid)
+	if not first[2] or tonumber(at) < tonumber(first[2]) then
+		redis.call('PUBLISH', KEYS[3], at)
+	end
+end
+
+-- session_reply answers a session: {1, owner, principal, ttl, delay, exp,
+-- then each lease's field and value in KEYS[2] (see bind)}.
+local function session_reply(v, leases)
+	local r = {1, v[1], v[2], v[3], v[4], v[5]}
+	for _, x in ipairs(leases) do
+		r[#r + 1] = x
+	end
+	return r
+end
+
+-- end_bound ends lease id of name, bound to session sid, as how
+-- ('expired' or 'released'), from a session script whose keys are skeys:
+-- it runs as the name's own scripts do, with the name's keys.
+local function end_bound(sid, name, id, how, now, skeys, evarg)
+	local t = string.sub(skeys[1], 1, string.find(skeys[1], '{', 1, true) - 1) .. '{' .. name .. '}'
+	begin({t .. ':lock', t .. ':fence', t .. ':abandoned', t .. ':lock:shared', t .. ':lock:expiry',
+		t .. ':queue', t .. ':queue:deadline', skeys[4], skeys[5]}, ARGV, 8)
+	events_from(evarg)
+	local channel = t .. ':unlock'
+	local mode, token, owner, principal
+	local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess')
+	if h[1] == id and h[5] == sid then
+		redis.call('DEL', KEYS[1])
+		if how == 'released' then
+			redis.call('HSET', KEYS[2], 'released', id, 'released_by', h[3])
+		end
+		mode, token, owner, principal = 'exclusive', h[4], h[2], h[3]
+	else
+		local rec = load_record(id)
+		if not rec or rec.sess ~= sid then
+			return
+		end
+		drop_record(id, rec)
+		mode, token, owner, principal = record_mode(rec), rec.token, rec.owner, rec.principal
+	end
+	lease_ended(now, channel, 'PUBLISH')
+	if how == 'expired' then
+		lapse_delay(sid, now)
+	end
+	record(now, how, id, mode, token, owner, principal, 0, nil, nil, sid)
 end

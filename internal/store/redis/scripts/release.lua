@@ -27,7 +27,10 @@ local function ended(by)
 	return {1, 0, 1, 0}
 end
 
-local h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'owner', 'token')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'owner', 'token', 'sess')
+if h[5] and lapse_exclusive(now, h[1], h[3], h[2], h[4], h[5]) then
+	h = {}
+end
 settle_exclusive(now, h[1])
 if h[1] == id then
 	if principal ~= '' and h[2] ~= principal then
@@ -38,19 +41,23 @@ if h[1] == id then
 		if left > 0 then
 			redis.call('HINCRBY', KEYS[2], 'ver', 1)
 			redis.call(publish, channel, 'c')
-			record(now, 'released', id, 'exclusive', h[4], h[3], h[2], left)
+			record(now, 'released', id, 'exclusive', h[4], h[3], h[2], left, nil, nil, h[5])
 			return {1, left, 0, 0}
 		end
 	end
 	redis.call('DEL', KEYS[1])
 	untrack_exclusive()
+	unbind(h[5], id)
 	local reply = ended(h[2])
-	record(now, 'released', id, 'exclusive', h[4], h[3], h[2], 0)
+	record(now, 'released', id, 'exclusive', h[4], h[3], h[2], 0, nil, nil, h[5])
 	return reply
 end
 
 prune_shared(now)
 local rec = load_record(id)
+if rec and rec.sess and not lease_live(rec.sess, now) then
+	rec = nil -- its session ended a moment ago; the sweeper ends it
+end
 if rec then
 	if principal ~= '' and rec.principal ~= principal then
 		return {-1}
@@ -61,12 +68,13 @@ if rec then
 		rec.count = fmt(left)
 		save_record(id, rec)
 		redis.call(publish, channel, 'c')
-		record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, left)
+		record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, left, nil, nil, rec.sess)
 		return {1, left, 0, 0}
 	end
 	drop_record(id, rec)
+	unbind(rec.sess, id)
 	local reply = ended(rec.principal)
-	record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0)
+	record(now, 'released', id, record_mode(rec), rec.token, rec.owner, rec.principal, 0, nil, nil, rec.sess)
 	return reply
 end
 

@@ -13,18 +13,18 @@
 -- Returns 1 when the lease ended, {-1} when it belongs to another principal
 -- (as release.lua does), and FALLBACK for all it leaves to release.lua: a
 -- lease that is not the exclusive one (shared, a permit, or none: a retry,
--- a lost lease), holds left after this one, a queue. It changes nothing
--- then.
+-- a lost lease), holds left after this one, a queue, a lease bound to a
+-- session. It changes nothing then.
 
 local id, principal = ARGV[1], ARGV[2]
 events_from(ARGV[5])
 local h
 if EVENTS_MAX > 0 then
-	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count', 'owner', 'token')
+	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count', 'sess', 'owner', 'token')
 else
-	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count')
+	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count', 'sess')
 end
-if h[1] ~= id or h[3] ~= '1' then
+if h[1] ~= id or h[3] ~= '1' or h[4] then
 	return FALLBACK
 end
 if principal ~= '' and h[2] ~= principal then
@@ -38,5 +38,5 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'released', id, 'released_by', h[2])
 untrack_exclusive()
 redis.call(ARGV[4], ARGV[3], 'r')
-record(nil, 'released', id, 'exclusive', h[5], h[4], h[2], '0')
+record(nil, 'released', id, 'exclusive', h[6], h[5], h[2], '0')
 return 1

@@ -14,18 +14,29 @@
 -- Returns {0} when the lease does not hold the lock (expired, released,
 -- superseded or unknown), {-1} when it belongs to another principal, else
 --   {1, lease id, owner, principal, token, hold count, ttl ms, acquired ms,
---    expires ms, metadata, mode, limit}
+--    expires ms, metadata, mode, limit[, session id]}
+-- A lease bound to a session is answered as it is: its expiry is its
+-- session's, renewed by the session's renewal only.
 
 local _, now = clock()
 local id, channel, principal, publish = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
 local ttl = tonumber(ARGV[2])
 events_from(ARGV[6])
 
-local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta', 'sess')
+if h[9] and lapse_exclusive(now, h[1], h[2], h[3], h[4], h[9]) then
+	h = {}
+end
 settle_exclusive(now, h[1])
 if h[1] == id then
 	if principal ~= '' and h[3] ~= principal then
 		return {-1}
+	end
+	if h[9] then
+		-- Bound: its expiry is its session's, which only the session's
+		-- renewal moves. Answered as it is.
+		local st = session_state(h[9])
+		return {1, h[1], h[2], h[3], h[4], tonumber(h[5]), tonumber(st.ttl), h[7], fmt(st.exp), h[8], 'exclusive', 0, h[9]}
 	end
 	if ttl == 0 then
 		ttl = tonumber(h[6])
@@ -46,6 +57,13 @@ if not rec then
 end
 if principal ~= '' and rec.principal ~= principal then
 	return {-1}
+end
+if rec.sess then
+	if not lease_live(rec.sess, now) then
+		return {0} -- its session ended a moment ago; the sweeper ends it
+	end
+	local st = session_state(rec.sess)
+	return {1, id, rec.owner, rec.principal, rec.token, tonumber(rec.count), tonumber(st.ttl), rec.acq, fmt(st.exp), rec.meta, record_mode(rec), tonumber(rec.limit), rec.sess}
 end
 if ttl == 0 then
 	ttl = tonumber(rec.ttl)

@@ -1,0 +1,18 @@
+-- session_create.lua: start a session (docs/SESSIONS.md). The keys are
+-- those of the session scripts, listed in lib.lua.
+--
+-- ARGV[1]  owner
+-- ARGV[2]  principal ("" when the server runs open)
+-- ARGV[3]  ttl in milliseconds
+-- ARGV[4]  lock-delay in milliseconds
+-- ARGV[5]  session id
+-- ARGV[6]  events: see events_from in lib.lua (unused)
+--
+-- Returns {1, owner, principal, ttl, delay, expires ms}.
+
+local _, now = clock()
+local exp = fmt(now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'principal', ARGV[2], 'ttl', ARGV[3], 'delay', ARGV[4],
+	'exp', exp, 'due', exp)
+session_due(ARGV[5], exp)
+return {1, ARGV[1], ARGV[2], ARGV[3], ARGV[4], exp}

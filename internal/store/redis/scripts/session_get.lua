@@ -1,0 +1,18 @@
+-- session_get.lua: read a live session with its leases. The keys are those
+-- of the session scripts, listed in lib.lua.
+--
+-- ARGV[1]  principal that must own the session; "" for anyone
+-- ARGV[2]  events: see events_from in lib.lua (unused)
+--
+-- Returns what session_reply in lib.lua does, {-5} for an unknown session
+-- (or another principal's), {-6} for one that ended.
+
+local _, now = clock()
+local v = session_read(ARGV[1])
+if not v then
+	return {-5}
+end
+if v[6] or tonumber(v[5]) <= now then
+	return {-6}
+end
+return session_reply(v, redis.call('HGETALL', KEYS[2]))
