@@ -235,14 +235,14 @@ func (c *Client) grant(ctx context.Context, g *api.Lease, unique, waited bool, s
 	// of the answer stands in, only to bound the confirmation's retries.
 	if waited && received.Sub(sent) > l.TTL()/10 {
 		l.renewedAt = received
-		if err := l.keepAlive(ctx); err != nil {
+		if err := keepAlive(ctx, l, c.timeout); err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout(l.TTL(), c.timeout))
 			_ = l.delete(rctx)
 			cancel()
 			return nil, fmt.Errorf("lockapi: acquire %q: granted after waiting, but the grant could not be confirmed: %w", l.name, err)
 		}
 	}
-	go l.watch()
+	go watch(l.watchCtx, l, c.timeout, l.watchDone)
 	return l, nil
 }
 

@@ -237,51 +237,11 @@ func (l *Lease) delete(ctx context.Context) error {
 	return responseError(l.name, resp.HTTPResponse, resp.Body)
 }
 
-// watch is the watchdog: it renews the lease every TTL/3 until Release
-// cancels watchCtx or the lease is lost.
-func (l *Lease) watch() {
-	defer close(l.watchDone)
-	for {
-		l.mu.Lock()
-		next := l.renewedAt.Add(l.ttl / 3)
-		l.mu.Unlock()
-		if !sleepUntil(l.watchCtx, next) {
-			return
-		}
-		if err := l.keepAlive(l.watchCtx); err != nil {
-			if l.watchCtx.Err() != nil {
-				return // Release stopped us
-			}
-			l.end(err, true)
-			return
-		}
-	}
-}
-
-// keepAlive renews the lease, retrying failures that may pass until the
-// safety margin before the lease's expiry.
-func (l *Lease) keepAlive(ctx context.Context) error {
-	bo := newRenewBackoff(l.TTL())
-	var last error
-	for {
-		safe := l.safeDeadline()
-		if !time.Now().Before(safe) {
-			return l.timeoutError(last)
-		}
-		err := l.renewOnce(ctx, earliest(safe, time.Now().Add(attemptTimeout(l.TTL(), l.c.timeout))))
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case !errors.Is(err, ErrUnavailable):
-			return l.lostError(err)
-		}
-		last = err
-		if !sleepUntil(ctx, earliest(safe, time.Now().Add(bo.next()))) {
-			return ctx.Err()
-		}
-	}
+// nextRenewal implements renewable.
+func (l *Lease) nextRenewal() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewedAt.Add(l.ttl / 3)
 }
 
 // renewOnce sends one renewal that must be answered by deadline.

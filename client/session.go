@@ -99,7 +99,7 @@ func (c *Client) NewSession(ctx context.Context, opts SessionOptions) (*Session,
 		watchDone: make(chan struct{}),
 	}
 	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
-	go s.watch()
+	go watch(s.watchCtx, s, c.timeout, s.watchDone)
 	return s, nil
 }
 
@@ -194,50 +194,16 @@ func (s *Session) close(ctx context.Context) error {
 	return fmt.Errorf("lockapi: close session %s (it ends by itself within its TTL): %w", s.id, err)
 }
 
-// watch is the watchdog: it renews the session every TTL/3 until Close or
-// the session is lost, retrying failures that may pass until the safety
-// margin before its expiry.
-func (s *Session) watch() {
-	defer close(s.watchDone)
-	for {
-		s.mu.Lock()
-		next := s.renewedAt.Add(s.ttl / 3)
-		s.mu.Unlock()
-		if !sleepUntil(s.watchCtx, next) {
-			return
-		}
-		if err := s.keepAlive(s.watchCtx); err != nil {
-			if s.watchCtx.Err() != nil {
-				return
-			}
-			s.end(err, true)
-			return
-		}
-	}
+// nextRenewal implements renewable.
+func (s *Session) nextRenewal() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewedAt.Add(s.ttl / 3)
 }
 
-func (s *Session) keepAlive(ctx context.Context) error {
-	bo := newRenewBackoff(s.TTL())
-	var last error
-	for {
-		safe := s.safeDeadline()
-		if !time.Now().Before(safe) {
-			return &sessionLostError{id: s.id, cause: last, reason: "no renewal succeeded in time, after which its leases may have other holders"}
-		}
-		err := s.renewOnce(ctx, earliest(safe, time.Now().Add(attemptTimeout(s.TTL(), s.c.timeout))))
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case !errors.Is(err, ErrUnavailable):
-			return s.lostError(err)
-		}
-		last = err
-		if !sleepUntil(ctx, earliest(safe, time.Now().Add(bo.next()))) {
-			return ctx.Err()
-		}
-	}
+// timeoutError implements renewable.
+func (s *Session) timeoutError(last error) error {
+	return &sessionLostError{id: s.id, cause: last, reason: "no renewal succeeded in time, after which its leases may have other holders"}
 }
 
 func (s *Session) renewOnce(ctx context.Context, deadline time.Time) error {
