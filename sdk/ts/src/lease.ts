@@ -387,30 +387,18 @@ export class Lease {
    * The watchdog's (background) retries do not keep a Node.js process alive.
    */
   private async keepAliveUntilSafe(signal: AbortSignal, background: boolean): Promise<void> {
-    const bo = renewBackoff(this.ttl);
-    let last: unknown;
-    for (;;) {
-      const safe = this.safeDeadline();
-      const now = monotonicNow();
-      if (now >= safe) {
-        throw this.timeoutError(last);
-      }
-      try {
-        await this.renewOnce(signal, Math.min(safe - now, attemptTimeout(this.ttl, this.http.timeoutMs)));
-        return;
-      } catch (e) {
-        if (signal.aborted) {
-          throw abortReason(signal);
-        }
-        if (!(e instanceof UnavailableError)) {
-          throw this.lostError(e);
-        }
-        last = e;
-      }
-      if (!(await sleep(Math.min(this.safeDeadline() - monotonicNow(), bo.next()), signal, background))) {
-        throw abortReason(signal);
-      }
-    }
+    return renewUntilSafe(
+      {
+        ttl: () => this.ttl,
+        callTimeoutMs: this.http.timeoutMs,
+        safeDeadline: () => this.safeDeadline(),
+        renewOnce: (s, timeoutMs) => this.renewOnce(s, timeoutMs),
+        timeoutError: (last) => this.timeoutError(last),
+        lostError: (e) => this.lostError(e),
+      },
+      signal,
+      background,
+    );
   }
 
   /** Sends one renewal that must be answered within timeoutMs. */
@@ -512,4 +500,52 @@ export function attemptTimeout(ttl: number, limit: number): number {
 export function renewBackoff(ttl: number): Backoff {
   const base = Math.min(Math.max(ttl / 30, 5), 500);
   return new Backoff(base, Math.min(Math.max(ttl / 6, base), 5000));
+}
+
+/** What renewUntilSafe keeps alive: a lease, or a session. */
+export interface RenewSteps {
+  ttl(): number;
+  /** The client's limit on one request. */
+  callTimeoutMs: number;
+  /** When it is given up: its expiry less the safety margin. */
+  safeDeadline(): number;
+  /** Sends one renewal that must be answered within timeoutMs. */
+  renewOnce(signal: AbortSignal, timeoutMs: number): Promise<void>;
+  /** Explains a loss by the safe deadline; last is the last renewal's failure. */
+  timeoutError(last: unknown): Error;
+  /** Explains a loss shown by a renewal's answer. */
+  lostError(cause: unknown): Error;
+}
+
+/**
+ * Renews, retrying failures that may pass (UnavailableError) until the
+ * safety margin before the expiry; rejects with steps' loss errors, or
+ * signal's reason. The watchdog's (background) retries do not keep a
+ * Node.js process alive. Leases and sessions renew by these same rules.
+ */
+export async function renewUntilSafe(steps: RenewSteps, signal: AbortSignal, background: boolean): Promise<void> {
+  const bo = renewBackoff(steps.ttl());
+  let last: unknown;
+  for (;;) {
+    const safe = steps.safeDeadline();
+    const now = monotonicNow();
+    if (now >= safe) {
+      throw steps.timeoutError(last);
+    }
+    try {
+      await steps.renewOnce(signal, Math.min(safe - now, attemptTimeout(steps.ttl(), steps.callTimeoutMs)));
+      return;
+    } catch (e) {
+      if (signal.aborted) {
+        throw abortReason(signal);
+      }
+      if (!(e instanceof UnavailableError)) {
+        throw steps.lostError(e);
+      }
+      last = e;
+    }
+    if (!(await sleep(Math.min(steps.safeDeadline() - monotonicNow(), bo.next()), signal, background))) {
+      throw abortReason(signal);
+    }
+  }
 }

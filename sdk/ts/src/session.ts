@@ -9,8 +9,8 @@
 import { acquireMany, acquireOne, type AcquireAllOptions, type AcquireOptions } from "./acquire.js";
 import { ApiError, SessionLostError, SessionNotFoundError, UnavailableError } from "./errors.js";
 import type { Http } from "./http.js";
-import { attemptTimeout, renewBackoff, safetyMargin, type Lease, type SessionBinding } from "./lease.js";
-import { abortReason, monotonicNow, sleep, unref } from "./internal.js";
+import { attemptTimeout, renewUntilSafe, safetyMargin, type Lease, type SessionBinding } from "./lease.js";
+import { monotonicNow, unref } from "./internal.js";
 
 /** Tunes a session. Every field is optional. */
 export interface SessionOptions {
@@ -322,30 +322,18 @@ export class Session implements SessionBinding {
    * process alive.
    */
   private async keepAliveUntilSafe(signal: AbortSignal, background: boolean): Promise<void> {
-    const bo = renewBackoff(this.ttl);
-    let last: unknown;
-    for (;;) {
-      const safe = this.safeDeadline();
-      const now = monotonicNow();
-      if (now >= safe) {
-        throw this.timeoutError(last);
-      }
-      try {
-        await this.renewOnce(signal, Math.min(safe - now, attemptTimeout(this.ttl, this.http.timeoutMs)));
-        return;
-      } catch (e) {
-        if (signal.aborted) {
-          throw abortReason(signal);
-        }
-        if (!(e instanceof UnavailableError)) {
-          throw this.lostError(e);
-        }
-        last = e;
-      }
-      if (!(await sleep(Math.min(this.safeDeadline() - monotonicNow(), bo.next()), signal, background))) {
-        throw abortReason(signal);
-      }
-    }
+    return renewUntilSafe(
+      {
+        ttl: () => this.ttl,
+        callTimeoutMs: this.http.timeoutMs,
+        safeDeadline: () => this.safeDeadline(),
+        renewOnce: (s, timeoutMs) => this.renewOnce(s, timeoutMs),
+        timeoutError: (last) => this.timeoutError(last),
+        lostError: (e) => this.lostError(e),
+      },
+      signal,
+      background,
+    );
   }
 
   /** Sends one renewal that must be answered within timeoutMs. */
