@@ -23,7 +23,35 @@ class _Stopped(Exception):
     """Release stopped the watchdog while it was renewing."""
 
 
-class Lease:
+class _Renewable:
+    """What a watchdog keeps alive: a Lease, or a Session. Both renew by the
+    same rules; each supplies its renewal request (_renew_once), its safe
+    deadline and its loss errors."""
+
+    def _renew_with_retry(self, stop: threading.Event, ttl: Optional[float] = None) -> None:
+        """Renews, retrying failures that may pass until the safety margin
+        before its expiry. Raises the loss error (LeaseLost or SessionLost),
+        or _Stopped once stop is set."""
+        backoff = renew_backoff(self.ttl)
+        last: Optional[APIError] = None
+        while True:
+            safe = self._safe_deadline()
+            now = time.monotonic()
+            if now >= safe:
+                raise self._timeout_error(last)
+            try:
+                self._renew_once(min(safe - now, attempt_timeout(self.ttl, self._timeout)), ttl)
+                return
+            except Unavailable as e:
+                last = e
+            except APIError as e:
+                raise self._lost_error(e) from e
+            now = time.monotonic()
+            if stop.wait(max(0.0, min(safe, now + backoff.next()) - now)):
+                raise _Stopped()
+
+
+class Lease(_Renewable):
     """A held lock.
 
     Call :meth:`keep_alive` (or use :meth:`Client.lock`, or ``with lease:``) to
@@ -261,27 +289,6 @@ class Lease:
             err = LeaseLost("lock %r, lease %s: the watchdog failed: %r" % (self.name, self.lease_id, e))
             err.__cause__ = e
             self._end(err, lost=True)
-
-    def _renew_with_retry(self, stop: threading.Event, ttl: Optional[float] = None) -> None:
-        """Renews the lease, retrying failures that may pass until the safety
-        margin before its expiry. Raises LeaseLost, or _Stopped once stop is set."""
-        backoff = renew_backoff(self.ttl)
-        last: Optional[APIError] = None
-        while True:
-            safe = self._safe_deadline()
-            now = time.monotonic()
-            if now >= safe:
-                raise self._timeout_error(last)
-            try:
-                self._renew_once(min(safe - now, attempt_timeout(self.ttl, self._timeout)), ttl)
-                return
-            except Unavailable as e:
-                last = e
-            except APIError as e:
-                raise self._lost_error(e) from e
-            now = time.monotonic()
-            if stop.wait(max(0.0, min(safe, now + backoff.next()) - now)):
-                raise _Stopped()
 
     def _renew_once(self, timeout: float, ttl: Optional[float]) -> None:
         body: Dict[str, Any] = {}

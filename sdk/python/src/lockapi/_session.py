@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from ._errors import APIError, SessionLost, Unavailable, error_from_response
 from ._http import Transport
-from ._lease import Lease, _Stopped
-from ._timing import attempt_timeout, renew_backoff, safety_margin
+from ._lease import Lease, _Renewable, _Stopped
+from ._timing import safety_margin
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -21,7 +21,7 @@ def session_path(session_id: str, *rest: str) -> str:
     return "/".join(["/v1/sessions", session_id] + list(rest))
 
 
-class Session:
+class Session(_Renewable):
     """A session of the server (docs/SESSIONS.md): a TTL of its own that
     leases are bound to. Get one with :meth:`Client.session`.
 
@@ -225,25 +225,6 @@ class Session:
             err = SessionLost("session %s: the watchdog failed: %r" % (self.session_id, e))
             err.__cause__ = e
             self._end(err, lost=True)
-
-    def _renew_with_retry(self, stop: threading.Event, ttl: Optional[float] = None) -> None:
-        backoff = renew_backoff(self.ttl)
-        last: Optional[APIError] = None
-        while True:
-            safe = self._safe_deadline()
-            now = time.monotonic()
-            if now >= safe:
-                raise self._timeout_error(last)
-            try:
-                self._renew_once(min(safe - now, attempt_timeout(self.ttl, self._timeout)), ttl)
-                return
-            except Unavailable as e:
-                last = e
-            except APIError as e:
-                raise self._lost_error(e) from e
-            now = time.monotonic()
-            if stop.wait(max(0.0, min(safe, now + backoff.next()) - now)):
-                raise _Stopped()
 
     def _renew_once(self, timeout: float, ttl: Optional[float]) -> None:
         body: Dict[str, Any] = {}
