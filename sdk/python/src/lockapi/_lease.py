@@ -28,6 +28,28 @@ class _Renewable:
     same rules; each supplies its renewal request (_renew_once), its safe
     deadline and its loss errors."""
 
+    def _watch(self) -> None:
+        """The watchdog thread: renews every TTL/3 until _stop is set (a
+        release or a close) or the lease or session is lost."""
+        try:
+            while True:
+                with self._mu:
+                    next_at = self._renewed_at + self._ttl / 3
+                if self._stop.wait(max(0.0, next_at - time.monotonic())):
+                    return
+                try:
+                    self._renew_with_retry(self._stop)
+                except _Stopped:
+                    return
+                except LeaseLost as e:  # a SessionLost is one too
+                    if not self._stop.is_set():  # else release or close reports it
+                        self._end(e, lost=True)
+                    return
+        except Exception as e:  # a bug or a garbled answer: never renew blindly
+            err = self._watchdog_failed(e)
+            err.__cause__ = e
+            self._end(err, lost=True)
+
     def _renew_with_retry(self, stop: threading.Event, ttl: Optional[float] = None) -> None:
         """Renews, retrying failures that may pass until the safety margin
         before its expiry. Raises the loss error (LeaseLost or SessionLost),
@@ -270,25 +292,8 @@ class Lease(_Renewable):
 
     # The watchdog.
 
-    def _watch(self) -> None:
-        try:
-            while True:
-                with self._mu:
-                    next_at = self._renewed_at + self._ttl / 3
-                if self._stop.wait(max(0.0, next_at - time.monotonic())):
-                    return
-                try:
-                    self._renew_with_retry(self._stop)
-                except _Stopped:
-                    return
-                except LeaseLost as e:
-                    if not self._stop.is_set():  # else release reports it
-                        self._end(e, lost=True)
-                    return
-        except Exception as e:  # a bug or a garbled answer: never renew blindly
-            err = LeaseLost("lock %r, lease %s: the watchdog failed: %r" % (self.name, self.lease_id, e))
-            err.__cause__ = e
-            self._end(err, lost=True)
+    def _watchdog_failed(self, e: Exception) -> LeaseLost:
+        return LeaseLost("lock %r, lease %s: the watchdog failed: %r" % (self.name, self.lease_id, e))
 
     def _renew_once(self, timeout: float, ttl: Optional[float]) -> None:
         body: Dict[str, Any] = {}

@@ -206,25 +206,8 @@ class Session(_Renewable):
 
     # The watchdog.
 
-    def _watch(self) -> None:
-        try:
-            while True:
-                with self._mu:
-                    next_at = self._renewed_at + self._ttl / 3
-                if self._stop.wait(max(0.0, next_at - time.monotonic())):
-                    return
-                try:
-                    self._renew_with_retry(self._stop)
-                except _Stopped:
-                    return
-                except SessionLost as e:
-                    if not self._stop.is_set():  # else close reports it
-                        self._end(e, lost=True)
-                    return
-        except Exception as e:  # a bug or a garbled answer: never renew blindly
-            err = SessionLost("session %s: the watchdog failed: %r" % (self.session_id, e))
-            err.__cause__ = e
-            self._end(err, lost=True)
+    def _watchdog_failed(self, e: Exception) -> SessionLost:
+        return SessionLost("session %s: the watchdog failed: %r" % (self.session_id, e))
 
     def _renew_once(self, timeout: float, ttl: Optional[float]) -> None:
         body: Dict[str, Any] = {}
