@@ -110,7 +110,8 @@ export class Lease {
   /** Aborted by release to stop the watchdog and its renewal in flight. */
   private readonly stopCtl = new AbortController();
   private watching: Promise<void> = Promise.resolve();
-  private wake: (() => void) | undefined;
+  /** The watchdog's wait, cut short by a renewal from outside or release. */
+  private readonly alarm = new Alarm();
   private releasing: Promise<void> | undefined;
   /** The session the lease is bound to, if any. */
   private readonly session: SessionBinding | undefined;
@@ -240,7 +241,7 @@ export class Lease {
       }
       throw this.lose(this.lostError(e));
     }
-    this.wake?.();
+    this.alarm.ring();
   }
 
   /**
@@ -262,7 +263,7 @@ export class Lease {
       }
       throw this.lose(e as LeaseLostError);
     }
-    this.wake?.();
+    this.alarm.ring();
   }
 
   /**
@@ -286,7 +287,7 @@ export class Lease {
 
   private async doRelease(): Promise<void> {
     this.stopCtl.abort();
-    this.wake?.();
+    this.alarm.ring();
     this.unfollow?.();
     await this.watching;
 
@@ -342,42 +343,14 @@ export class Lease {
   }
 
   /** The watchdog: renews every TTL/3 until release stops it or the lease is lost. */
-  private async watch(): Promise<void> {
-    const stop = this.stopCtl.signal;
-    while (!stop.aborted && !this.ended) {
-      const due = this.renewedAt + this.ttl / 3 - monotonicNow();
-      await this.nap(due);
-      if (stop.aborted || this.ended) {
-        return;
-      }
-      if (monotonicNow() < this.renewedAt + this.ttl / 3) {
-        continue; // woken by a renewal from outside: measure afresh
-      }
-      try {
-        await this.keepAliveUntilSafe(stop, true);
-      } catch (e) {
-        if (!stop.aborted) {
-          this.lose(e as LeaseLostError);
-        }
-        return;
-      }
-    }
-  }
-
-  /** Waits ms, or until wake is called (by a renewal from outside, or release). */
-  private nap(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(done, Math.max(ms, 0));
-      unref(timer);
-      const self = this;
-      function done() {
-        clearTimeout(timer);
-        if (self.wake === done) {
-          self.wake = undefined;
-        }
-        resolve();
-      }
-      this.wake = done;
+  private watch(): Promise<void> {
+    return runWatchdog({
+      stop: this.stopCtl.signal,
+      alarm: this.alarm,
+      ended: () => this.ended !== undefined,
+      nextRenewal: () => this.renewedAt + this.ttl / 3,
+      keepAlive: (stop) => this.keepAliveUntilSafe(stop, true),
+      lose: (e) => this.lose(e as LeaseLostError),
     });
   }
 
@@ -479,7 +452,7 @@ export class Lease {
       return;
     }
     this.ended = err;
-    this.wake?.();
+    this.alarm.ring();
     if (lost) {
       this.lostCtl.abort(err);
     }
@@ -546,6 +519,67 @@ export async function renewUntilSafe(steps: RenewSteps, signal: AbortSignal, bac
     }
     if (!(await sleep(Math.min(steps.safeDeadline() - monotonicNow(), bo.next()), signal, background))) {
       throw abortReason(signal);
+    }
+  }
+}
+
+/** A wait that can be cut short: a watchdog's nap until its next renewal. */
+export class Alarm {
+  private wake: (() => void) | undefined;
+
+  /** Waits ms, or until ring is called. The timer does not keep a Node.js process alive. */
+  sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        if (this.wake === done) {
+          this.wake = undefined;
+        }
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(ms, 0));
+      unref(timer);
+      this.wake = done;
+    });
+  }
+
+  /** Ends the current sleep, if any. */
+  ring(): void {
+    this.wake?.();
+  }
+}
+
+/** What runWatchdog keeps alive: a lease, or a session. */
+export interface WatchdogSteps {
+  /** Aborted by release or close. */
+  stop: AbortSignal;
+  alarm: Alarm;
+  ended(): boolean;
+  /** When (monotonic ms) the next renewal is due: the last one plus TTL/3. */
+  nextRenewal(): number;
+  /** Renews until the safe deadline (renewUntilSafe); rejects with the loss. */
+  keepAlive(stop: AbortSignal): Promise<void>;
+  /** Records the loss. */
+  lose(err: unknown): void;
+}
+
+/** The watchdog of a lease or a session: renews at nextRenewal until stopped, ended or lost. */
+export async function runWatchdog(w: WatchdogSteps): Promise<void> {
+  while (!w.stop.aborted && !w.ended()) {
+    await w.alarm.sleep(w.nextRenewal() - monotonicNow());
+    if (w.stop.aborted || w.ended()) {
+      return;
+    }
+    if (monotonicNow() < w.nextRenewal()) {
+      continue; // woken by a renewal from outside: measure afresh
+    }
+    try {
+      await w.keepAlive(w.stop);
+    } catch (e) {
+      if (!w.stop.aborted) {
+        w.lose(e);
+      }
+      return;
     }
   }
 }

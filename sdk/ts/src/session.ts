@@ -9,8 +9,8 @@
 import { acquireMany, acquireOne, type AcquireAllOptions, type AcquireOptions } from "./acquire.js";
 import { ApiError, SessionLostError, SessionNotFoundError, UnavailableError } from "./errors.js";
 import type { Http } from "./http.js";
-import { attemptTimeout, renewUntilSafe, safetyMargin, type Lease, type SessionBinding } from "./lease.js";
-import { monotonicNow, unref } from "./internal.js";
+import { Alarm, attemptTimeout, renewUntilSafe, runWatchdog, safetyMargin, type Lease, type SessionBinding } from "./lease.js";
+import { monotonicNow } from "./internal.js";
 
 /** Tunes a session. Every field is optional. */
 export interface SessionOptions {
@@ -87,7 +87,8 @@ export class Session implements SessionBinding {
   /** Aborted by close to stop the watchdog and its renewal in flight. */
   private readonly stopCtl = new AbortController();
   private watching: Promise<void> = Promise.resolve();
-  private wake: (() => void) | undefined;
+  /** The watchdog's wait, cut short by a renewal from outside or close. */
+  private readonly alarm = new Alarm();
   private closing: Promise<void> | undefined;
   /** Called once when the session ends: its bound leases (Lease.follow). */
   private readonly followers = new Set<(lost: SessionLostError | undefined) => void>();
@@ -200,7 +201,7 @@ export class Session implements SessionBinding {
       }
       throw this.lose(this.lostError(e));
     }
-    this.wake?.();
+    this.alarm.ring();
   }
 
   /**
@@ -218,7 +219,7 @@ export class Session implements SessionBinding {
       }
       throw this.lose(e as SessionLostError);
     }
-    this.wake?.();
+    this.alarm.ring();
   }
 
   /**
@@ -235,7 +236,7 @@ export class Session implements SessionBinding {
 
   private async doClose(): Promise<void> {
     this.stopCtl.abort();
-    this.wake?.();
+    this.alarm.ring();
     await this.watching;
     if (this.ended) {
       if (!this.gone) {
@@ -278,40 +279,14 @@ export class Session implements SessionBinding {
   }
 
   /** The watchdog: renews every TTL/3 until close stops it or the session is lost. */
-  private async watch(): Promise<void> {
-    const stop = this.stopCtl.signal;
-    while (!stop.aborted && !this.ended) {
-      await this.nap(this.renewedAt + this.ttl / 3 - monotonicNow());
-      if (stop.aborted || this.ended) {
-        return;
-      }
-      if (monotonicNow() < this.renewedAt + this.ttl / 3) {
-        continue; // woken by a renewal from outside: measure afresh
-      }
-      try {
-        await this.keepAliveUntilSafe(stop, true);
-      } catch (e) {
-        if (!stop.aborted) {
-          this.lose(e as SessionLostError);
-        }
-        return;
-      }
-    }
-  }
-
-  /** Waits ms, or until wake is called (by a renewal from outside, or close). */
-  private nap(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        if (this.wake === done) {
-          this.wake = undefined;
-        }
-        resolve();
-      };
-      const timer = setTimeout(done, Math.max(ms, 0));
-      unref(timer);
-      this.wake = done;
+  private watch(): Promise<void> {
+    return runWatchdog({
+      stop: this.stopCtl.signal,
+      alarm: this.alarm,
+      ended: () => this.ended !== undefined,
+      nextRenewal: () => this.renewedAt + this.ttl / 3,
+      keepAlive: (stop) => this.keepAliveUntilSafe(stop, true),
+      lose: (e) => this.lose(e as SessionLostError),
     });
   }
 
@@ -417,7 +392,7 @@ export class Session implements SessionBinding {
       return;
     }
     this.ended = err;
-    this.wake?.();
+    this.alarm.ring();
     if (lost) {
       this.lostCtl.abort(lost);
     }
