@@ -90,12 +90,7 @@ class Client:
         backoff = Backoff(0.1, 5.0)
         path = lock_path(name, "leases")
         while True:
-            left = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
-            wait_ms = int(left * 1000)
-            if wait_ms > 0:
-                body["wait_ms"] = wait_ms
-            else:
-                body.pop("wait_ms", None)
+            left = _set_wait(body, deadline)
             sent, sent_wall = time.monotonic(), time.time()
             err: APIError
             try:
@@ -106,7 +101,7 @@ class Client:
                 received = time.monotonic()
                 if resp.status in (200, 201):
                     replayed = resp.headers.get("idempotent-replayed", "") == "true"
-                    return self._grant(resp.json(), release_all, wait_ms > 0, sent, sent_wall, received,
+                    return self._grant(resp.json(), release_all, "wait_ms" in body, sent, sent_wall, received,
                                        replayed, session)
                 err = error_from_response(resp.status, resp.headers, resp.body, name)
 
@@ -209,17 +204,12 @@ class Client:
         deadline = time.monotonic() + wait if wait and wait > 0 else None
         backoff = Backoff(0.1, 5.0)
         while True:
-            left = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
-            wait_ms = int(left * 1000)
-            if wait_ms > 0:
-                body["wait_ms"] = wait_ms
-            else:
-                body.pop("wait_ms", None)
+            left = _set_wait(body, deadline)
             sent, sent_wall = time.monotonic(), time.time()
             resp = self._http.request("POST", "/v1/leases", body=body, timeout=left + self.timeout)
             received = time.monotonic()
             if resp.status == 201:
-                return self._grant_all(resp.json()["leases"], release_all_holds, wait_ms > 0, sent, sent_wall,
+                return self._grant_all(resp.json()["leases"], release_all_holds, "wait_ms" in body, sent, sent_wall,
                                        received, session)
             err = error_from_response(resp.status, resp.headers, resp.body, what)
             if not isinstance(err, (LockHeld, LockDelay)) or deadline is None or deadline - time.monotonic() < 0.001:
@@ -316,3 +306,16 @@ def unique_owner() -> str:
     """An owner nobody else uses: host, process id and 48 random bits."""
     host = (socket.gethostname() or "unknown")[:64]
     return "%s:%d:%s" % (host, os.getpid(), secrets.token_hex(6))
+
+
+def _set_wait(body: Dict[str, Any], deadline: Optional[float]) -> float:
+    """Sets the request's wait_ms to what is left until deadline (a
+    monotonic time; none when nothing is left or there is no deadline), and
+    returns the seconds left."""
+    left = max(0.0, deadline - time.monotonic()) if deadline is not None else 0.0
+    wait_ms = int(left * 1000)
+    if wait_ms > 0:
+        body["wait_ms"] = wait_ms
+    else:
+        body.pop("wait_ms", None)
+    return left
