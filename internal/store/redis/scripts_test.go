@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_4ddd5b33e77434cc"},
-		{"cluster", true, "lockapi_ba003c714cd856f5"},
+		{"plain", false, "lockapi_3eb165b6b43c71fb"},
+		{"cluster", true, "lockapi_43aa4e66844f42a7"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -539,6 +539,20 @@ local function session_read(principal)
 	return v
 end
 
+-- session_live reads the session hash of a session that lives: its fields
+-- (as session_read), or nil and the reply for an unknown session or
+-- another principal's ({-5}) or one that ended ({-6}).
+local function session_live(principal, now)
+	local v = session_read(principal)
+	if not v then
+		return nil, {-5}
+	end
+	if v[6] or tonumber(v[5]) <= now then
+		return nil, {-6}
+	end
+	return v
+end
+
 -- session_due puts session sid into the sessions' expiries at ms at, and
 -- announces at on the channel of the same name when it is the earliest,
 -- so that every instance's sweeper looks then (sessions.go).

@@ -8,11 +8,8 @@
 -- (or another principal's), {-6} for one that ended.
 
 local _, now = clock()
-local v = session_read(ARGV[1])
+local v, refused = session_live(ARGV[1], now)
 if not v then
-	return {-5}
-end
-if v[6] or tonumber(v[5]) <= now then
-	return {-6}
+	return refused
 end
 return session_reply(v, redis.call('HGETALL', KEYS[2]))
