@@ -89,13 +89,12 @@ func TestTopologies(t *testing.T) {
 		cfg   redisstore.ClientConfig
 		batch bool
 		hold  time.Duration // the merged event log's (Backend.EventsHold)
-		// sessions: Redis Cluster has none until phase 4 of issue 22.
 		sessions bool
 	}{
 		{"sentinel", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, false, 0, true},
 		{"sentinel-batched", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, true, 0, true},
-		{"cluster", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false, redisstore.ClusterEventsHold, false},
-		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true, redisstore.ClusterEventsHold, false},
+		{"cluster", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false, redisstore.ClusterEventsHold, true},
+		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true, redisstore.ClusterEventsHold, true},
 	} {
 		t.Run(topology.name, func(t *testing.T) {
 			storetest.Run(t, storetest.Backend{

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_3eb165b6b43c71fb"},
-		{"cluster", true, "lockapi_43aa4e66844f42a7"},
+		{"plain", false, "lockapi_0e16030b6b9f1982"},
+		{"cluster", true, "lockapi_2c60812de176f830"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
