@@ -85,10 +85,10 @@ func TestTopologies(t *testing.T) {
 	sentinel := redistest.StartSentinel(t)
 	cluster := redistest.StartCluster(t)
 	for _, topology := range []struct {
-		name  string
-		cfg   redisstore.ClientConfig
-		batch bool
-		hold  time.Duration // the merged event log's (Backend.EventsHold)
+		name     string
+		cfg      redisstore.ClientConfig
+		batch    bool
+		hold     time.Duration // the merged event log's (Backend.EventsHold)
 		sessions bool
 	}{
 		{"sentinel", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, false, 0, true},
