@@ -193,8 +193,8 @@ func leasesOf(held map[string]string) []lock.SessionLease {
 }
 
 // endShadows ends the shadows of session id, whose record session_end.lua
-// marked released (res): each is marked released, then swept until none of
-// its leases is left, every master at once. Should this instance die
+// marked released (res): each is marked released (which answers its
+// leases), then swept until none is left, every master at once. Should this instance die
 // midway, the masters' sweepers finish: a released shadow is due at once.
 func (ss *sessions) endShadows(ctx context.Context, id string, res []any) (lock.Session, error) {
 	r := reply(res)
@@ -220,15 +220,15 @@ func (ss *sessions) endShadows(ctx context.Context, id string, res []any) (lock.
 			errs = append(errs, err)
 			continue
 		}
+		held, _ := c.cmd.Slice()
+		sess.Leases = append(sess.Leases, sessionLeases(reply(held), 1)...)
 		wg.Add(1)
 		go func(keys []string, arg string) {
 			defer wg.Done()
-			leases, err := ss.finishShadow(ctx, id, keys, arg)
-			mu.Lock()
-			defer mu.Unlock()
-			sess.Leases = append(sess.Leases, leases...)
-			if err != nil {
+			if err := ss.finishShadow(ctx, id, keys, arg); err != nil {
+				mu.Lock()
 				errs = append(errs, err)
+				mu.Unlock()
 			}
 		}(c.keys, c.args[len(c.args)-1].(string))
 	}
@@ -241,22 +241,14 @@ func (ss *sessions) endShadows(ctx context.Context, id string, res []any) (lock.
 }
 
 // finishShadow runs session_sweep.lua on a shadow (keys) until none of its
-// leases is left, and returns the leases it held.
-func (ss *sessions) finishShadow(ctx context.Context, id string, keys []string, arg string) ([]lock.SessionLease, error) {
-	held, err := ss.s.rdb.HGetAll(ctx, keys[1]).Result()
-	if err != nil {
-		return nil, err
-	}
-	leases := leasesOf(held)
+// leases is left; the master's sweeper may end some of them meanwhile.
+func (ss *sessions) finishShadow(ctx context.Context, id string, keys []string, arg string) error {
 	rec := &recording{arg: arg}
 	for range maxSessionChunks {
 		left, err := ss.s.run(ctx, "session_sweep", ss.s.scripts.sessionSweep, keys, rec, id).Int64()
-		if err != nil {
-			return leases, err
-		}
-		if left <= 0 {
-			return leases, nil
+		if err != nil || left <= 0 {
+			return err
 		}
 	}
-	return leases, nil
+	return nil
 }

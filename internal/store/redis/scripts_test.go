@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_0e16030b6b9f1982"},
-		{"cluster", true, "lockapi_2c60812de176f830"},
+		{"plain", false, "lockapi_ab709e051010f594"},
+		{"cluster", true, "lockapi_119c2e4d2912619d"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

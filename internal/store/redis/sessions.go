@@ -35,10 +35,6 @@ func (k keyspace) sessionKey(id string) string       { return k.prefix + "{s:" +
 func (k keyspace) sessionLeasesKey(id string) string { return k.prefix + "{s:" + id + "}:leases" }
 func (k keyspace) sessionExpiriesKey() string        { return k.prefix + "sessions:expiries" }
 
-// sessionMastersKey names the set of the masters (their logs' slots) that
-// hold a shadow of the session, on Redis Cluster (clustersessions.go).
-func (k keyspace) sessionMastersKey(id string) string { return k.prefix + "{s:" + id + "}:masters" }
-
 // sessionKeys lists the keys of the session scripts.
 func (k scriptKeys) sessionKeys(id string) []string {
 	return k.withLog(k.sessionKey(id), k.sessionLeasesKey(id), k.sessionExpiriesKey())
@@ -245,11 +241,10 @@ func (ss *sessions) call(ctx context.Context, name string, sc *script, id string
 }
 
 // keysOf lists the keys of the session scripts on session id's record:
-// on Redis Cluster, its masters instead of the sessions' expiries, and no
-// event log.
+// on Redis Cluster, neither the sessions' expiries nor an event log.
 func (ss *sessions) keysOf(id string) []string {
 	if ss.shadows != nil {
-		return []string{ss.s.sessionKey(id), ss.s.sessionLeasesKey(id), ss.s.sessionMastersKey(id)}
+		return []string{ss.s.sessionKey(id), ss.s.sessionLeasesKey(id)}
 	}
 	return ss.s.sessionKeys(id)
 }

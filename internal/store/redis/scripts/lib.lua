@@ -531,8 +531,8 @@ end
 --   KEYS[2] its leases (hash)  <prefix>{s:<id>}:leases
 --   KEYS[3] sessions' expiries <prefix>sessions:expiries
 --   KEYS[4] event log, KEYS[5] lease expiries: as KEYS[8] and KEYS[9] above
--- On Redis Cluster KEYS[3] is <prefix>{s:<id>}:masters (SESSION_CLUSTER),
--- and a shadow's scripts (session_shadow.lua, session_sweep.lua) take the
+-- On Redis Cluster there is no KEYS[3] (SESSION_CLUSTER), and a shadow's
+-- scripts (session_shadow.lua, session_sweep.lua) take the
 -- shadow's keys instead: <prefix>{#e<n>}:s:<id>, <prefix>{#e<n>}:s:<id>
 -- :leases and the master's lease expiries, <prefix>{#e<n>}:events:expiries,
 -- where the shadow's member is the session id.
@@ -550,17 +550,17 @@ local SESSION_CHUNK = 200
 -- of its own shadows, see session_shadow.lua), so the record forgets
 -- itself SESSION_MEMORY ms after its expiry; its 'ver' field is the
 -- primary's clock (us) at its last write, which orders the shadows'
--- copies; and KEYS[3] is the set of the masters holding shadows (their
--- logs' slots), not the sessions' expiries.
+-- copies; its 'masters' field lists the masters holding shadows (their
+-- logs' slots, each followed by a space); and it has no KEYS[3].
 local function session_begin(arg)
 	SESSION_CLUSTER = arg == 'c'
 end
 
 -- session_read reads the session hash, nil when there is none or it is
 -- another principal's ("" for anyone): owner, principal, ttl, delay, exp,
--- ended, due, ver.
+-- ended, due, ver, masters.
 local function session_read(principal)
-	local v = redis.call('HMGET', KEYS[1], 'owner', 'principal', 'ttl', 'delay', 'exp', 'ended', 'due', 'ver')
+	local v = redis.call('HMGET', KEYS[1], 'owner', 'principal', 'ttl', 'delay', 'exp', 'ended', 'due', 'ver', 'masters')
 	if not v[1] or (principal ~= '' and v[2] ~= principal) then
 		return nil
 	end
@@ -586,9 +586,7 @@ end
 -- so that every instance's sweeper looks then (sessions.go).
 local function session_due(sid, at)
 	if SESSION_CLUSTER then
-		local till = fmt(tonumber(at) + SESSION_MEMORY)
-		redis.call('PEXPIREAT', KEYS[1], till)
-		redis.call('PEXPIREAT', KEYS[3], till)
+		redis.call('PEXPIREAT', KEYS[1], fmt(tonumber(at) + SESSION_MEMORY))
 		return
 	end
 	local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
@@ -615,7 +613,7 @@ end
 local function session_answer(v)
 	if SESSION_CLUSTER then
 		local r = {1, v[1], v[2], v[3], v[4], v[5], v[8] or '0'}
-		for _, slot in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+		for slot in string.gmatch(v[9] or '', '(%d+) ') do
 			r[#r + 1] = slot
 		end
 		return r

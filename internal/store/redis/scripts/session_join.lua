@@ -1,6 +1,6 @@
 -- session_join.lua: on Redis Cluster, before an acquire binds a lease to a
 -- session on a master that may hold no shadow of it yet: note the master
--- (its log's slot) among the session's masters, so that every renewal and
+-- (its log's slot) in the session's 'masters', so that every renewal and
 -- the DELETE reach its shadow, and answer what the shadow holds, for
 -- session_shadow.lua to write there. The keys are those of the session
 -- scripts on Redis Cluster, listed in lib.lua.
@@ -21,6 +21,8 @@ local v, refused = session_live(ARGV[1], now)
 if not v then
 	return refused
 end
-redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('PEXPIREAT', KEYS[3], fmt(tonumber(v[5]) + SESSION_MEMORY))
+local mine = ARGV[2] .. ' '
+if not string.find(' ' .. (v[9] or ''), ' ' .. mine, 1, true) then
+	redis.call('HSET', KEYS[1], 'masters', (v[9] or '') .. mine)
+end
 return {1, v[5], v[3], v[4], v[2], v[8] or '0'}

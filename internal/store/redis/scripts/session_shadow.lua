@@ -20,9 +20,10 @@
 -- renewal leaves the score alone unless it shortens the session, as on a
 -- single Redis; the sweeper moves it on.
 --
--- Returns {1, then each lease's field and value (bind in lib.lua)}, or {-6}
--- when the shadow ended otherwise (it expired: its leases here are gone,
--- or are going).
+-- Returns {1, then each lease's field and value (bind in lib.lua)}: the
+-- leases as they were, for a DELETE, before any sweeper ends them; only
+-- {1} when it ended already, or {-6} when it ended otherwise than asked
+-- (it expired: its leases here are gone, or are going).
 
 local _, now = clock()
 events_from(ARGV[8])
@@ -55,12 +56,14 @@ if cur[1] and tonumber(cur[1]) >= tonumber(ver) then
 	return r
 end
 if released then
+	local r = redis.call('HGETALL', KEYS[2])
+	table.insert(r, 1, 1)
 	local at = fmt(now)
 	redis.call('HSET', KEYS[1], 'ended', 'released', 'exp', at, 'due', at, 'ver', ver, 'delay', ARGV[4],
 		'principal', ARGV[5], 'ttl', ARGV[3])
 	redis.call('PEXPIRE', KEYS[1], SESSION_MEMORY)
 	due(at)
-	return {1}
+	return r
 end
 redis.call('HSET', KEYS[1], 'exp', ARGV[2], 'ttl', ARGV[3], 'delay', ARGV[4], 'principal', ARGV[5], 'ver', ver)
 if not cur[2] or tonumber(ARGV[2]) < tonumber(cur[2]) then
