@@ -141,6 +141,18 @@ func TestSessions_on_cluster(t *testing.T) {
 		}
 	}
 
+	// The shadows live in the masters' event logs' hash tags.
+	t.Run("none_without_events", func(t *testing.T) {
+		s := openStoreOptions(t, cfg, redisstore.Options{})
+		if s.Sessions() != nil {
+			t.Fatal("a Redis Cluster store without events declares sessions")
+		}
+		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "x", Owner: "w", Session: "01JD3Z8Q6W9M4T5R2K7X1B0C9S"})
+		if lock.ErrorCode(err) != lock.CodeUnsupported {
+			t.Fatalf("acquire naming a session = %v, want unsupported", err)
+		}
+	})
+
 	t.Run("renewal_costs_one_script_and_one_per_master", func(t *testing.T) {
 		s := openStore(t, cfg, false)
 		ss := s.Sessions()
