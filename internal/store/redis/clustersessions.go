@@ -87,9 +87,16 @@ func (ss *sessions) join(ctx context.Context, sid, principal string, rec *record
 		return err
 	}
 	r := reply(res)
-	// exp, ttl, delay, principal, ver
-	shadow, err := ss.s.run(ctx, "session_shadow", ss.s.scripts.sessionShadow, rec.log.sessionKeys(sid), rec,
+	// exp, ttl, delay, principal, ver. Its own recording: the shadow's keys
+	// are those of rec's log, which a relocation must not change under it
+	// (a stale slot map makes the binding fail, 503, rather than bind a
+	// lease on a master the record does not name).
+	shadow, err := ss.s.run(ctx, "session_shadow", ss.s.scripts.sessionShadow, rec.log.sessionKeys(sid), &recording{arg: rec.log.arg},
 		sid, r.str(1), r.str(2), r.str(3), r.str(4), r.str(5), "").Slice()
+	if isNonLocal(err) {
+		_ = ss.shadows.load(ctx)
+		return lock.Unavailable(fmt.Errorf("store: the slot map changed while binding to session %s; try again: %w", sid, err))
+	}
 	if err != nil {
 		return storeError(err)
 	}
@@ -99,8 +106,8 @@ func (ss *sessions) join(ctx context.Context, sid, principal string, rec *record
 	return r.err
 }
 
-// shadowCall is a script call on the shadow beside each master's log that
-// a record's answer names (session_answer in scripts/lib.lua: the masters'
+// shadowCalls returns a session_shadow.lua call on the shadow beside each
+// master's log that a record's answer names (session_answer in scripts/lib.lua: the masters'
 // slots from index 7), with the session's fields as session_shadow.lua
 // takes them.
 func (ss *sessions) shadowCalls(ctx context.Context, id string, r *replyReader, ended string) ([]*scriptCall, error) {
