@@ -241,8 +241,9 @@ type HookStore struct {
 	OnPing       func(ctx context.Context) error
 	OnTryAcquire func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error)
 	OnReadEvents func(ctx context.Context, after string, limit int) ([]lock.Event, error)
-	// NoSessions makes the store declare no sessions, as Redis Cluster
-	// and redlock do, and refuse an acquire that names one.
+	// NoSessions makes the store declare no sessions, as redlock (and a
+	// Redis Cluster without events) does, and refuse an acquire that
+	// names one.
 	NoSessions bool
 }
 

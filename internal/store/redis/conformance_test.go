@@ -89,18 +89,16 @@ func TestTopologies(t *testing.T) {
 		cfg   redisstore.ClientConfig
 		batch bool
 		hold  time.Duration // the merged event log's (Backend.EventsHold)
-		// sessions: Redis Cluster has none until phase 4 of issue 22.
-		sessions bool
 	}{
-		{"sentinel", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, false, 0, true},
-		{"sentinel-batched", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, true, 0, true},
-		{"cluster", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false, redisstore.ClusterEventsHold, false},
-		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true, redisstore.ClusterEventsHold, false},
+		{"sentinel", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, false, 0},
+		{"sentinel-batched", redisstore.ClientConfig{URL: sentinel.URL(), Mode: redisstore.ModeSentinel}, true, 0},
+		{"cluster", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, false, redisstore.ClusterEventsHold},
+		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true, redisstore.ClusterEventsHold},
 	} {
 		t.Run(topology.name, func(t *testing.T) {
 			storetest.Run(t, storetest.Backend{
 				Open:       func(t *testing.T) lock.Store { return openStore(t, topology.cfg, topology.batch) },
-				Semaphores: true, FairQueues: true, Events: true, EventsHold: topology.hold, Sessions: topology.sessions,
+				Semaphores: true, FairQueues: true, Events: true, EventsHold: topology.hold, Sessions: true,
 			})
 		})
 	}
@@ -274,8 +272,8 @@ func openRedisWith(t *testing.T, srv *redistest.Server, batch bool) *redisstore.
 }
 
 // openStore opens a Redis store the way lockapi serve does, on a client from
-// redisstore.NewClient, closed with the test, recording events (which a
-// Cluster does not).
+// redisstore.NewClient, closed with the test, recording events (on a
+// Cluster, each master's log, beside which it keeps the sessions' shadows).
 func openStore(t *testing.T, cfg redisstore.ClientConfig, batch bool) *redisstore.Store {
 	t.Helper()
 	return openStoreOptions(t, cfg, redisstore.Options{Batch: batch, Events: true})

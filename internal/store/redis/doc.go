@@ -14,7 +14,8 @@
 //	notifications          the pub/sub listener whose messages wake waiters (pubsub.go, shardsub.go)
 //	journal                the event log, read, waited on and merged across masters (journal.go, eventlog.go, events.go, clusterevents.go)
 //	reaper                 the repairs in the background: ghost grants abandoned, expiries swept (reaper.go, sweep.go)
-//	sessions               lock.Sessions, and the sweeper that ends due sessions (sessions.go)
+//	sessions               lock.Sessions, and the sweeper that ends due sessions (sessions.go; on
+//	                       Cluster, the shadows that each master's sweeper ends, clustersessions.go)
 //
 // docs/ARCHITECTURE.md walks one acquire through them.
 //
@@ -45,10 +46,10 @@
 // lowest slot ({#e<n>}, eventlog.go), written by the scripts of the names it
 // serves; a read merges them into one log (clusterevents.go).
 //
-// Sessions (docs/SESSIONS.md; single Redis and Sentinel, not yet Cluster,
-// sessions.go) add keys of their own, and a field 'sess' (the session id)
-// in the lock hash or shared record of every bound lease, which then has no
-// expiry of its own (lease_live in scripts/lib.lua reads the session's):
+// Sessions (docs/SESSIONS.md, sessions.go) add keys of their own, and a
+// field 'sess' (the session id) in the lock hash or shared record of every
+// bound lease, which then has no expiry of its own (lease_live in
+// scripts/lib.lua reads the session's):
 //
 //	<prefix>{s:<id>}:session    hash: owner, principal, ttl, delay, exp (ms), due (its score
 //	                            below), ended ('expired' or 'released'); no expiry while it
@@ -59,6 +60,17 @@
 //	<prefix>sessions:expiries   sorted set: every session not yet swept, scored by its expiry
 //	                            when last looked at; every instance's sweeper reads it, events
 //	                            or not; also the pub/sub channel where an earliest one is announced
+//
+// On Redis Cluster (with events: clustersessions.go) the session's record
+// has no expiries set: it lists the masters holding its leases ('masters',
+// their logs' slots) and expires an hour after the session; each such
+// master keeps a shadow of it in its log's hash tag, which the lock scripts
+// read instead, and whose leases its sweeper ends:
+//
+//	<prefix>{#e<n>}:s:<id>         hash: the shadow: exp, ttl, delay, principal, ver (the
+//	                               record's clock at its last write), due, ended
+//	<prefix>{#e<n>}:s:<id>:leases  hash: the session's leases on this master, as above
+//	<prefix>{#e<n>}:events:expiries  the shadow is a member (the session id), scored when due
 //
 // Callers import it as redisstore, since go-redis (imported here as goredis)
 // owns the name redis.

@@ -43,8 +43,8 @@ type Store struct {
 
 	// journal is the event log; nil while no events are recorded.
 	journal *journal
-	// sessions keeps sessions (sessions.go); nil on Redis Cluster and on a
-	// redlock master.
+	// sessions keeps sessions (sessions.go, clustersessions.go); nil on a
+	// redlock master, and on a Redis Cluster without events.
 	sessions *sessions
 }
 
@@ -79,8 +79,9 @@ type Options struct {
 	EventsMax       int
 	EventsRetention time.Duration
 	// NoSessions opens the store without sessions: a redlock master, whose
-	// store (internal/store/redlock) offers none. Redis Cluster has none
-	// either, yet (docs/SESSIONS.md).
+	// store (internal/store/redlock) offers none. A Redis Cluster without
+	// Events has none either: its masters keep the sessions' shadows beside
+	// their event logs (docs/SESSIONS.md).
 	NoSessions bool
 }
 
@@ -127,7 +128,9 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	// (it subscribes then); a cluster's logs as the slot map names them.
 	j.announce(s.listener, s.reaper.sweeperFor)
 	if l, ok := s.listener.(*classicListener); ok && !opts.NoSessions {
-		s.sessions = newSessions(s, l) // a single Redis or Sentinel, not a cluster
+		s.sessions = newSessions(s, l) // a single Redis or Sentinel
+	} else if j.clustered() && !opts.NoSessions {
+		s.sessions = newClusterSessions(s, j.clusterLogs)
 	}
 	s.notifications.start()
 	j.startSweeping(s.listener, s.reaper.sweeperFor)
@@ -241,6 +244,13 @@ func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestI
 	rec, err := s.journal.recordingFor(ctx, req.Lock)
 	if err != nil {
 		return lock.Grant{}, storeError(err)
+	}
+	if req.Session != "" && s.sessions.shadows != nil {
+		// On Redis Cluster the name's master must hold a shadow of the
+		// session first (clustersessions.go).
+		if err := s.sessions.join(ctx, req.Session, req.Principal, rec); err != nil {
+			return lock.Grant{}, err
+		}
 	}
 	cmd, confirmed := s.acquire(ctx, req, requestID, meta, rec)
 	if fresh, ok := cmd.Val().(string); ok && cmd.Err() == nil {
@@ -462,11 +472,25 @@ func (s *Store) confirmRelease(confirmed int) error {
 
 // Inspect implements lock.Store.
 func (s *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
-	res, err := s.run(ctx, "inspect", s.scripts.inspect, s.keys(name), nil).Slice()
+	rec, err := s.inspectRecording(ctx, name)
+	if err != nil {
+		return lock.State{}, storeError(err)
+	}
+	res, err := s.run(ctx, "inspect", s.scripts.inspect, s.keys(name), rec).Slice()
 	if err != nil {
 		return lock.State{}, storeError(err)
 	}
 	return stateOf(name, reply(res))
+}
+
+// inspectRecording is inspect.lua's events argument: on Redis Cluster the
+// name's log, beside which its master keeps the sessions' shadows; none
+// elsewhere.
+func (s *Store) inspectRecording(ctx context.Context, name string) (*recording, error) {
+	if !s.journal.clustered() {
+		return nil, nil
+	}
+	return s.journal.recordingFor(ctx, name)
 }
 
 func stateOf(name string, r *replyReader) (lock.State, error) {
@@ -626,7 +650,11 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	}
 	calls := make([]*scriptCall, len(names))
 	for i, name := range names {
-		calls[i] = &scriptCall{script: s.scripts.inspect, keys: s.keys(name)}
+		rec, err := s.inspectRecording(ctx, name)
+		if err != nil {
+			return lock.ListPage{}, storeError(err)
+		}
+		calls[i] = &scriptCall{script: s.scripts.inspect, keys: s.keys(name), args: rec.append(nil)}
 	}
 	if len(calls) > 0 {
 		runPipelined(ctx, s.rdb, calls)

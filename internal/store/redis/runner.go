@@ -48,6 +48,10 @@ var (
 	sessionEndLua string
 	//go:embed scripts/session_sweep.lua
 	sessionSweepLua string
+	//go:embed scripts/session_join.lua
+	sessionJoinLua string
+	//go:embed scripts/session_shadow.lua
+	sessionShadowLua string
 )
 
 // scriptSet is the store's library (below) and its entry points.
@@ -56,8 +60,10 @@ type scriptSet struct {
 	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
 	inspect, abandon, leave, expire                                 *script
 	raise                                                           *script // redlock.go
-	// The session scripts (sessions.go).
+	// The session scripts (sessions.go), and those of a session's shadows
+	// on Redis Cluster (clustersessions.go).
 	sessionCreate, sessionRenew, sessionGet, sessionEnd, sessionSweep *script
+	sessionJoin, sessionShadow                                        *script
 }
 
 // newScriptSet builds the scripts of one store. On Redis Cluster with
@@ -82,11 +88,14 @@ func newScriptSet(crossSlot bool) *scriptSet {
 		entry{name: "session_get", body: sessionGetLua, ev: 4, readOnly: true},
 		entry{name: "session_end", body: sessionEndLua, ev: 4},
 		entry{name: "session_sweep", body: sessionSweepLua, ev: 4},
+		entry{name: "session_join", body: sessionJoinLua, ev: 4},
+		entry{name: "session_shadow", body: sessionShadowLua, ev: 4},
 	)
 	f := l.funcs
 	return &scriptSet{lib: l, acquire: f[0], acquireFast: f[1], renew: f[2], release: f[3], releaseFast: f[4],
 		forceRelease: f[5], inspect: f[6], abandon: f[7], leave: f[8], expire: f[9], raise: f[10],
-		sessionCreate: f[11], sessionRenew: f[12], sessionGet: f[13], sessionEnd: f[14], sessionSweep: f[15]}
+		sessionCreate: f[11], sessionRenew: f[12], sessionGet: f[13], sessionEnd: f[14], sessionSweep: f[15],
+		sessionJoin: f[16], sessionShadow: f[17]}
 }
 
 // The store's Lua is lib.lua and one file per entry point (scripts/). On

@@ -14,10 +14,11 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// Sessions implements lock.Store: a single Redis or a Sentinel master keeps
-// sessions (docs/SESSIONS.md, "Storage on Redis"); Redis Cluster does not
-// yet, nor does a store opened as a redlock master (Options.NoSessions), and
-// both refuse an acquire that names one.
+// Sessions implements lock.Store: a single Redis, a Sentinel master and a
+// Redis Cluster recording events keep sessions (docs/SESSIONS.md, "Storage
+// on Redis"); a Cluster without events does not, nor does a store opened as
+// a redlock master (Options.NoSessions), and both refuse an acquire that
+// names one.
 func (s *Store) Sessions() lock.Sessions {
 	if s.sessions == nil {
 		return nil
@@ -25,7 +26,7 @@ func (s *Store) Sessions() lock.Sessions {
 	return s.sessions
 }
 
-var errNoSessions = lock.Unsupported("sessions are not offered on Redis Cluster yet (docs/SESSIONS.md)")
+var errNoSessions = lock.Unsupported("this store keeps no sessions: on Redis Cluster they need the event log (LOCKAPI_EVENTS), and a redlock master has none (docs/SESSIONS.md)")
 
 // Session keys; see the session scripts' keys in scripts/lib.lua. A
 // session's own keys are tagged with its id; the expiries set is one per
@@ -52,6 +53,10 @@ func (k scriptKeys) sessionKeys(id string) []string {
 // pub/sub connection, a Sentinel master switch) it looks at the set again.
 type sessions struct {
 	s *Store
+	// shadows are the event logs beside which a Redis Cluster's masters
+	// keep the sessions' shadows (clustersessions.go); nil elsewhere,
+	// where the sweeper below runs.
+	shadows *clusterLogs
 
 	poke    chan struct{}
 	done    chan struct{}
@@ -121,6 +126,9 @@ func (ss *sessions) RenewSession(ctx context.Context, ref lock.SessionRef, ttl t
 	if err != nil {
 		return lock.Session{}, err
 	}
+	if ss.shadows != nil {
+		return ss.renewShadows(ctx, ref.ID, res)
+	}
 	return sessionOf(ref.ID, res)
 }
 
@@ -129,6 +137,9 @@ func (ss *sessions) GetSession(ctx context.Context, ref lock.SessionRef) (lock.S
 	res, err := ss.call(ctx, "session_get", ss.s.scripts.sessionGet, ref.ID, ref.Principal)
 	if err != nil {
 		return lock.Session{}, err
+	}
+	if ss.shadows != nil {
+		return ss.readShadows(ctx, ref.ID, res)
 	}
 	return sessionOf(ref.ID, res)
 }
@@ -140,6 +151,9 @@ func (ss *sessions) EndSession(ctx context.Context, ref lock.SessionRef) (lock.S
 	res, err := ss.call(ctx, "session_end", ss.s.scripts.sessionEnd, ref.ID, ref.Principal, ref.ID)
 	if err != nil {
 		return lock.Session{}, err
+	}
+	if ss.shadows != nil {
+		return ss.endShadows(ctx, ref.ID, res)
 	}
 	sess, err := sessionOf(ref.ID, res)
 	if err != nil {
@@ -170,16 +184,22 @@ const maxSessionChunks = 5000
 // ListSessions implements lock.Sessions: it scans the session hashes.
 func (ss *sessions) ListSessions(ctx context.Context, f lock.SessionFilter) ([]lock.Session, error) {
 	var ids []string
-	iter := ss.s.rdb.Scan(ctx, 0, ss.s.prefix+"{s:*}:session", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		id := strings.TrimSuffix(strings.TrimPrefix(k, ss.s.prefix+"{s:"), "}:session")
-		if lock.ValidULID(id) {
-			ids = append(ids, id)
-		}
-	}
-	if err := iter.Err(); err != nil {
+	shards, err := ss.s.shards(ctx)
+	if err != nil {
 		return nil, storeError(err)
+	}
+	for _, sh := range shards {
+		iter := sh.client.Scan(ctx, 0, ss.s.prefix+"{s:*}:session", 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			id := strings.TrimSuffix(strings.TrimPrefix(k, ss.s.prefix+"{s:"), "}:session")
+			if lock.ValidULID(id) {
+				ids = append(ids, id)
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return nil, storeError(err)
+		}
 	}
 	slices.Sort(ids)
 	var out []lock.Session
@@ -207,7 +227,7 @@ func (ss *sessions) call(ctx context.Context, name string, sc *script, id string
 	if !lock.ValidULID(id) {
 		return nil, lock.SessionNotFound(id)
 	}
-	res, err := ss.s.run(ctx, name, sc, ss.s.sessionKeys(id), ss.rec(), args...).Slice()
+	res, err := ss.s.run(ctx, name, sc, ss.keysOf(id), ss.rec(), args...).Slice()
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -220,8 +240,21 @@ func (ss *sessions) call(ctx context.Context, name string, sc *script, id string
 	return res, nil
 }
 
-// rec is the session scripts' events argument: the log of a single Redis.
+// keysOf lists the keys of the session scripts on session id's record:
+// on Redis Cluster, neither the sessions' expiries nor an event log.
+func (ss *sessions) keysOf(id string) []string {
+	if ss.shadows != nil {
+		return []string{ss.s.sessionKey(id), ss.s.sessionLeasesKey(id)}
+	}
+	return ss.s.sessionKeys(id)
+}
+
+// rec is the session scripts' events argument: the log of a single Redis,
+// or "c" on Redis Cluster (session_begin in scripts/lib.lua).
 func (ss *sessions) rec() *recording {
+	if ss.shadows != nil {
+		return &recording{arg: "c"}
+	}
 	rec, _ := ss.s.journal.recordingFor(context.Background(), "")
 	return rec
 }
@@ -229,7 +262,16 @@ func (ss *sessions) rec() *recording {
 // sessionOf reads session_reply (scripts/lib.lua).
 func sessionOf(id string, res []any) (lock.Session, error) {
 	r := reply(res)
-	sess := lock.Session{
+	sess := sessionHead(id, r)
+	sess.Leases = sessionLeases(r, 6)
+	sortLeases(sess.Leases)
+	return sess, r.err
+}
+
+// sessionHead reads a session's fields, as session_answer (scripts/lib.lua)
+// puts them first.
+func sessionHead(id string, r *replyReader) lock.Session {
+	return lock.Session{
 		ID:        id,
 		Owner:     r.str(1),
 		Principal: r.str(2),
@@ -237,7 +279,13 @@ func sessionOf(id string, res []any) (lock.Session, error) {
 		LockDelay: time.Duration(r.int(4)) * time.Millisecond,
 		ExpiresAt: r.millis(5),
 	}
-	for i := 6; i+1 < len(res); i += 2 {
+}
+
+// sessionLeases reads the leases a reply lists from index from on, each a
+// field and a value of a session's leases hash (bind in scripts/lib.lua).
+func sessionLeases(r *replyReader, from int) []lock.SessionLease {
+	var leases []lock.SessionLease
+	for i := from; i+1 < len(r.v); i += 2 {
 		name, leaseID, _ := strings.Cut(r.str(i), "\n")
 		parts := strings.SplitN(r.str(i+1), "\n", 3)
 		if len(parts) != 3 {
@@ -246,15 +294,19 @@ func sessionOf(id string, res []any) (lock.Session, error) {
 		}
 		limit, _ := strconv.Atoi(parts[1])
 		token, _ := strconv.ParseUint(parts[2], 10, 64)
-		sess.Leases = append(sess.Leases, lock.SessionLease{Lock: name, LeaseID: leaseID, Mode: lock.Mode(parts[0]), Limit: limit, Token: token})
+		leases = append(leases, lock.SessionLease{Lock: name, LeaseID: leaseID, Mode: lock.Mode(parts[0]), Limit: limit, Token: token})
 	}
-	slices.SortFunc(sess.Leases, func(a, b lock.SessionLease) int {
+	return leases
+}
+
+// sortLeases orders a session's leases by name, then id.
+func sortLeases(leases []lock.SessionLease) {
+	slices.SortFunc(leases, func(a, b lock.SessionLease) int {
 		if c := strings.Compare(a.Lock, b.Lock); c != 0 {
 			return c
 		}
 		return strings.Compare(a.LeaseID, b.LeaseID)
 	})
-	return sess, r.err
 }
 
 // sweep ends due sessions (or moves on those that were renewed), sleeping

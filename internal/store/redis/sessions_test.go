@@ -2,12 +2,15 @@ package redis_test
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // TestSessions_renewal_costs_the_same counts the Redis commands a session's
@@ -53,4 +56,199 @@ func TestSessions_renewal_costs_the_same(t *testing.T) {
 	if costs[0] != costs[1] || costs[1] > 5 {
 		t.Fatalf("a renewal costs %d commands with 1 lease and %d with 300, want the same and at most 5", costs[0], costs[1])
 	}
+}
+
+// TestSessions_on_cluster checks what docs/SESSIONS.md promises of a
+// session spread over every master of a Redis Cluster: a renewal costs one
+// script on the session's record and one per master holding its leases
+// (INFO commandstats summed over the masters), whatever it holds; and the
+// session's 1,000 leases are all ended within 2 s of its end, by DELETE or
+// by expiry.
+func TestSessions_on_cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cluster := redistest.StartCluster(t)
+	masters := cluster.Masters(t)
+	cfg := redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}
+
+	// bind acquires n leases bound to sess, a third of them shared, on
+	// names that fall on every master, and returns the names.
+	bind := func(t *testing.T, s *redisstore.Store, sess lock.Session, n int) []string {
+		t.Helper()
+		names := make([]string, n)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		work := make(chan int)
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					req := lock.AcquireRequest{Lock: fmt.Sprintf("c:%s:%d", sess.ID, i), Owner: "w", Session: sess.ID}
+					if i%3 == 1 {
+						req.Mode = lock.Shared
+					}
+					names[i] = req.Lock
+					if _, err := s.TryAcquire(ctx, req); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		covered := map[string]bool{}
+		for _, name := range names {
+			covered[cluster.MasterForKey(t, "{"+name+"}").Addr()] = true
+		}
+		if len(covered) != len(masters) {
+			t.Fatalf("%d leases on %d of %d masters", n, len(covered), len(masters))
+		}
+		return names
+	}
+	// shadowLeases counts the session's leases its shadows still hold, on
+	// every master.
+	shadowLeases := func(t *testing.T, id string) int64 {
+		t.Helper()
+		var n int64
+		for _, m := range masters {
+			rdb := m.Client(t)
+			keys, err := rdb.Keys(ctx, "*:s:"+id+":leases").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				n += rdb.HLen(ctx, k).Val()
+			}
+		}
+		return n
+	}
+	allFree := func(t *testing.T, s *redisstore.Store, names []string) {
+		t.Helper()
+		for _, name := range names {
+			st, err := s.Inspect(ctx, name)
+			if err != nil || st.Held {
+				t.Fatalf("%s after its session ended: held %v, %v", name, st.Held, err)
+			}
+		}
+	}
+
+	// The shadows live in the masters' event logs' hash tags.
+	t.Run("none_without_events", func(t *testing.T) {
+		s := openStoreOptions(t, cfg, redisstore.Options{})
+		if s.Sessions() != nil {
+			t.Fatal("a Redis Cluster store without events declares sessions")
+		}
+		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "x", Owner: "w", Session: "01JD3Z8Q6W9M4T5R2K7X1B0C9S"})
+		if lock.ErrorCode(err) != lock.CodeUnsupported {
+			t.Fatalf("acquire naming a session = %v, want unsupported", err)
+		}
+	})
+
+	t.Run("renewal_costs_one_script_and_one_per_master", func(t *testing.T) {
+		s := openStore(t, cfg, false)
+		ss := s.Sessions()
+		type cost struct{ scripts, commands int64 }
+		var costs []cost
+		for _, n := range []int{30, 300} {
+			sess, err := ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bind(t, s, sess, n)
+			// The log's trim runs a second after the last event: let it.
+			time.Sleep(1500 * time.Millisecond)
+			before := make([]map[string]int64, len(masters))
+			for i, m := range masters {
+				before[i] = commandCalls(t, m.Client(t))
+			}
+			renewed, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, 0)
+			if err != nil || len(renewed.Leases) != n {
+				t.Fatalf("renew = %d leases, %v; want %d", len(renewed.Leases), err, n)
+			}
+			var c cost
+			for i, m := range masters {
+				for name, calls := range commandsSince(t, m.Client(t), before[i]) {
+					// Pub/sub pings, the client's slot map and the test's
+					// own connections run beside.
+					if name != "ping" && name != "hello" && !strings.HasPrefix(name, "cluster") {
+						c.commands += calls
+					}
+					if name == "fcall" {
+						c.scripts += calls
+					}
+				}
+			}
+			costs = append(costs, c)
+		}
+		t.Logf("a renewal on %d masters: %d scripts, %d Redis commands in all, with 30 leases; %d scripts, %d commands with 300",
+			len(masters), costs[0].scripts, costs[0].commands, costs[1].scripts, costs[1].commands)
+		if want := int64(1 + len(masters)); costs[0].scripts != want || costs[1].scripts != want {
+			t.Fatalf("a renewal ran %d and %d scripts, want 1 + %d masters", costs[0].scripts, costs[1].scripts, len(masters))
+		}
+		if costs[0].commands != costs[1].commands {
+			t.Fatalf("a renewal costs %d commands with 30 leases and %d with 300, want the same", costs[0].commands, costs[1].commands)
+		}
+	})
+
+	t.Run("delete_frees_1000_leases_within_2s", func(t *testing.T) {
+		s := openStore(t, cfg, true)
+		ss := s.Sessions()
+		sess, err := ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", TTL: time.Minute, LockDelay: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := bind(t, s, sess, 1000)
+		start := time.Now()
+		ended, err := ss.EndSession(ctx, lock.SessionRef{ID: sess.ID})
+		took := time.Since(start)
+		if err != nil || len(ended.Leases) != 1000 {
+			t.Fatalf("DELETE = %d leases, %v", len(ended.Leases), err)
+		}
+		if n := shadowLeases(t, sess.ID); n != 0 {
+			t.Fatalf("%d leases left after DELETE", n)
+		}
+		t.Logf("DELETE of a session with 1,000 leases on %d masters: all free in %v", len(masters), took)
+		if took > 2*time.Second {
+			t.Fatalf("DELETE took %v to free 1,000 leases, want at most 2s", took)
+		}
+		allFree(t, s, names)
+		// A clean release: no lock-delay.
+		storetest.Acquire(t, s, names[0], "next", time.Minute)
+	})
+
+	t.Run("expiry_frees_1000_leases_within_2s", func(t *testing.T) {
+		s := openStore(t, cfg, true)
+		ss := s.Sessions()
+		sess, err := ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := bind(t, s, sess, 1000)
+		renewed, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for shadowLeases(t, sess.ID) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d leases left 30s after the session's expiry", shadowLeases(t, sess.ID))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		after := time.Since(renewed.ExpiresAt)
+		t.Logf("expiry of a session with 1,000 leases on %d masters: all ended %v after it", len(masters), after)
+		if after > 2*time.Second {
+			t.Fatalf("the leases ended %v after the session's expiry, want within 2s", after)
+		}
+		allFree(t, s, names)
+	})
 }

@@ -12,7 +12,9 @@ import (
 
 // sweeper records the expiry of leases whose TTL ran out, for the reaper
 // (reaper.go), in one event log: Redis deletes an expired lease's keys on
-// its own, and no script runs then. Every live
+// its own, and no script runs then. On Redis Cluster it also ends the
+// leases of the sessions whose shadows its master keeps (their members
+// are the session ids, see clustersessions.go). Every live
 // lease is a member of the expiries set (see record in scripts/lib.lua),
 // scored by its expiry; the sweeper runs expire.lua for each member that is
 // due, which records the expiry unless a script or another instance's
@@ -229,6 +231,12 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 			mark = true
 			continue
 		}
+		if !strings.Contains(member, "\n") {
+			// A session's shadow on Redis Cluster (clustersessions.go):
+			// its leases here end, a chunk at a time.
+			calls = append(calls, &scriptCall{script: r.runner.scripts.sessionSweep, keys: sw.log.sessionKeys(member), args: []any{member, sw.log.arg}})
+			continue
+		}
 		name, _, _ := strings.Cut(member, "\n")
 		calls = append(calls, &scriptCall{script: r.runner.scripts.expire, keys: r.keys(name), args: []any{member, sw.log.arg}})
 	}
@@ -240,15 +248,20 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 			return 0, offset, err
 		}
 	}
+	more := false // a shadow has leases left to end
 	if len(calls) > 0 {
 		runPipelined(ctx, r.runner.rdb, calls)
 		for _, c := range calls {
 			if err := c.cmd.Err(); err != nil {
 				return 0, offset, err
 			}
+			if c.script == r.runner.scripts.sessionSweep {
+				left, _ := c.cmd.Int64()
+				more = more || left > 0
+			}
 		}
 	}
-	if mark || len(calls) == sweepBatch || (next != 0 && next <= nowMs) {
+	if mark || more || len(calls) == sweepBatch || (next != 0 && next <= nowMs) {
 		next = nowMs // look again at once
 	}
 	return next, offset, nil

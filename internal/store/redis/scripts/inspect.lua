@@ -1,6 +1,10 @@
 -- inspect.lua: read everything that holds a name, atomically and without
 -- writing. The keys are listed in lib.lua.
 --
+-- ARGV[1]  events: see events_from in lib.lua; given on Redis Cluster,
+--          where it names the log beside which the master keeps its
+--          sessions' shadows (session_key in lib.lua)
+--
 -- Returns {lease id or false, owner, principal, token, hold count,
 --          acquired ms, expires ms, metadata, last token, version,
 --          remaining ttl ms, limit, queue length, now ms, session id,
@@ -11,6 +15,9 @@
 -- expiry, and one whose session is dead is not shown (lease_live in
 -- lib.lua): the next script that meets it ends it.
 local _, now = clock()
+if ARGV[1] then
+	events_from(ARGV[1])
+end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'acq', 'exp', 'meta', 'sess')
 local sid = h[9]
 local f = redis.call('HMGET', KEYS[2], 'token', 'ver')

@@ -61,8 +61,9 @@ local EVENTS_MAX, EV_MAXLEN, EV_LOG, EV_EXP, EV_CHAN, EV_PUB = 0, '0', nil, nil,
 -- What the helpers below remember within one call.
 local FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
 
--- SESS caches the sessions one call read (session_state).
-local SESS = {}
+-- SESS caches the sessions one call read (session_state);
+-- SESSION_CLUSTER is set by session_begin.
+local SESS, SESSION_CLUSTER = {}, false
 
 -- begin starts a call: keys and args are its KEYS and ARGV, and the event
 -- log and its expiries are keys[ev] and keys[ev + 1] when given (8 in the
@@ -72,7 +73,7 @@ local function begin(keys, args, ev)
 	EVENTS_MAX, EV_PUB = 0, 'PUBLISH'
 	EV_LOG, EV_EXP, EV_CHAN = keys[ev], keys[ev + 1], keys[ev + 1]
 	FENCE, FENCE_W, RARE, name_of_lock, MEMBER = nil, {}, nil, nil, nil
-	SESS = {}
+	SESS, SESSION_CLUSTER = {}, false
 end
 
 -- events_from reads a script's events argument (its header says which
@@ -295,17 +296,27 @@ end
 -- own: whether it lives is read here, from the session's hash, by every
 -- script that meets it, so a dead session's leases are dead at the instant
 -- its TTL ends, whether or not a sweeper has run. The session's keys are
--- derived from the prefix of KEYS[1] (single Redis and Sentinel only: on
--- Redis Cluster sessions are not offered yet).
+-- derived from the prefix of KEYS[1]. On Redis Cluster a lock script reads
+-- instead the shadow of the session that the master serving its name keeps
+-- in its event log's hash tag (events_from names the log): the same fields
+-- (exp, ttl, delay, principal, ended, and ver, the primary's clock in us
+-- when it last wrote them), and the same leases hash, for this master's
+-- leases only (docs/SESSIONS.md, "Redis Cluster").
 local function key_prefix()
 	return string.sub(KEYS[1], 1, string.find(KEYS[1], '{', 1, true) - 1)
 end
 
 local function session_key(sid)
+	if EV_PUB == 'SPUBLISH' then
+		return string.sub(EV_LOG, 1, -8) .. ':s:' .. sid -- <prefix>{#e<n>}:s:<id>
+	end
 	return key_prefix() .. '{s:' .. sid .. '}:session'
 end
 
 local function session_leases_key(sid)
+	if EV_PUB == 'SPUBLISH' then
+		return string.sub(EV_LOG, 1, -8) .. ':s:' .. sid .. ':leases'
+	end
 	return key_prefix() .. '{s:' .. sid .. '}:leases'
 end
 
@@ -520,6 +531,11 @@ end
 --   KEYS[2] its leases (hash)  <prefix>{s:<id>}:leases
 --   KEYS[3] sessions' expiries <prefix>sessions:expiries
 --   KEYS[4] event log, KEYS[5] lease expiries: as KEYS[8] and KEYS[9] above
+-- On Redis Cluster there is no KEYS[3] (SESSION_CLUSTER), and a shadow's
+-- scripts (session_shadow.lua, session_sweep.lua) take the
+-- shadow's keys instead: <prefix>{#e<n>}:s:<id>, <prefix>{#e<n>}:s:<id>
+-- :leases and the master's lease expiries, <prefix>{#e<n>}:events:expiries,
+-- where the shadow's member is the session id.
 -- The session hash holds owner, principal, ttl, delay (ms), exp (ms), due
 -- (its score in KEYS[3]) and, once it ended, ended ('expired' or
 -- 'released'); an ended session is remembered SESSION_MEMORY ms.
@@ -528,11 +544,23 @@ local SESSION_MEMORY = 3600000 -- lock.EndedSessionMemory
 -- Redis for long.
 local SESSION_CHUNK = 200
 
+-- SESSION_CLUSTER: a session script runs on the session's own record on
+-- Redis Cluster, where its events argument is "c" (session_begin). No
+-- sweeper looks at the record there (each master's sweeper ends the leases
+-- of its own shadows, see session_shadow.lua), so the record forgets
+-- itself SESSION_MEMORY ms after its expiry; its 'ver' field is the
+-- primary's clock (us) at its last write, which orders the shadows'
+-- copies; its 'masters' field lists the masters holding shadows (their
+-- logs' slots, each followed by a space); and it has no KEYS[3].
+local function session_begin(arg)
+	SESSION_CLUSTER = arg == 'c'
+end
+
 -- session_read reads the session hash, nil when there is none or it is
 -- another principal's ("" for anyone): owner, principal, ttl, delay, exp,
--- ended, due.
+-- ended, due, ver, masters.
 local function session_read(principal)
-	local v = redis.call('HMGET', KEYS[1], 'owner', 'principal', 'ttl', 'delay', 'exp', 'ended', 'due')
+	local v = redis.call('HMGET', KEYS[1], 'owner', 'principal', 'ttl', 'delay', 'exp', 'ended', 'due', 'ver', 'masters')
 	if not v[1] or (principal ~= '' and v[2] ~= principal) then
 		return nil
 	end
@@ -557,6 +585,10 @@ end
 -- announces at on the channel of the same name when it is the earliest,
 -- so that every instance's sweeper looks then (sessions.go).
 local function session_due(sid, at)
+	if SESSION_CLUSTER then
+		redis.call('PEXPIREAT', KEYS[1], fmt(tonumber(at) + SESSION_MEMORY))
+		return
+	end
 	local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 	redis.call('ZADD', KEYS[3], at, sid)
 	if not first[2] or tonumber(at) < tonumber(first[2]) then
@@ -572,6 +604,21 @@ local function session_reply(v, leases)
 		r[#r + 1] = x
 	end
 	return r
+end
+
+-- session_answer answers a session (v as session_read reads it): with its
+-- leases (session_reply), or on Redis Cluster {1, owner, principal, ttl,
+-- delay, exp, ver, then the slot of each master holding a shadow}, whose
+-- shadows hold the leases.
+local function session_answer(v)
+	if SESSION_CLUSTER then
+		local r = {1, v[1], v[2], v[3], v[4], v[5], v[8] or '0'}
+		for slot in string.gmatch(v[9] or '', '(%d+) ') do
+			r[#r + 1] = slot
+		end
+		return r
+	end
+	return session_reply(v, redis.call('HGETALL', KEYS[2]))
 end
 
 -- end_bound ends lease id of name, bound to session sid, as how
@@ -599,7 +646,7 @@ local function end_bound(sid, name, id, how, now, skeys, evarg)
 		drop_record(id, rec)
 		mode, token, owner, principal = record_mode(rec), rec.token, rec.owner, rec.principal
 	end
-	lease_ended(now, channel, 'PUBLISH')
+	lease_ended(now, channel, EV_PUB)
 	if how == 'expired' then
 		lapse_delay(sid, now)
 	end

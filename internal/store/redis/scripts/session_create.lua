@@ -6,13 +6,20 @@
 -- ARGV[3]  ttl in milliseconds
 -- ARGV[4]  lock-delay in milliseconds
 -- ARGV[5]  session id
--- ARGV[6]  events: see events_from in lib.lua (unused)
+-- ARGV[6]  events: see events_from in lib.lua (unused); "c" on Redis
+--          Cluster (session_begin in lib.lua)
 --
 -- Returns {1, owner, principal, ttl, delay, expires ms}.
 
-local _, now = clock()
+session_begin(ARGV[6])
+local us, now = clock()
 local exp = fmt(now + tonumber(ARGV[3]))
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'principal', ARGV[2], 'ttl', ARGV[3], 'delay', ARGV[4],
-	'exp', exp, 'due', exp)
+if SESSION_CLUSTER then
+	redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'principal', ARGV[2], 'ttl', ARGV[3], 'delay', ARGV[4],
+		'exp', exp, 'ver', fmt(us))
+else
+	redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'principal', ARGV[2], 'ttl', ARGV[3], 'delay', ARGV[4],
+		'exp', exp, 'due', exp)
+end
 session_due(ARGV[5], exp)
 return {1, ARGV[1], ARGV[2], ARGV[3], ARGV[4], exp}

@@ -6,13 +6,16 @@
 --
 -- ARGV[1]  principal that must own the session; "" for anyone
 -- ARGV[2]  session id
--- ARGV[3]  events: see events_from in lib.lua (unused)
+-- ARGV[3]  events: see events_from in lib.lua (unused); "c" on Redis
+--          Cluster (session_begin in lib.lua), where the store then ends
+--          each shadow (session_shadow.lua) and sweeps it
 --
--- Returns what session_reply in lib.lua does (the session as it was, its
+-- Returns what session_answer in lib.lua does (the session as it was, its
 -- expiry now), {-5} for an unknown session (or another principal's), {-6}
 -- for one that ended.
 
-local _, now = clock()
+session_begin(ARGV[3])
+local us, now = clock()
 local v, refused = session_live(ARGV[1], now)
 if not v then
 	return refused
@@ -20,7 +23,8 @@ end
 v[5] = fmt(now)
 local ENDING_GRACE = 2000
 local due = fmt(now + ENDING_GRACE)
-redis.call('HSET', KEYS[1], 'ended', 'released', 'exp', v[5], 'due', due)
+v[8] = fmt(us)
+redis.call('HSET', KEYS[1], 'ended', 'released', 'exp', v[5], 'due', due, 'ver', v[8])
 redis.call('PEXPIRE', KEYS[1], SESSION_MEMORY)
 session_due(ARGV[2], due)
-return session_reply(v, redis.call('HGETALL', KEYS[2]))
+return session_answer(v)
