@@ -37,36 +37,87 @@ const storeCallTimeout = 5 * time.Second
 // Idempotency-Key the place is named after the key, and a wait that runs out
 // keeps it for a repeat of the request until it lapses.
 func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
+	g, wt, err := BeginWait(ctx, s, req, wait)
+	if wt == nil {
+		return g, err
+	}
+	return wt.Wait(ctx)
+}
+
+// Waiting is an AcquireWait that has made its tries, is registered with the
+// store's watch and is about to sleep: BeginWait's answer when the lock
+// stays out of reach. Its Wait sleeps and tries again until the call is
+// answered. The two halves let a caller park the wait on another goroutine
+// with a shallow stack (internal/http parks long-poll acquires so, freed of
+// the request's goroutine and buffers).
+type Waiting struct {
+	s        Store
+	req      AcquireRequest
+	keep     bool
+	sw       *singleWait
+	deadline *time.Timer
+	// retry and last are the last try's: when to try again without a
+	// wake-up, and its refusal, the answer if the wait runs out.
+	retry <-chan time.Time
+	last  error
+}
+
+// BeginWait makes AcquireWait's tries up to its first sleep. With a nil
+// *Waiting, g and err are AcquireWait's answer. Otherwise the caller must
+// call the Waiting's Wait, once, for the answer; ctx need only last until
+// BeginWait returns, and Wait may run on another goroutine with another
+// context.
+func BeginWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (_ Grant, _ *Waiting, err error) {
 	req, keep := withWaiterID(req, wait)
 	g, err := tryAcquire(ctx, s, req)
 	if wait <= 0 || !waitMends(err) {
-		return g, err
+		return g, nil, err
 	}
-	sw := &singleWait{queued: heldBy(err).Queued, backoff: minUnavailableBackoff}
-	defer func() {
-		if sw.queued && (!keep || ctx.Err() != nil) {
-			leave(ctx, s, req)
-		}
-	}()
-
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
+	wt := &Waiting{s: s, req: req, keep: keep, sw: &singleWait{queued: heldBy(err).Queued, backoff: minUnavailableBackoff}}
+	wt.deadline = time.NewTimer(wait)
 	w, err := s.Watch(ctx, req.Lock, WaitForRelease)
 	if err != nil {
-		return Grant{}, err
+		wt.finish(ctx)
+		return Grant{}, nil, err
 	}
-	defer w.Close()
 	w.Join(req.WaiterID)
-	sw.w = w
+	wt.sw.w = w
+	g, err = tryAcquire(ctx, s, req)
+	retry, done := wt.sw.next(g, err)
+	if done {
+		wt.finish(ctx)
+		return g, nil, err
+	}
+	wt.retry, wt.last = retry, err
+	return Grant{}, wt, nil
+}
+
+// Wait sleeps until a wake-up, a retry, the deadline or ctx's end, and tries
+// again, until the call is answered: AcquireWait's answer.
+func (wt *Waiting) Wait(ctx context.Context) (Grant, error) {
+	defer wt.finish(ctx)
 	for {
-		g, err = tryAcquire(ctx, s, req)
-		retry, done := sw.next(g, err)
+		if err := wt.sw.sleep(ctx, wt.req.Mode, wt.deadline.C, wt.retry, wt.last); err != nil {
+			return Grant{}, err
+		}
+		g, err := tryAcquire(ctx, wt.s, wt.req)
+		retry, done := wt.sw.next(g, err)
 		if done {
 			return g, err
 		}
-		if err := sw.sleep(ctx, req.Mode, deadline.C, retry, err); err != nil {
-			return Grant{}, err
-		}
+		wt.retry, wt.last = retry, err
+	}
+}
+
+// finish undoes what the wait set up: the watch, the deadline, and the
+// waiter's queue place unless it is kept for a repeat of the request.
+func (wt *Waiting) finish(ctx context.Context) {
+	wt.deadline.Stop()
+	if wt.sw.w != nil {
+		wt.sw.w.Close()
+	}
+	if wt.sw.queued && (!wt.keep || ctx.Err() != nil) {
+		leave(ctx, wt.s, wt.req)
 	}
 }
 

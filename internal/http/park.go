@@ -1,0 +1,419 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Parking: a long-poll acquire that must wait leaves net/http.
+//
+// A request parked in net/http holds its handler's goroutine (its stack
+// grown to 16 KB by the request), net/http's background reader and 11 KB
+// of buffers: about 41 KB a waiter (docs/BENCHMARKS.md). Once a waiting
+// acquire on a plain-text HTTP/1.1 connection has made its tries and must
+// sleep (lock.BeginWait), the handler hijacks the connection and returns:
+// its goroutine, stack, buffers and request go. What stays is a
+// parkedAcquire: the wait (lock.Waiting), the connection, what the answer
+// and its access-log line need, and two goroutines with shallow stacks, one
+// running the wait and one reading the connection to notice the client
+// leaving. The wait's answer is written to the connection as net/http would
+// have written it, logged and counted as the middleware would have, and the
+// connection goes back to the same http.Server (parkListener) for its next
+// request.
+//
+// HTTP/2 streams, TLS connections, HTTP/1.0 and requests that close their
+// connection wait in net/http as before, and so does a server run through
+// Handler rather than Open (there is no listener to hand connections back
+// to).
+
+// parkWriteTimeout bounds writing a parked request's answer: a client that
+// reads nothing must not hold the parked goroutine for good.
+const parkWriteTimeout = 10 * time.Second
+
+// aLongTimeAgo is a deadline in the past: it interrupts a blocked Read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// canPark reports whether r may be parked off net/http when it must wait:
+// plain-text HTTP/1.1 that keeps its connection, on a server opened with a
+// parkListener. w must be logRequests's statusWriter, whose access-log line
+// the parked request takes over.
+func (s *Server) canPark(w http.ResponseWriter, r *http.Request) bool {
+	if s.parkLn == nil || r.TLS != nil || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
+		return false
+	}
+	_, ok := w.(*statusWriter)
+	return ok
+}
+
+// acquireParking runs a waiting single acquire as acquiring and
+// lock.AcquireWait do, parking the wait when it must sleep.
+func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller, req lock.AcquireRequest, wait time.Duration) {
+	leave, err := s.waiters.enter(c.limitKey)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
+	start := time.Now()
+	g, wt, err := lock.BeginWait(ctx, s.store, req, wait)
+	if wt != nil {
+		if s.park(w, r, wt, leave, start) {
+			stop()
+			cancel(nil)
+			return
+		}
+		g, err = wt.Wait(ctx) // not parked: wait here, as before
+	}
+	err = waitError(ctx, err)
+	stop()
+	cancel(nil)
+	leave()
+	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	s.answerAcquire(w, r, req.Lock, g, err)
+}
+
+// parkedAcquire is a waiting acquire parked off net/http.
+type parkedAcquire struct {
+	s    *Server
+	wt   *lock.Waiting
+	name string
+	// leave gives back the waiter's place under the waiter limits;
+	// waitStart is when the wait began, for the wait histogram.
+	leave     func()
+	waitStart time.Time
+
+	conn net.Conn
+	// pending are bytes of the client's next request, read with this one
+	// or while it was parked: they are handed back with the connection.
+	pending []byte
+
+	// ctx ends when the client leaves (context.Canceled) or the server
+	// begins to close (errShuttingDown); stopShutdown undoes the latter.
+	ctx          context.Context
+	cancel       context.CancelCauseFunc
+	stopShutdown func() bool
+	// reading is closed when watchClose has returned; answering tells it
+	// that its Read was interrupted to answer, not by the client.
+	reading   chan struct{}
+	answering atomic.Bool
+
+	// What the answer and its access-log line need of the request.
+	header http.Header // set before parking: X-Request-ID
+	logger *zerolog.Logger
+	method string
+	route  string
+	remote string
+	path   *url.URL
+	start  time.Time
+}
+
+// park hijacks r's connection and carries wt on a parkedAcquire; false
+// when it cannot (the wait goes on in the handler).
+func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, leave func(), waitStart time.Time) bool {
+	sw := w.(*statusWriter) // canPark checked
+	if !s.parked.add() {
+		return false // the server is closing
+	}
+	route := ""
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		route = rctx.RoutePattern()
+	}
+	header := w.Header().Clone()
+	conn, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		s.parked.done()
+		return false
+	}
+	sw.parked = true
+	p := &parkedAcquire{
+		s: s, wt: wt, name: pathParam(r, "name"), leave: leave, waitStart: waitStart,
+		conn: conn, reading: make(chan struct{}),
+		header: header, logger: zerolog.Ctx(r.Context()),
+		method: r.Method, route: route, remote: r.RemoteAddr,
+		path:  &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath},
+		start: sw.start,
+	}
+	if n := rw.Reader.Buffered(); n > 0 {
+		p.pending = make([]byte, n)
+		_, _ = rw.Reader.Read(p.pending)
+	}
+	p.ctx, p.cancel = context.WithCancelCause(context.Background())
+	p.stopShutdown = context.AfterFunc(s.closing, func() { p.cancel(errShuttingDown) })
+	go p.watchClose()
+	go p.run()
+	return true
+}
+
+// watchClose reads the connection while the request is parked: an error
+// means the client left (net/http's background reader does the same for a
+// request it serves). A byte read is the start of the client's next
+// request: kept, and the watch ends.
+func (p *parkedAcquire) watchClose() {
+	defer close(p.reading)
+	b := make([]byte, 1)
+	n, err := p.conn.Read(b)
+	switch {
+	case n > 0:
+		p.pending = append(p.pending, b[0])
+	case err != nil && !p.answering.Load():
+		p.cancel(context.Canceled)
+	}
+}
+
+// run waits, answers, and hands the connection back.
+func (p *parkedAcquire) run() {
+	defer p.s.parked.done()
+	g, err := p.wt.Wait(p.ctx)
+	err = waitError(p.ctx, err)
+	p.leave()
+	p.stopShutdown()
+	p.s.cfg.Metrics.Wait(time.Since(p.waitStart), waitOutcome(err))
+
+	// Stop watchClose before the connection is written or handed on.
+	p.answering.Store(true)
+	_ = p.conn.SetReadDeadline(aLongTimeAgo)
+	<-p.reading
+	_ = p.conn.SetReadDeadline(time.Time{})
+
+	resp := &parkedResponse{header: p.header}
+	r := (&http.Request{Method: p.method, URL: p.path, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
+		WithContext(p.logger.WithContext(p.ctx))
+	p.s.answerAcquire(resp, r, p.name, g, err)
+	p.cancel(nil)
+
+	bytes := p.respond(resp)
+	p.s.logRequest(p.logger, p.method, p.route, p.remote, resp.status, bytes, time.Since(p.start))
+}
+
+// respond writes resp to the connection and hands the connection back to
+// the server, or closes it: when the client left, the server is closing or
+// the write failed. It returns the body bytes written.
+func (p *parkedAcquire) respond(resp *parkedResponse) int64 {
+	if resp.status == StatusClientClosedRequest {
+		_ = p.conn.Close()
+		return 0
+	}
+	closing := p.s.closing.Err() != nil
+	_ = p.conn.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
+	_, err := p.conn.Write(resp.wire(closing))
+	_ = p.conn.SetWriteDeadline(time.Time{})
+	if err != nil || closing {
+		_ = p.conn.Close()
+		if err != nil {
+			return 0
+		}
+		return int64(resp.body.Len())
+	}
+	p.s.parkLn.handBack(p.conn, p.pending)
+	return int64(resp.body.Len())
+}
+
+// parkedResponse is a parked request's answer, written into memory by the
+// handlers' own writers (answerAcquire, Error) and then to the connection.
+type parkedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *parkedResponse) Header() http.Header { return w.header }
+
+func (w *parkedResponse) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *parkedResponse) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.body.Write(b)
+}
+
+// wire is the HTTP/1.1 response as net/http writes one whose handler wrote
+// its whole body at once: with Date and Content-Length, and Connection:
+// close when the server closes the connection after it.
+func (w *parkedResponse) wire(closing bool) []byte {
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 ")
+	b.WriteString(strconv.Itoa(w.status))
+	b.WriteByte(' ')
+	b.WriteString(http.StatusText(w.status))
+	b.WriteString("\r\n")
+	w.header.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	w.header.Set("Content-Length", strconv.Itoa(w.body.Len()))
+	if closing {
+		w.header.Set("Connection", "close")
+	}
+	_ = w.header.Write(&b)
+	b.WriteString("\r\n")
+	b.Write(w.body.Bytes())
+	return b.Bytes()
+}
+
+// parkedSet counts the parked requests, so that Close can wait for their
+// answers: http.Server.Shutdown knows nothing of hijacked connections.
+type parkedSet struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add counts one more parked request; false once the server is closing.
+func (ps *parkedSet) add() bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return false
+	}
+	ps.wg.Add(1)
+	return true
+}
+
+func (ps *parkedSet) done() { ps.wg.Done() }
+
+// close refuses new parked requests and waits until the parked ones have
+// answered (the server's closing answers them 503) or ctx is done.
+func (ps *parkedSet) close(ctx context.Context) error {
+	ps.mu.Lock()
+	ps.closed = true
+	ps.mu.Unlock()
+	answered := make(chan struct{})
+	go func() {
+		ps.wg.Wait()
+		close(answered)
+	}()
+	select {
+	case <-answered:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// parkListener is the server's listener: it yields the connections it
+// accepts and those handed back by parked requests once answered.
+type parkListener struct {
+	net.Listener
+	accepted  chan accepted
+	handedIn  chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+	// idle is how long a handed-back connection may wait for its next
+	// request (the server's IdleTimeout), before net/http reads it under
+	// its ReadHeaderTimeout; closing ends that wait (the server's).
+	idle    time.Duration
+	closing context.Context
+}
+
+type accepted struct {
+	conn net.Conn
+	err  error
+}
+
+func newParkListener(ln net.Listener, idle time.Duration, closing context.Context) *parkListener {
+	l := &parkListener{Listener: ln, accepted: make(chan accepted), handedIn: make(chan net.Conn),
+		done: make(chan struct{}), idle: idle, closing: closing}
+	go l.acceptLoop()
+	return l
+}
+
+// acceptLoop accepts for Accept, which also yields handed-back
+// connections.
+func (l *parkListener) acceptLoop() {
+	for {
+		c, err := l.Listener.Accept()
+		select {
+		case l.accepted <- accepted{c, err}:
+		case <-l.done:
+			if c != nil {
+				_ = c.Close()
+			}
+			return
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+	}
+}
+
+// Accept implements net.Listener.
+func (l *parkListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.handedIn:
+		return c, nil
+	case a := <-l.accepted:
+		return a.conn, a.err
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (l *parkListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// handBack returns an answered parked request's connection to the server
+// once the client sends its next request, as net/http keeps an idle
+// keep-alive connection: up to the idle timeout, closed when the server
+// closes. pending are bytes of that request already read.
+func (l *parkListener) handBack(c net.Conn, pending []byte) {
+	if len(pending) == 0 {
+		// Wait here rather than in net/http, which would give the
+		// connection only ReadHeaderTimeout to start its request.
+		_ = c.SetReadDeadline(time.Now().Add(l.idle))
+		stop := context.AfterFunc(l.closing, func() { _ = c.SetReadDeadline(aLongTimeAgo) })
+		b := make([]byte, 1)
+		n, _ := c.Read(b)
+		stop()
+		_ = c.SetReadDeadline(time.Time{})
+		if n == 0 {
+			_ = c.Close() // idle too long, gone, or the server is closing
+			return
+		}
+		pending = b
+	}
+	if rc, ok := c.(*replayConn); ok {
+		rc.pending = pending // parked before: not wrapped twice
+	} else {
+		c = &replayConn{Conn: c, pending: pending}
+	}
+	select {
+	case l.handedIn <- c:
+	case <-l.done:
+		_ = c.Close()
+	}
+}
+
+// replayConn is a handed-back connection that first yields the bytes of
+// its next request already read.
+type replayConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *replayConn) Read(b []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
