@@ -9,11 +9,10 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/lock"
 )
@@ -42,9 +41,6 @@ import (
 // parkWriteTimeout bounds writing a parked request's answer: a client that
 // reads nothing must not hold the parked goroutine for good.
 const parkWriteTimeout = 10 * time.Second
-
-// aLongTimeAgo is a deadline in the past: it interrupts a blocked Read.
-var aLongTimeAgo = time.Unix(1, 0)
 
 // canPark reports whether r may be parked off net/http when it must wait:
 // plain-text HTTP/1.1 that keeps its connection, on a server opened with a
@@ -89,7 +85,6 @@ func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller
 // parkedAcquire is a waiting acquire parked off net/http.
 type parkedAcquire struct {
 	s    *Server
-	wt   *lock.Waiting
 	name string
 	// leave gives back the waiter's place under the waiter limits;
 	// waitStart is when the wait began, for the wait histogram.
@@ -100,29 +95,27 @@ type parkedAcquire struct {
 	// pending are bytes of the client's next request, read with this one
 	// or while it was parked: they are handed back with the connection.
 	pending []byte
+	// stopWatch ends the watch for the client leaving (watchClose).
+	stopWatch func() []byte
 
 	// ctx ends when the client leaves (context.Canceled) or the server
 	// begins to close (errShuttingDown); stopShutdown undoes the latter.
 	ctx          context.Context
 	cancel       context.CancelCauseFunc
 	stopShutdown func() bool
-	// reading is closed when watchClose has returned; answering tells it
-	// that its Read was interrupted to answer, not by the client.
-	reading   chan struct{}
-	answering atomic.Bool
 
 	// What the answer and its access-log line need of the request.
-	header http.Header // set before parking: X-Request-ID
-	logger *zerolog.Logger
-	method string
-	route  string
-	remote string
-	path   *url.URL
-	start  time.Time
+	header    http.Header // set before parking: X-Request-ID
+	requestID string
+	method    string
+	route     string
+	remote    string
+	path      *url.URL
+	start     time.Time
 }
 
-// park hijacks r's connection and carries wt on a parkedAcquire; false
-// when it cannot (the wait goes on in the handler).
+// park hijacks r's connection and parks wt on it; false when it cannot
+// (the wait goes on in the handler).
 func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, leave func(), waitStart time.Time) bool {
 	sw := w.(*statusWriter) // canPark checked
 	if !s.parked.add() {
@@ -140,9 +133,9 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, 
 	}
 	sw.parked = true
 	p := &parkedAcquire{
-		s: s, wt: wt, name: pathParam(r, "name"), leave: leave, waitStart: waitStart,
-		conn: conn, reading: make(chan struct{}),
-		header: header, logger: zerolog.Ctx(r.Context()),
+		s: s, name: pathParam(r, "name"), leave: leave, waitStart: waitStart,
+		conn:   conn,
+		header: header, requestID: RequestID(r.Context()),
 		method: r.Method, route: route, remote: r.RemoteAddr,
 		path:  &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath},
 		start: sw.start,
@@ -153,50 +146,32 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, 
 	}
 	p.ctx, p.cancel = context.WithCancelCause(context.Background())
 	p.stopShutdown = context.AfterFunc(s.closing, func() { p.cancel(errShuttingDown) })
-	go p.watchClose()
-	go p.run()
+	p.stopWatch = watchClose(conn, func() { p.cancel(context.Canceled) })
+	wt.Park(p.ctx, p.answer)
 	return true
 }
 
-// watchClose reads the connection while the request is parked: an error
-// means the client left (net/http's background reader does the same for a
-// request it serves). A byte read is the start of the client's next
-// request: kept, and the watch ends.
-func (p *parkedAcquire) watchClose() {
-	defer close(p.reading)
-	b := make([]byte, 1)
-	n, err := p.conn.Read(b)
-	switch {
-	case n > 0:
-		p.pending = append(p.pending, b[0])
-	case err != nil && !p.answering.Load():
-		p.cancel(context.Canceled)
-	}
-}
-
-// run waits, answers, and hands the connection back.
-func (p *parkedAcquire) run() {
+// answer answers the parked request with the wait's answer, and hands the
+// connection back.
+func (p *parkedAcquire) answer(g lock.Grant, err error) {
 	defer p.s.parked.done()
-	g, err := p.wt.Wait(p.ctx)
 	err = waitError(p.ctx, err)
 	p.leave()
 	p.stopShutdown()
 	p.s.cfg.Metrics.Wait(time.Since(p.waitStart), waitOutcome(err))
+	p.pending = append(p.pending, p.stopWatch()...)
 
-	// Stop watchClose before the connection is written or handed on.
-	p.answering.Store(true)
-	_ = p.conn.SetReadDeadline(aLongTimeAgo)
-	<-p.reading
-	_ = p.conn.SetReadDeadline(time.Time{})
-
+	// The request's logger, as requestID made it: kept as its id while
+	// parked, which costs less.
+	logger := p.s.log.With().Str("request_id", p.requestID).Logger()
 	resp := &parkedResponse{header: p.header}
 	r := (&http.Request{Method: p.method, URL: p.path, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
-		WithContext(p.logger.WithContext(p.ctx))
+		WithContext(logger.WithContext(p.ctx))
 	p.s.answerAcquire(resp, r, p.name, g, err)
 	p.cancel(nil)
 
 	bytes := p.respond(resp)
-	p.s.logRequest(p.logger, p.method, p.route, p.remote, resp.status, bytes, time.Since(p.start))
+	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, bytes, time.Since(p.start))
 }
 
 // respond writes resp to the connection and hands the connection back to
@@ -407,6 +382,15 @@ func (l *parkListener) handBack(c net.Conn, pending []byte) {
 type replayConn struct {
 	net.Conn
 	pending []byte
+}
+
+// SyscallConn lets watchClose reach the socket.
+func (c *replayConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }
 
 func (c *replayConn) Read(b []byte) (int, error) {
