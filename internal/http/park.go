@@ -82,7 +82,8 @@ func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller
 	s.answerAcquire(w, r, req.Lock, g, err)
 }
 
-// parkedAcquire is a waiting acquire parked off net/http.
+// parkedAcquire is a waiting acquire parked off net/http. It is kept small:
+// every byte of it is 10 MB for 10,000 waiters.
 type parkedAcquire struct {
 	s    *Server
 	name string
@@ -99,18 +100,21 @@ type parkedAcquire struct {
 	stopWatch func() []byte
 
 	// ctx ends when the client leaves (context.Canceled) or the server
-	// begins to close (errShuttingDown); stopShutdown undoes the latter.
-	ctx          context.Context
-	cancel       context.CancelCauseFunc
-	stopShutdown func() bool
+	// begins to close (errShuttingDown, from s.closing); wake tells the
+	// parked wait so.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wake   func()
 
-	// What the answer and its access-log line need of the request.
-	header    http.Header // set before parking: X-Request-ID
+	// What the answer and its access-log line need of the request. header
+	// is nil when it held only X-Request-ID, as it does unless a
+	// middleware sets more.
+	header    http.Header
 	requestID string
 	method    string
 	route     string
 	remote    string
-	path      *url.URL
+	path      string // escaped
 	start     time.Time
 }
 
@@ -118,46 +122,48 @@ type parkedAcquire struct {
 // (the wait goes on in the handler).
 func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, leave func(), waitStart time.Time) bool {
 	sw := w.(*statusWriter) // canPark checked
-	if !s.parked.add() {
+	p := &parkedAcquire{
+		s: s, name: pathParam(r, "name"), leave: leave, waitStart: waitStart,
+		requestID: RequestID(r.Context()),
+		method:    r.Method, remote: r.RemoteAddr, path: r.URL.EscapedPath(),
+		start: sw.start,
+	}
+	if h := w.Header(); len(h) != 1 || h.Get("X-Request-ID") != p.requestID {
+		p.header = h.Clone()
+	}
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		p.route = rctx.RoutePattern()
+	}
+	if !s.parked.add(p) {
 		return false // the server is closing
 	}
-	route := ""
-	if rctx := chi.RouteContext(r.Context()); rctx != nil {
-		route = rctx.RoutePattern()
-	}
-	header := w.Header().Clone()
 	conn, rw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		s.parked.done()
+		s.parked.remove(p)
 		return false
 	}
 	sw.parked = true
-	p := &parkedAcquire{
-		s: s, name: pathParam(r, "name"), leave: leave, waitStart: waitStart,
-		conn:   conn,
-		header: header, requestID: RequestID(r.Context()),
-		method: r.Method, route: route, remote: r.RemoteAddr,
-		path:  &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath},
-		start: sw.start,
-	}
+	p.conn = conn
 	if n := rw.Reader.Buffered(); n > 0 {
 		p.pending = make([]byte, n)
 		_, _ = rw.Reader.Read(p.pending)
 	}
-	p.ctx, p.cancel = context.WithCancelCause(context.Background())
-	p.stopShutdown = context.AfterFunc(s.closing, func() { p.cancel(errShuttingDown) })
-	p.stopWatch = watchClose(conn, func() { p.cancel(context.Canceled) })
-	wt.Park(p.ctx, p.answer)
+	p.ctx, p.cancel = context.WithCancelCause(s.closing)
+	// Set before Park, which may answer at once.
+	p.stopWatch = watchClose(conn, func() {
+		p.cancel(context.Canceled)
+		s.parked.wakeUp(p)
+	})
+	s.parked.setWake(p, wt.Park(p.ctx, p.answer))
 	return true
 }
 
 // answer answers the parked request with the wait's answer, and hands the
 // connection back.
 func (p *parkedAcquire) answer(g lock.Grant, err error) {
-	defer p.s.parked.done()
+	defer p.s.parked.remove(p)
 	err = waitError(p.ctx, err)
 	p.leave()
-	p.stopShutdown()
 	p.s.cfg.Metrics.Wait(time.Since(p.waitStart), waitOutcome(err))
 	p.pending = append(p.pending, p.stopWatch()...)
 
@@ -165,7 +171,14 @@ func (p *parkedAcquire) answer(g lock.Grant, err error) {
 	// parked, which costs less.
 	logger := p.s.log.With().Str("request_id", p.requestID).Logger()
 	resp := &parkedResponse{header: p.header}
-	r := (&http.Request{Method: p.method, URL: p.path, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
+	if resp.header == nil {
+		resp.header = http.Header{"X-Request-Id": {p.requestID}}
+	}
+	u := &url.URL{Path: p.path, RawPath: p.path}
+	if path, err := url.PathUnescape(p.path); err == nil {
+		u.Path = path
+	}
+	r := (&http.Request{Method: p.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
 		WithContext(logger.WithContext(p.ctx))
 	p.s.answerAcquire(resp, r, p.name, g, err)
 	p.cancel(nil)
@@ -241,40 +254,92 @@ func (w *parkedResponse) wire(closing bool) []byte {
 	return b.Bytes()
 }
 
-// parkedSet counts the parked requests, so that Close can wait for their
-// answers: http.Server.Shutdown knows nothing of hijacked connections.
+// parkedSet holds the parked requests, so that Close can wake them to
+// answer 503 and wait for their answers: http.Server.Shutdown knows nothing
+// of hijacked connections.
 type parkedSet struct {
 	mu     sync.Mutex
 	closed bool
-	wg     sync.WaitGroup
+	m      map[*parkedAcquire]struct{}
+	empty  chan struct{} // closed when closed and m is empty
 }
 
-// add counts one more parked request; false once the server is closing.
-func (ps *parkedSet) add() bool {
+// add counts p in; false once the server is closing.
+func (ps *parkedSet) add(p *parkedAcquire) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {
 		return false
 	}
-	ps.wg.Add(1)
+	if ps.m == nil {
+		ps.m = make(map[*parkedAcquire]struct{})
+	}
+	ps.m[p] = struct{}{}
 	return true
 }
 
-func (ps *parkedSet) done() { ps.wg.Done() }
+// setWake gives parked p its wake, which close calls.
+func (ps *parkedSet) setWake(p *parkedAcquire, wake func()) {
+	ps.mu.Lock()
+	p.wake = wake
+	ps.mu.Unlock()
+	if p.ctx.Err() != nil {
+		wake() // close or the client's leaving may have missed it
+	}
+}
 
-// close refuses new parked requests and waits until the parked ones have
-// answered (the server's closing answers them 503) or ctx is done.
+// wakeUp wakes parked p, if it is parked yet (setWake wakes it else).
+func (ps *parkedSet) wakeUp(p *parkedAcquire) {
+	ps.mu.Lock()
+	wake := p.wake
+	ps.mu.Unlock()
+	if wake != nil {
+		wake()
+	}
+}
+
+// remove counts p out, once answered.
+func (ps *parkedSet) remove(p *parkedAcquire) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.m, p)
+	if ps.closed && len(ps.m) == 0 && ps.empty != nil {
+		close(ps.empty)
+		ps.empty = nil
+	}
+}
+
+// Len returns the number of parked requests.
+func (ps *parkedSet) Len() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return len(ps.m)
+}
+
+// close refuses new parked requests, wakes the parked ones (the server's
+// closing has ended their waits: they answer 503) and waits until they
+// have answered or ctx is done.
 func (ps *parkedSet) close(ctx context.Context) error {
 	ps.mu.Lock()
 	ps.closed = true
+	wakes := make([]func(), 0, len(ps.m))
+	for p := range ps.m {
+		if p.wake != nil {
+			wakes = append(wakes, p.wake)
+		}
+	}
+	empty := make(chan struct{})
+	if len(ps.m) == 0 {
+		close(empty)
+	} else {
+		ps.empty = empty
+	}
 	ps.mu.Unlock()
-	answered := make(chan struct{})
-	go func() {
-		ps.wg.Wait()
-		close(answered)
-	}()
+	for _, wake := range wakes {
+		wake()
+	}
 	select {
-	case <-answered:
+	case <-empty:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

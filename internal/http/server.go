@@ -130,9 +130,10 @@ type Server struct {
 	// force serves DELETE /v1/locks/{name}.
 	force *force.Releaser
 
-	// closing is cancelled when Close begins, which ends every wait.
+	// closing is cancelled, with errShuttingDown, when Close begins, which
+	// ends every wait.
 	closing   context.Context
-	stopWaits context.CancelFunc
+	stopWaits func()
 
 	ln     net.Listener
 	server *http.Server
@@ -180,7 +181,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.RateLimit > 0 {
 		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
 	}
-	s.closing, s.stopWaits = context.WithCancel(context.Background())
+	closing, cancel := context.WithCancelCause(context.Background())
+	s.closing, s.stopWaits = closing, func() { cancel(errShuttingDown) }
 	s.events = cfg.Events
 	if s.events == nil && store != nil {
 		s.events, s.ownEvents = newEventFeed(store.Events(), cfg.Logger), true

@@ -138,8 +138,8 @@ func (wt *Waiting) finish(ctx context.Context) {
 	}
 }
 
-// parking is a parked Waiting's state: callbacks on the watcher, ctx, the
-// deadline and the retry wake it, and each wake-up looks at the wait on a
+// parking is a parked Waiting's state: callbacks on the watcher, the
+// deadline and the retry wake it, and so does its caller when ctx ends, and each wake-up looks at the wait on a
 // goroutine of its own, which ends when it has looked. While the lock stays
 // held nothing of the wait runs, and no goroutine is kept.
 type parking struct {
@@ -148,7 +148,6 @@ type parking struct {
 	// looking: a goroutine looks at the wait now, or the wait is
 	// answered; wake-ups meanwhile are left to it.
 	looking  atomic.Bool
-	stopCtx  func() bool
 	deadline *time.Timer
 	retry    *time.Timer
 }
@@ -156,12 +155,15 @@ type parking struct {
 // Park is Wait for a caller that keeps no goroutine while the wait sleeps:
 // it returns at once, and calls answer with Wait's answer, once, on a
 // goroutine of its own.
-func (wt *Waiting) Park(ctx context.Context, answer func(Grant, error)) {
+//
+// Park does not watch ctx: its caller calls wake once ctx has ended (it
+// knows when, and a context.AfterFunc would cost every parked wait a few
+// hundred bytes more). wake may be called any time, from any goroutine.
+func (wt *Waiting) Park(ctx context.Context, answer func(Grant, error)) (wake func()) {
 	p := &parking{ctx: ctx, answer: answer}
 	wt.parked = p
 	p.looking.Store(true) // until set up
 	wt.sw.w.Notify(wt.wake)
-	p.stopCtx = context.AfterFunc(ctx, wt.wake)
 	p.deadline = time.AfterFunc(time.Until(wt.deadline), wt.wake)
 	wt.armRetry()
 	retryAt := wt.retryAt // a look may start once looking is clear
@@ -169,6 +171,7 @@ func (wt *Waiting) Park(ctx context.Context, answer func(Grant, error)) {
 	if wt.due(time.Now(), retryAt) {
 		wt.wake()
 	}
+	return wt.wake
 }
 
 // wake starts a look at the wait, unless one runs or the wait is answered.
@@ -184,7 +187,6 @@ func (wt *Waiting) look() {
 	p := wt.parked
 	for {
 		if g, err, done := wt.step(); done {
-			p.stopCtx()
 			p.deadline.Stop()
 			if p.retry != nil {
 				p.retry.Stop()
