@@ -183,17 +183,19 @@ func (p *parkedAcquire) answer(g lock.Grant, err error) {
 	p.s.answerAcquire(resp, r, p.name, g, err)
 	p.cancel(nil)
 
-	bytes := p.respond(resp)
-	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, bytes, time.Since(p.start))
+	// Logged before the answer leaves, as the middleware logs a request
+	// before net/http flushes its answer.
+	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, int64(resp.body.Len()), time.Since(p.start))
+	p.respond(resp)
 }
 
 // respond writes resp to the connection and hands the connection back to
 // the server, or closes it: when the client left, the server is closing or
-// the write failed. It returns the body bytes written.
-func (p *parkedAcquire) respond(resp *parkedResponse) int64 {
+// the write failed.
+func (p *parkedAcquire) respond(resp *parkedResponse) {
 	if resp.status == StatusClientClosedRequest {
 		_ = p.conn.Close()
-		return 0
+		return
 	}
 	closing := p.s.closing.Err() != nil
 	_ = p.conn.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
@@ -201,13 +203,9 @@ func (p *parkedAcquire) respond(resp *parkedResponse) int64 {
 	_ = p.conn.SetWriteDeadline(time.Time{})
 	if err != nil || closing {
 		_ = p.conn.Close()
-		if err != nil {
-			return 0
-		}
-		return int64(resp.body.Len())
+		return
 	}
 	p.s.parkLn.handBack(p.conn, p.pending)
-	return int64(resp.body.Len())
 }
 
 // parkedResponse is a parked request's answer, written into memory by the
