@@ -142,6 +142,7 @@ type Server struct {
 	// parked requests, counted in parked (park.go); nil under TLS.
 	parkLn *parkListener
 	parked parkedSet
+	burst  burstCollector
 }
 
 // withDefaults fills in the zero fields of cfg.
