@@ -137,9 +137,7 @@ func TestPark(t *testing.T) {
 		if resp := c.read(); resp.StatusCode != http.StatusOK || Decode[lockhttp.LockState](t, resp).Holder.Owner != "b" {
 			t.Fatalf("next request on the connection: %d %s", resp.StatusCode, resp.Body)
 		}
-		if e.Server.ParkedLen() != 0 {
-			t.Errorf("%d still parked", e.Server.ParkedLen())
-		}
+		waitParked(t, e, 0)
 	})
 
 	t.Run("PipelinedRequestAnsweredAfter", func(t *testing.T) {
@@ -228,6 +226,28 @@ func TestPark(t *testing.T) {
 		}
 		if st := e.State("q"); st.Holder.Owner != "a" {
 			t.Errorf("holder = %q after shutdown", st.Holder.Owner)
+		}
+	})
+
+	t.Run("CloseEndsAnIdleHandedBackConnection", func(t *testing.T) {
+		e := MustOpenHookedEnv(t, lockhttp.Config{})
+		holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+		c := dialRaw(t, e)
+		c.send(request("POST", "/v1/locks/q/leases", wait))
+		waitParked(t, e, 1)
+		e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+		if resp := c.read(); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
+		}
+		// The connection now waits for its next request, which never
+		// comes: Close must not wait for it.
+		ctx, cancel := context.WithTimeout(context.Background(), promptly)
+		defer cancel()
+		if err := e.Server.Close(ctx); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if _, err := c.r.ReadByte(); err != io.EOF {
+			t.Errorf("after Close the connection reads %v, want EOF", err)
 		}
 	})
 
