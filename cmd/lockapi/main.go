@@ -13,15 +13,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 )
 
 func main() {
 	// lockapi's heap is small and its garbage short-lived: collecting less
-	// often buys throughput for a few MB. GOGC, when set, still decides.
+	// often buys throughput for a few MB, and no more than that once the
+	// heap grows (tuneGC). GOGC, when set, still decides.
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
+		tuneGC()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -55,6 +55,10 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Principal = c.principal
 
+	if wait > 0 && s.canPark(w, r) {
+		s.acquireParking(w, r, c, req, wait)
+		return
+	}
 	var g lock.Grant
 	admitted, err := s.acquiring(w, r, c, wait, func(ctx context.Context) (err error) {
 		g, err = lock.AcquireWait(ctx, s.store, req, wait)
@@ -63,9 +67,14 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !admitted {
 		return
 	}
+	s.answerAcquire(w, r, req.Lock, g, err)
+}
+
+// answerAcquire answers a single acquire: its lease, or its error.
+func (s *Server) answerAcquire(w http.ResponseWriter, r *http.Request, name string, g lock.Grant, err error) {
 	s.reportAcquire([]lock.Grant{g}, err)
 	if err != nil {
-		Error(w, r, &lock.LockError{Lock: req.Lock, Err: err})
+		Error(w, r, &lock.LockError{Lock: name, Err: err})
 		return
 	}
 

@@ -59,6 +59,10 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// start is when the request began; parked: the handler parked the
+	// request off net/http (park.go), which logs it when it answers.
+	start  time.Time
+	parked bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -83,35 +87,41 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // logRequests writes one access-log line per request.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, start: time.Now()}
 		// Deferred so that a response aborted by a panic is logged too.
 		defer func() {
-			status := sw.status
-			if status == 0 {
-				status = http.StatusOK
+			if sw.parked {
+				return
 			}
 			route := ""
 			if rctx := chi.RouteContext(r.Context()); rctx != nil {
 				route = rctx.RoutePattern()
 			}
-			took := time.Since(start)
-			metricRoute := route
-			if metricRoute == "" {
-				metricRoute = "unmatched" // one series for every unknown path
-			}
-			s.cfg.Metrics.Request(metricRoute, r.Method, status, took)
-			zerolog.Ctx(r.Context()).Info().
-				Str("method", r.Method).
-				Str("route", route).
-				Int("status", status).
-				Int64("bytes", sw.bytes).
-				Float64("duration_ms", float64(took.Microseconds())/1000).
-				Str("remote", r.RemoteAddr).
-				Msg("request")
+			s.logRequest(zerolog.Ctx(r.Context()), r.Method, route, r.RemoteAddr, sw.status, sw.bytes, time.Since(sw.start))
 		}()
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// logRequest writes a request's access-log line and request metrics; status
+// 0 is 200.
+func (s *Server) logRequest(logger *zerolog.Logger, method, route, remote string, status int, bytes int64, took time.Duration) {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	metricRoute := route
+	if metricRoute == "" {
+		metricRoute = "unmatched" // one series for every unknown path
+	}
+	s.cfg.Metrics.Request(metricRoute, method, status, took)
+	logger.Info().
+		Str("method", method).
+		Str("route", route).
+		Int("status", status).
+		Int64("bytes", bytes).
+		Float64("duration_ms", float64(took.Microseconds())/1000).
+		Str("remote", remote).
+		Msg("request")
 }
 
 // recoverPanics turns a panicking handler into a 500 internal problem; the

@@ -130,13 +130,19 @@ type Server struct {
 	// force serves DELETE /v1/locks/{name}.
 	force *force.Releaser
 
-	// closing is cancelled when Close begins, which ends every wait.
+	// closing is cancelled, with errShuttingDown, when Close begins, which
+	// ends every wait.
 	closing   context.Context
-	stopWaits context.CancelFunc
+	stopWaits func()
 
 	ln     net.Listener
 	server *http.Server
 	fresh  freshConns
+	// parkLn serves a plain-text server and takes back the connections of
+	// parked requests, counted in parked (park.go); nil under TLS.
+	parkLn *parkListener
+	parked parkedSet
+	burst  burstCollector
 }
 
 // withDefaults fills in the zero fields of cfg.
@@ -176,7 +182,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.RateLimit > 0 {
 		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
 	}
-	s.closing, s.stopWaits = context.WithCancel(context.Background())
+	closing, cancel := context.WithCancelCause(context.Background())
+	s.closing, s.stopWaits = closing, func() { cancel(errShuttingDown) }
 	s.events = cfg.Events
 	if s.events == nil && store != nil {
 		s.events, s.ownEvents = newEventFeed(store.Events(), cfg.Logger), true
@@ -279,6 +286,11 @@ func (s *Server) Open(addr string) (err error) {
 		ConnState:         s.fresh.track,
 	}
 	s.server.RegisterOnShutdown(s.fresh.closeAll)
+	ln := s.ln
+	if s.cfg.TLS == nil {
+		s.parkLn = newParkListener(s.ln, idleTimeout, s.closing)
+		ln = s.parkLn
+	}
 	go func(srv *http.Server, ln net.Listener) {
 		var err error
 		if srv.TLSConfig != nil {
@@ -289,7 +301,7 @@ func (s *Server) Open(addr string) (err error) {
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error().Err(err).Msg("serve")
 		}
-	}(s.server, s.ln)
+	}(s.server, ln)
 	return nil
 }
 
@@ -323,11 +335,14 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.server == nil {
 		return nil
 	}
+	// Parked requests answer 503 and close their connections: Shutdown
+	// does not know of them.
+	parkedErr := s.parked.close(ctx)
 	if err := s.server.Shutdown(ctx); err != nil {
 		_ = s.server.Close()
 		return err
 	}
-	return nil
+	return parkedErr
 }
 
 // freshConns are the connections that have not delivered a request yet.

@@ -253,4 +253,8 @@ type Watcher interface {
 	// Close unregisters. A wake-up the watcher received but did not read is
 	// passed to the next waiter.
 	Close()
+	// Notify has f called, without blocking and on no goroutine of its
+	// own, whenever C receives: a waiter that parks (Waiting.Park) keeps
+	// no goroutine blocked on C. nil stops the calls.
+	Notify(f func())
 }

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,38 +38,220 @@ const storeCallTimeout = 5 * time.Second
 // Idempotency-Key the place is named after the key, and a wait that runs out
 // keeps it for a repeat of the request until it lapses.
 func AcquireWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (Grant, error) {
+	g, wt, err := BeginWait(ctx, s, req, wait)
+	if wt == nil {
+		return g, err
+	}
+	return wt.Wait(ctx)
+}
+
+// Waiting is an AcquireWait that has made its tries, is registered with the
+// store's watch and is about to sleep: BeginWait's answer when the lock
+// stays out of reach. Wait sleeps and tries again until the call is
+// answered; Park does the same with no goroutine while it sleeps
+// (internal/http parks long-poll acquires so, freed of the request's
+// goroutine and buffers).
+type Waiting struct {
+	s        Store
+	req      AcquireRequest
+	keep     bool
+	sw       *singleWait
+	deadline time.Time
+	// retryAt and last are the last try's: when to try again without a
+	// wake-up (zero: only on one), and its refusal, the answer if the wait
+	// runs out.
+	retryAt time.Time
+	last    error
+
+	parked *parking // Park's state
+}
+
+// BeginWait makes AcquireWait's tries up to its first sleep. With a nil
+// *Waiting, g and err are AcquireWait's answer. Otherwise the caller must
+// call the Waiting's Wait or Park, once, for the answer; ctx need only last
+// until BeginWait returns, and the wait may go on on another goroutine with
+// another context.
+func BeginWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (_ Grant, _ *Waiting, err error) {
 	req, keep := withWaiterID(req, wait)
 	g, err := tryAcquire(ctx, s, req)
 	if wait <= 0 || !waitMends(err) {
-		return g, err
+		return g, nil, err
 	}
-	sw := &singleWait{queued: heldBy(err).Queued, backoff: minUnavailableBackoff}
-	defer func() {
-		if sw.queued && (!keep || ctx.Err() != nil) {
-			leave(ctx, s, req)
-		}
-	}()
-
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
+	wt := &Waiting{s: s, req: req, keep: keep, deadline: time.Now().Add(wait),
+		sw: &singleWait{queued: heldBy(err).Queued, backoff: minUnavailableBackoff}}
 	w, err := s.Watch(ctx, req.Lock, WaitForRelease)
 	if err != nil {
-		return Grant{}, err
+		wt.finish(ctx)
+		return Grant{}, nil, err
 	}
-	defer w.Close()
 	w.Join(req.WaiterID)
-	sw.w = w
+	wt.sw.w = w
+	if g, err, done := wt.try(ctx); done {
+		wt.finish(ctx)
+		return g, nil, err
+	}
+	return Grant{}, wt, nil
+}
+
+// Wait sleeps until a wake-up, a retry, the deadline or ctx's end, and tries
+// again, until the call is answered: AcquireWait's answer.
+func (wt *Waiting) Wait(ctx context.Context) (Grant, error) {
+	defer wt.finish(ctx)
+	deadline := time.NewTimer(time.Until(wt.deadline))
+	defer deadline.Stop()
 	for {
-		g, err = tryAcquire(ctx, s, req)
-		retry, done := sw.next(g, err)
-		if done {
-			return g, err
+		var retry <-chan time.Time
+		if !wt.retryAt.IsZero() {
+			retry = time.After(time.Until(wt.retryAt))
 		}
-		if err := sw.sleep(ctx, req.Mode, deadline.C, retry, err); err != nil {
+		if err := wt.sw.sleep(ctx, wt.req.Mode, deadline.C, retry, wt.last); err != nil {
 			return Grant{}, err
+		}
+		if g, err, done := wt.try(ctx); done {
+			return g, err
 		}
 	}
 }
+
+// try makes one try and takes in its answer: done when it is the call's.
+func (wt *Waiting) try(ctx context.Context) (Grant, error, bool) {
+	g, err := tryAcquire(ctx, wt.s, wt.req)
+	retryIn, done := wt.sw.next(g, err)
+	if done {
+		return g, err, true
+	}
+	wt.last, wt.retryAt = err, time.Time{}
+	if retryIn > 0 {
+		wt.retryAt = time.Now().Add(retryIn)
+	}
+	return Grant{}, nil, false
+}
+
+// finish undoes what the wait set up: the watch, and the waiter's queue
+// place unless it is kept for a repeat of the request.
+func (wt *Waiting) finish(ctx context.Context) {
+	if wt.sw.w != nil {
+		wt.sw.w.Close()
+	}
+	if wt.sw.queued && (!wt.keep || ctx.Err() != nil) {
+		leave(ctx, wt.s, wt.req)
+	}
+}
+
+// parking is a parked Waiting's state: callbacks on the watcher, the
+// deadline and the retry wake it, and so does its caller when ctx ends, and each wake-up looks at the wait on a
+// goroutine of its own, which ends when it has looked. While the lock stays
+// held nothing of the wait runs, and no goroutine is kept.
+type parking struct {
+	ctx    context.Context
+	answer func(Grant, error)
+	// looking: a goroutine looks at the wait now, or the wait is
+	// answered; wake-ups meanwhile are left to it.
+	looking  atomic.Bool
+	deadline *time.Timer
+	retry    *time.Timer
+}
+
+// Park is Wait for a caller that keeps no goroutine while the wait sleeps:
+// it returns at once, and calls answer with Wait's answer, once, on a
+// goroutine of its own.
+//
+// Park does not watch ctx: its caller calls wake once ctx has ended (it
+// knows when, and a context.AfterFunc would cost every parked wait a few
+// hundred bytes more). wake may be called any time, from any goroutine.
+func (wt *Waiting) Park(ctx context.Context, answer func(Grant, error)) (wake func()) {
+	p := &parking{ctx: ctx, answer: answer}
+	wt.parked = p
+	p.looking.Store(true) // until set up
+	wt.sw.w.Notify(wt.wake)
+	p.deadline = time.AfterFunc(time.Until(wt.deadline), wt.wake)
+	wt.armRetry()
+	retryAt := wt.retryAt // a look may start once looking is clear
+	p.looking.Store(false)
+	if wt.due(time.Now(), retryAt) {
+		wt.wake()
+	}
+	return wt.wake
+}
+
+// wake starts a look at the wait, unless one runs or the wait is answered.
+func (wt *Waiting) wake() {
+	if wt.parked.looking.CompareAndSwap(false, true) {
+		go wt.look()
+	}
+}
+
+// look acts on what woke the wait, as Wait does after its sleep, until
+// nothing is due or the wait is answered.
+func (wt *Waiting) look() {
+	p := wt.parked
+	for {
+		if g, err, done := wt.step(); done {
+			p.deadline.Stop()
+			if p.retry != nil {
+				p.retry.Stop()
+			}
+			wt.sw.w.Notify(nil)
+			wt.finish(p.ctx)
+			p.answer(g, err) // looking stays set: no more looks
+			return
+		}
+		wt.armRetry()
+		retryAt := wt.retryAt // a look may start once looking is clear
+		p.looking.Store(false)
+		// A wake-up while this look ran was left to it.
+		if !wt.due(time.Now(), retryAt) || !p.looking.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// step is one round of Wait's loop for a parked wait, on what is due now.
+func (wt *Waiting) step() (Grant, error, bool) {
+	p := wt.parked
+	now := time.Now()
+	if !wt.due(now, wt.retryAt) {
+		return Grant{}, nil, false
+	}
+	// Something is due, so sleep returns at once.
+	var deadline, retry <-chan time.Time
+	if !now.Before(wt.deadline) {
+		deadline = passed
+	}
+	if !wt.retryAt.IsZero() && !now.Before(wt.retryAt) {
+		retry = passed
+	}
+	if err := wt.sw.sleep(p.ctx, wt.req.Mode, deadline, retry, wt.last); err != nil {
+		return Grant{}, err, true
+	}
+	return wt.try(p.ctx)
+}
+
+// due reports whether a parked wait has something to act on, with the
+// retry at retryAt.
+func (wt *Waiting) due(now, retryAt time.Time) bool {
+	return len(wt.sw.w.C()) > 0 || wt.parked.ctx.Err() != nil || !now.Before(wt.deadline) ||
+		(!retryAt.IsZero() && !now.Before(retryAt))
+}
+
+// armRetry sets the parked wait's retry timer to the last try's retryAt.
+func (wt *Waiting) armRetry() {
+	p := wt.parked
+	if p.retry != nil {
+		p.retry.Stop()
+		p.retry = nil
+	}
+	if !wt.retryAt.IsZero() {
+		p.retry = time.AfterFunc(time.Until(wt.retryAt), wt.wake)
+	}
+}
+
+// passed is a channel that has delivered: a time that has come.
+var passed = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // withWaiterID names a waiting request's waiter, unless the caller did.
 // keep reports a waiter named after the Idempotency-Key: its queue place
@@ -98,9 +281,9 @@ type singleWait struct {
 }
 
 // next takes in a try's answer: done when it is the call's answer (a grant,
-// or an error that waiting will not mend), else retry, when to try again
-// without a wake-up (nil: only on a wake-up).
-func (sw *singleWait) next(g Grant, err error) (retry <-chan time.Time, done bool) {
+// or an error that waiting will not mend), else retry, how soon to try again
+// without a wake-up (0: only on a wake-up).
+func (sw *singleWait) next(g Grant, err error) (retry time.Duration, done bool) {
 	var e *Error
 	errors.As(err, &e)
 	switch {
@@ -110,15 +293,15 @@ func (sw *singleWait) next(g Grant, err error) (retry <-chan time.Time, done boo
 		if e.HeldBy.Queued {
 			// Trying again is what renews the queue place.
 			sw.queued = true
-			return time.After(QueueRenewal), false
+			return QueueRenewal, false
 		}
-		return nil, false
+		return 0, false
 	case e != nil && e.Code == CodeLockDelay:
 		// Nothing publishes the delay's end: look again then.
 		sw.woken = false
-		return time.After(e.RetryIn), false
+		return max(e.RetryIn, time.Nanosecond), false
 	case e != nil && e.Code == CodeUnavailable:
-		retry = time.After(sw.backoff)
+		retry = sw.backoff
 		sw.backoff = min(2*sw.backoff, maxUnavailableBackoff)
 		return retry, false
 	}
@@ -132,7 +315,7 @@ func (sw *singleWait) next(g Grant, err error) (retry <-chan time.Time, done boo
 	} else if sw.woken {
 		sw.w.PassOn()
 	}
-	return nil, true
+	return 0, true
 }
 
 // sleep waits for the next try: a wake-up or retry. It returns the error

@@ -77,6 +77,8 @@ type Watcher struct {
 	kind  lock.WatchKind
 	c     chan struct{}
 	queue string // the waiter's queue id, "" until it joins
+	// notify is called when c receives (lock.Watcher's Notify).
+	notify func()
 }
 
 // New returns a Hub. sub may be nil for an in-process source.
@@ -311,6 +313,13 @@ func (h *Hub) Len() int {
 // C implements lock.Watcher.
 func (w *Watcher) C() <-chan struct{} { return w.c }
 
+// Notify implements lock.Watcher.
+func (w *Watcher) Notify(f func()) {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	w.notify = f
+}
+
 // ExpectExpiry implements lock.Watcher. The hub keeps one timer per lock, set
 // by the latest report, and on expiry wakes one release-waiter and every
 // change watcher, as a release would.
@@ -414,9 +423,13 @@ func (w *Watcher) Close() {
 	}
 }
 
+// signal wakes w. Callers hold h.mu.
 func (w *Watcher) signal() bool {
 	select {
 	case w.c <- struct{}{}:
+		if w.notify != nil {
+			w.notify()
+		}
 		return true
 	default:
 		return false

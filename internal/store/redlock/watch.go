@@ -67,6 +67,7 @@ type watcher struct {
 	last   int // the watcher whose wake-up was delivered last; -1 none
 	expiry time.Time
 	joined string
+	notify func() // called when c receives (lock.Watcher's Notify)
 }
 
 // add starts forwarding mw's wake-ups, or closes mw if the watcher was
@@ -100,6 +101,9 @@ func (w *watcher) forward(i int, mw lock.Watcher) {
 			select {
 			case w.c <- struct{}{}:
 				w.last = i
+				if w.notify != nil {
+					w.notify()
+				}
 			default:
 			}
 			w.mu.Unlock()
@@ -110,6 +114,12 @@ func (w *watcher) forward(i int, mw lock.Watcher) {
 }
 
 func (w *watcher) C() <-chan struct{} { return w.c }
+
+func (w *watcher) Notify(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notify = f
+}
 
 func (w *watcher) ExpectExpiry(at time.Time) {
 	w.mu.Lock()

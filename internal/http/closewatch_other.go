@@ -1,0 +1,12 @@
+//go:build !linux
+
+package http
+
+import "net"
+
+// watchClose calls gone, once, when the client of a parked request closes
+// or resets conn, until stop; stop returns the bytes of the client's next
+// request that the watch read.
+func watchClose(conn net.Conn, gone func()) (stop func() []byte) {
+	return watchCloseByRead(conn, gone)
+}

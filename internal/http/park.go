@@ -1,0 +1,467 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/lockapi/lockapi/internal/lock"
+)
+
+// Parking: a long-poll acquire that must wait leaves net/http.
+//
+// A request parked in net/http holds its handler's goroutine (its stack
+// grown to 16 KB by the request), net/http's background reader and 11 KB
+// of buffers: about 41 KB a waiter (docs/BENCHMARKS.md). Once a waiting
+// acquire on a plain-text HTTP/1.1 connection has made its tries and must
+// sleep (lock.BeginWait), the handler hijacks the connection and returns:
+// its goroutine, stack, buffers and request go. What stays is a
+// parkedAcquire: the wait (lock.Waiting, which sleeps on callbacks and
+// keeps no goroutine), the connection (watched for the client hanging up,
+// watchClose) and what the answer and its access-log line need: about 2.4
+// KB. The wait's answer is written to the connection as net/http would
+// have written it, logged and counted as the middleware would have, and
+// the connection goes back to the same http.Server (parkListener) for its
+// next request. Close answers parked requests 503.
+//
+// HTTP/2 streams, TLS connections, HTTP/1.0, requests that close their
+// connection and the multi-lock (POST /v1/leases) wait in net/http as
+// before, and so does a server run through Handler rather than Open (there
+// is no listener to hand connections back to).
+
+// parkWriteTimeout bounds writing a parked request's answer: a client that
+// reads nothing must not hold the answering goroutine for good.
+const parkWriteTimeout = 10 * time.Second
+
+// canPark reports whether r may be parked off net/http when it must wait:
+// plain-text HTTP/1.1 that keeps its connection, on a server opened with a
+// parkListener. w must be logRequests's statusWriter, whose access-log line
+// the parked request takes over.
+func (s *Server) canPark(w http.ResponseWriter, r *http.Request) bool {
+	if s.parkLn == nil || r.TLS != nil || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
+		return false
+	}
+	_, ok := w.(*statusWriter)
+	return ok
+}
+
+// acquireParking runs a waiting single acquire as acquiring and
+// lock.AcquireWait do, parking the wait when it must sleep.
+func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller, req lock.AcquireRequest, wait time.Duration) {
+	leave, err := s.waiters.enter(c.limitKey)
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
+	start := time.Now()
+	g, wt, err := lock.BeginWait(ctx, s.store, req, wait)
+	if wt != nil {
+		if s.park(w, r, wt, leave, start) {
+			stop()
+			cancel(nil)
+			return
+		}
+		g, err = wt.Wait(ctx) // not parked: wait here, as before
+	}
+	err = waitError(ctx, err)
+	stop()
+	cancel(nil)
+	leave()
+	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	s.answerAcquire(w, r, req.Lock, g, err)
+}
+
+// parkedAcquire is a waiting acquire parked off net/http. It is kept small:
+// every 100 bytes of it are 1 MB for 10,000 waiters.
+type parkedAcquire struct {
+	s    *Server
+	name string
+	// leave gives back the waiter's place under the waiter limits;
+	// waitStart is when the wait began, for the wait histogram.
+	leave     func()
+	waitStart time.Time
+
+	conn net.Conn
+	// pending are bytes of the client's next request, read with this one
+	// or while it was parked: they are handed back with the connection.
+	pending []byte
+	// stopWatch ends the watch for the client leaving (watchClose).
+	stopWatch func() []byte
+
+	// ctx ends when the client leaves (context.Canceled) or the server
+	// begins to close (errShuttingDown, from s.closing); wake tells the
+	// parked wait so.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wake   func()
+
+	// What the answer and its access-log line need of the request. header
+	// is nil when it held only X-Request-ID, as it does unless a
+	// middleware sets more.
+	header    http.Header
+	requestID string
+	method    string
+	route     string
+	remote    string
+	path      string // escaped
+	start     time.Time
+}
+
+// park hijacks r's connection and parks wt on it; false when it cannot
+// (the wait goes on in the handler).
+func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, leave func(), waitStart time.Time) bool {
+	sw := w.(*statusWriter) // canPark checked
+	p := &parkedAcquire{
+		s: s, name: pathParam(r, "name"), leave: leave, waitStart: waitStart,
+		requestID: RequestID(r.Context()),
+		method:    r.Method, remote: r.RemoteAddr, path: r.URL.EscapedPath(),
+		start: sw.start,
+	}
+	if h := w.Header(); len(h) != 1 || h.Get("X-Request-ID") != p.requestID {
+		p.header = h.Clone()
+	}
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		p.route = rctx.RoutePattern()
+	}
+	if !s.parked.add(p) {
+		return false // the server is closing
+	}
+	conn, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		s.parked.remove(p)
+		return false
+	}
+	sw.parked = true
+	p.conn = conn
+	if n := rw.Reader.Buffered(); n > 0 {
+		p.pending = make([]byte, n)
+		_, _ = rw.Reader.Read(p.pending)
+	}
+	p.ctx, p.cancel = context.WithCancelCause(s.closing)
+	// Set before Park, which may answer at once.
+	p.stopWatch = watchClose(conn, func() {
+		p.cancel(context.Canceled)
+		s.parked.wakeUp(p)
+	})
+	s.parked.setWake(p, wt.Park(p.ctx, p.answer))
+	s.burst.parked()
+	return true
+}
+
+// answer answers the parked request with the wait's answer, and hands the
+// connection back.
+func (p *parkedAcquire) answer(g lock.Grant, err error) {
+	defer p.s.parked.remove(p)
+	err = waitError(p.ctx, err)
+	p.leave()
+	p.s.cfg.Metrics.Wait(time.Since(p.waitStart), waitOutcome(err))
+	p.pending = append(p.pending, p.stopWatch()...)
+
+	// The request's logger, as requestID made it: kept as its id while
+	// parked, which costs less.
+	logger := p.s.log.With().Str("request_id", p.requestID).Logger()
+	resp := &parkedResponse{header: p.header}
+	if resp.header == nil {
+		resp.header = http.Header{"X-Request-Id": {p.requestID}}
+	}
+	u := &url.URL{Path: p.path, RawPath: p.path}
+	if path, err := url.PathUnescape(p.path); err == nil {
+		u.Path = path
+	}
+	r := (&http.Request{Method: p.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
+		WithContext(logger.WithContext(p.ctx))
+	p.s.answerAcquire(resp, r, p.name, g, err)
+	p.cancel(nil)
+
+	// Logged before the answer leaves, as the middleware logs a request
+	// before net/http flushes its answer.
+	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, int64(resp.body.Len()), time.Since(p.start))
+	p.respond(resp)
+}
+
+// respond writes resp to the connection and hands the connection back to
+// the server, or closes it: when the client left, the server is closing or
+// the write failed.
+func (p *parkedAcquire) respond(resp *parkedResponse) {
+	if resp.status == StatusClientClosedRequest {
+		_ = p.conn.Close()
+		return
+	}
+	closing := p.s.closing.Err() != nil
+	_ = p.conn.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
+	_, err := p.conn.Write(resp.wire(closing))
+	_ = p.conn.SetWriteDeadline(time.Time{})
+	if err != nil || closing {
+		_ = p.conn.Close()
+		return
+	}
+	p.s.parkLn.handBack(p.conn, p.pending)
+}
+
+// parkedResponse is a parked request's answer, written into memory by the
+// handlers' own writers (answerAcquire, Error) and then to the connection.
+type parkedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *parkedResponse) Header() http.Header { return w.header }
+
+func (w *parkedResponse) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *parkedResponse) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.body.Write(b)
+}
+
+// wire is the HTTP/1.1 response as net/http writes one whose handler wrote
+// its whole body at once: with Date and Content-Length, and Connection:
+// close when the server closes the connection after it.
+func (w *parkedResponse) wire(closing bool) []byte {
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 ")
+	b.WriteString(strconv.Itoa(w.status))
+	b.WriteByte(' ')
+	b.WriteString(http.StatusText(w.status))
+	b.WriteString("\r\n")
+	w.header.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	w.header.Set("Content-Length", strconv.Itoa(w.body.Len()))
+	if closing {
+		w.header.Set("Connection", "close")
+	}
+	_ = w.header.Write(&b)
+	b.WriteString("\r\n")
+	b.Write(w.body.Bytes())
+	return b.Bytes()
+}
+
+// parkedSet holds the parked requests, so that Close can wake them to
+// answer 503 and wait for their answers: http.Server.Shutdown knows nothing
+// of hijacked connections.
+type parkedSet struct {
+	mu     sync.Mutex
+	closed bool
+	m      map[*parkedAcquire]struct{}
+	empty  chan struct{} // closed when closed and m is empty
+}
+
+// add counts p in; false once the server is closing.
+func (ps *parkedSet) add(p *parkedAcquire) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return false
+	}
+	if ps.m == nil {
+		ps.m = make(map[*parkedAcquire]struct{})
+	}
+	ps.m[p] = struct{}{}
+	return true
+}
+
+// setWake gives parked p its wake, which close calls.
+func (ps *parkedSet) setWake(p *parkedAcquire, wake func()) {
+	ps.mu.Lock()
+	p.wake = wake
+	ps.mu.Unlock()
+	if p.ctx.Err() != nil {
+		wake() // close or the client's leaving may have missed it
+	}
+}
+
+// wakeUp wakes parked p, if it is parked yet (setWake wakes it else).
+func (ps *parkedSet) wakeUp(p *parkedAcquire) {
+	ps.mu.Lock()
+	wake := p.wake
+	ps.mu.Unlock()
+	if wake != nil {
+		wake()
+	}
+}
+
+// remove counts p out, once answered.
+func (ps *parkedSet) remove(p *parkedAcquire) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.m, p)
+	if ps.closed && len(ps.m) == 0 && ps.empty != nil {
+		close(ps.empty)
+		ps.empty = nil
+	}
+}
+
+// Len returns the number of parked requests.
+func (ps *parkedSet) Len() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return len(ps.m)
+}
+
+// close refuses new parked requests, wakes the parked ones (the server's
+// closing has ended their waits: they answer 503) and waits until they
+// have answered or ctx is done.
+func (ps *parkedSet) close(ctx context.Context) error {
+	ps.mu.Lock()
+	ps.closed = true
+	wakes := make([]func(), 0, len(ps.m))
+	for p := range ps.m {
+		if p.wake != nil {
+			wakes = append(wakes, p.wake)
+		}
+	}
+	empty := make(chan struct{})
+	if len(ps.m) == 0 {
+		close(empty)
+	} else {
+		ps.empty = empty
+	}
+	ps.mu.Unlock()
+	for _, wake := range wakes {
+		wake()
+	}
+	select {
+	case <-empty:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// parkListener is the server's listener: it yields the connections it
+// accepts and those handed back by parked requests once answered.
+type parkListener struct {
+	net.Listener
+	accepted  chan accepted
+	handedIn  chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+	// idle is how long a handed-back connection may wait for its next
+	// request (the server's IdleTimeout), before net/http reads it under
+	// its ReadHeaderTimeout; closing ends that wait (the server's).
+	idle    time.Duration
+	closing context.Context
+}
+
+type accepted struct {
+	conn net.Conn
+	err  error
+}
+
+func newParkListener(ln net.Listener, idle time.Duration, closing context.Context) *parkListener {
+	l := &parkListener{Listener: ln, accepted: make(chan accepted), handedIn: make(chan net.Conn),
+		done: make(chan struct{}), idle: idle, closing: closing}
+	go l.acceptLoop()
+	return l
+}
+
+// acceptLoop accepts for Accept, which also yields handed-back
+// connections.
+func (l *parkListener) acceptLoop() {
+	for {
+		c, err := l.Listener.Accept()
+		select {
+		case l.accepted <- accepted{c, err}:
+		case <-l.done:
+			if c != nil {
+				_ = c.Close()
+			}
+			return
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+	}
+}
+
+// Accept implements net.Listener.
+func (l *parkListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.handedIn:
+		return c, nil
+	case a := <-l.accepted:
+		return a.conn, a.err
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (l *parkListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// handBack returns an answered parked request's connection to the server
+// once the client sends its next request, as net/http keeps an idle
+// keep-alive connection: up to the idle timeout, closed when the server
+// closes. pending are bytes of that request already read.
+func (l *parkListener) handBack(c net.Conn, pending []byte) {
+	if len(pending) == 0 {
+		// Wait here rather than in net/http, which would give the
+		// connection only ReadHeaderTimeout to start its request.
+		_ = c.SetReadDeadline(time.Now().Add(l.idle))
+		stop := context.AfterFunc(l.closing, func() { _ = c.SetReadDeadline(aLongTimeAgo) })
+		b := make([]byte, 1)
+		n, _ := c.Read(b)
+		stop()
+		_ = c.SetReadDeadline(time.Time{})
+		if n == 0 {
+			_ = c.Close() // idle too long, gone, or the server is closing
+			return
+		}
+		pending = b
+	}
+	if rc, ok := c.(*replayConn); ok {
+		rc.pending = pending // parked before: not wrapped twice
+	} else {
+		c = &replayConn{Conn: c, pending: pending}
+	}
+	select {
+	case l.handedIn <- c:
+	case <-l.done:
+		_ = c.Close()
+	}
+}
+
+// replayConn is a handed-back connection that first yields the bytes of
+// its next request already read.
+type replayConn struct {
+	net.Conn
+	pending []byte
+}
+
+// SyscallConn lets watchClose reach the socket.
+func (c *replayConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
+
+func (c *replayConn) Read(b []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
