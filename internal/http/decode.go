@@ -83,10 +83,18 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if !utf8.Valid(data) {
 		return lock.Invalid(lock.FieldError{Field: "body", Detail: "must be valid UTF-8"})
 	}
+	if decodeFlat(data, v) {
+		return nil
+	}
+	return decodeStrict(data, v)
+}
+
+// decodeStrict decodes the JSON object in data into v with encoding/json,
+// after checkJSON refused what encoding/json would let through.
+func decodeStrict(data []byte, v any) error {
 	if err := checkJSON(data, jsonFields(v)); err != nil {
 		return err
 	}
-
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -173,6 +181,9 @@ var (
 // isJSON reports whether a Content-Type is application/json, with any
 // parameters.
 func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true // as almost every client spells it: no parsing
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
 }
@@ -252,6 +263,9 @@ type query struct {
 // parseQuery parses r's query string strictly: a malformed query string is
 // an error rather than silently dropped pairs.
 func parseQuery(r *http.Request) *query {
+	if r.URL.RawQuery == "" {
+		return &query{} // most requests: nothing to parse
+	}
 	values, err := url.ParseQuery(r.URL.RawQuery)
 	q := &query{values: values}
 	if err != nil {
