@@ -14,14 +14,24 @@ import (
 
 // writeJSON writes v as a JSON response with status.
 func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	h["X-Content-Type-Options"] = noSniff
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
 	if err := encodeJSON(w, v); err != nil {
 		zerolog.Ctx(r.Context()).Debug().Err(err).Msg("write response")
 	}
 }
+
+// The values of writeJSON's headers, set under their canonical names
+// without Header.Set's canonicalizing and allocating on every answer.
+// net/http only reads them; nothing may write into them.
+var (
+	contentTypeJSON = []string{"application/json"}
+	noSniff         = []string{"nosniff"}
+	noStore         = []string{"no-store"}
+)
 
 // encodeJSON writes v as one line of JSON without HTML escaping: the answers
 // are application/json, never HTML, and a release_url's '&' written as

@@ -43,11 +43,16 @@ func validRequestID(id string) bool {
 // response and puts it, with a logger that carries it, into the context.
 func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-ID")
+		// The header's canonical spelling, read and written straight: Get
+		// and Set would canonicalize "X-Request-ID" anew on every request.
+		var id string
+		if vs := r.Header["X-Request-Id"]; len(vs) > 0 {
+			id = vs[0]
+		}
 		if !validRequestID(id) {
 			id = ulid.Make().String()
 		}
-		w.Header().Set("X-Request-ID", id)
+		w.Header()["X-Request-Id"] = []string{id}
 		logger := s.log.With().Str("request_id", id).Logger()
 		ctx := context.WithValue(logger.WithContext(r.Context()), requestIDKey{}, id)
 		next.ServeHTTP(w, r.WithContext(ctx))
