@@ -13,13 +13,28 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// requestIDKey is the context key of the request id.
-type requestIDKey struct{}
+// requestScope is what the middleware learns of a request: its id, and its
+// caller once authenticate found them. It is one context value, so that
+// the request is copied (WithContext) once for both rather than once each.
+type requestScope struct {
+	id     string
+	caller caller
+}
+
+// scopeKey is the context key of the requestScope.
+type scopeKey struct{}
+
+func scopeOf(ctx context.Context) *requestScope {
+	sc, _ := ctx.Value(scopeKey{}).(*requestScope)
+	return sc
+}
 
 // RequestID returns the id of the request whose context ctx is, or "".
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	if sc := scopeOf(ctx); sc != nil {
+		return sc.id
+	}
+	return ""
 }
 
 // maxRequestIDLen is the longest X-Request-ID honoured.
@@ -54,7 +69,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 		}
 		w.Header()["X-Request-Id"] = []string{id}
 		logger := s.log.With().Str("request_id", id).Logger()
-		ctx := context.WithValue(logger.WithContext(r.Context()), requestIDKey{}, id)
+		ctx := context.WithValue(logger.WithContext(r.Context()), scopeKey{}, &requestScope{id: id})
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
