@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync"
 
 	"github.com/rs/zerolog"
 
@@ -19,9 +20,34 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	h["X-Content-Type-Options"] = noSniff
 	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	if err := encodeJSON(w, v); err != nil {
+	var err error
+	if a, ok := v.(jsonAppender); ok {
+		err = writeAppended(w, a, v)
+	} else {
+		err = encodeJSON(w, v)
+	}
+	if err != nil {
 		zerolog.Ctx(r.Context()).Debug().Err(err).Msg("write response")
 	}
+}
+
+// answerBufs are writeAppended's buffers, reused across answers.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeAppended writes the JSON that a writes of itself, or, where it
+// cannot, encodeJSON's of v (the same value).
+func writeAppended(w io.Writer, a jsonAppender, v any) error {
+	bp := answerBufs.Get().(*[]byte)
+	defer answerBufs.Put(bp)
+	b, ok := a.appendJSON((*bp)[:0])
+	if cap(b) <= 16<<10 { // a rare large answer is not kept
+		*bp = b[:0]
+	}
+	if !ok {
+		return encodeJSON(w, v)
+	}
+	_, err := w.Write(b)
+	return err
 }
 
 // The values of writeJSON's headers, set under their canonical names
