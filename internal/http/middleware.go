@@ -21,6 +21,15 @@ type requestScope struct {
 	caller caller
 }
 
+// Run makes requestScope the hook of the request's logger: every line
+// logged for the request carries its id. A hook costs a request that logs
+// nothing (most, below Info) next to nothing, where a field in the logger's
+// context (With) copied the server's logger into a new 500-byte buffer on
+// every request.
+func (sc *requestScope) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str("request_id", sc.id)
+}
+
 // scopeKey is the context key of the requestScope.
 type scopeKey struct{}
 
@@ -68,8 +77,9 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = ulid.Make().String()
 		}
 		w.Header()["X-Request-Id"] = []string{id}
-		logger := s.log.With().Str("request_id", id).Logger()
-		ctx := context.WithValue(logger.WithContext(r.Context()), scopeKey{}, &requestScope{id: id})
+		sc := &requestScope{id: id}
+		logger := s.log.Hook(sc)
+		ctx := context.WithValue(logger.WithContext(r.Context()), scopeKey{}, sc)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
