@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"encoding/base64"
 	"errors"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -314,5 +316,24 @@ func TestReleaseSigner(t *testing.T) {
 	}
 	if err := oldSigner.SetSecrets([]byte("short")); err == nil {
 		t.Error("SetSecrets accepted a short secret")
+	}
+}
+
+// TestReleaseSigner_path_shape pins the path ReleasePath writes by hand to
+// the one url.Values wrote before: the query's keys in order, the values
+// unescaped, the signature the MAC in base64url.
+func TestReleaseSigner_path_shape(t *testing.T) {
+	secret := []byte("current-secret-0123456789")
+	s, err := NewReleaseSigner(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Unix(1764201600, 0)
+	q := url.Values{}
+	q.Set("exp", "1764201600")
+	q.Set("sig", base64.RawURLEncoding.EncodeToString(mac(secret, "deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", exp.Unix())))
+	want := "/v1/locks/deploy:prod/leases/01JD3Z8Q6W9M4T5R2K7X1B0C8N/release?" + q.Encode()
+	if got := s.ReleasePath("deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", exp); got != want {
+		t.Errorf("ReleasePath = %s, want %s", got, want)
 	}
 }

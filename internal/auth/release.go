@@ -7,8 +7,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"hash"
-	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,24 +70,52 @@ func mac(secret []byte, name, leaseID string, exp int64) []byte {
 }
 
 func macWith(h hash.Hash, name, leaseID string, exp int64) []byte {
+	var sum [sha256.Size]byte
+	return append([]byte(nil), sumWith(h, &sum, name, leaseID, exp)...)
+}
+
+// sumWith writes the MAC of a release into sum, and returns it: the
+// signing on every acquire's path allocates nothing for it.
+func sumWith(h hash.Hash, sum *[sha256.Size]byte, name, leaseID string, exp int64) []byte {
 	h.Reset()
 	// Newlines cannot occur in names, lease ids or numbers, so the message
 	// is unambiguous.
-	h.Write([]byte("lockapi-release\n" + name + "\n" + leaseID + "\n" + strconv.FormatInt(exp, 10)))
-	return h.Sum(nil)
+	var buf [256]byte
+	msg := append(buf[:0], "lockapi-release\n"...)
+	msg = append(msg, name...)
+	msg = append(msg, '\n')
+	msg = append(msg, leaseID...)
+	msg = append(msg, '\n')
+	msg = strconv.AppendInt(msg, exp, 10)
+	h.Write(msg)
+	return h.Sum(sum[:0])
 }
 
-// ReleasePath returns the signed release path of a lease, valid until exp.
+// ReleasePath returns the signed release path of a lease, valid until exp:
+// /v1/locks/{name}/leases/{lease_id}/release?exp=…&sig=…, the query's
+// values needing no escape (digits, and base64url).
 func (s *ReleaseSigner) ReleasePath(name, leaseID string, exp time.Time) string {
 	e := exp.Unix()
-	q := url.Values{}
-	q.Set("exp", strconv.FormatInt(e, 10))
 	k := s.keys.Load()
 	h := k.signers.Get().(hash.Hash)
-	sig := macWith(h, name, leaseID, e)
+	var sum [sha256.Size]byte
+	sig := sumWith(h, &sum, name, leaseID, e)
 	k.signers.Put(h)
-	q.Set("sig", base64.RawURLEncoding.EncodeToString(sig))
-	return "/v1/locks/" + name + "/leases/" + leaseID + "/release?" + q.Encode()
+	var b strings.Builder
+	const sigLen = (sha256.Size*8 + 5) / 6 // base64url, unpadded
+	b.Grow(len("/v1/locks//leases//release?exp=&sig=") + len(name) + len(leaseID) + 20 + sigLen)
+	b.WriteString("/v1/locks/")
+	b.WriteString(name)
+	b.WriteString("/leases/")
+	b.WriteString(leaseID)
+	b.WriteString("/release?exp=")
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], e, 10))
+	b.WriteString("&sig=")
+	var enc [sigLen]byte
+	base64.RawURLEncoding.Encode(enc[:], sig)
+	b.Write(enc[:])
+	return b.String()
 }
 
 // Errors of Verify.

@@ -26,11 +26,23 @@ type caller struct {
 	limitKey string
 }
 
-type callerKey struct{}
-
+// callerOf returns the caller that authenticate found; the zero caller on
+// a route it does not guard.
 func callerOf(r *http.Request) caller {
-	c, _ := r.Context().Value(callerKey{}).(caller)
-	return c
+	if sc := scopeOf(r.Context()); sc != nil {
+		return sc.caller
+	}
+	return caller{}
+}
+
+// withCaller records c as r's caller in r's requestScope, which the
+// requestID middleware put there before, or else a scope of its own.
+func withCaller(r *http.Request, c caller) *http.Request {
+	if sc := scopeOf(r.Context()); sc != nil {
+		sc.caller = c
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, &requestScope{caller: c}))
 }
 
 // authenticate identifies the caller of a /v1 route. With no keys configured
@@ -58,7 +70,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			}
 			c = caller{key: key, principal: key.Principal, limitKey: "principal:" + key.Principal}
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+		next.ServeHTTP(w, withCaller(r, c))
 	})
 }
 

@@ -59,7 +59,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r)
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -83,10 +83,18 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if !utf8.Valid(data) {
 		return lock.Invalid(lock.FieldError{Field: "body", Detail: "must be valid UTF-8"})
 	}
+	if decodeFlat(data, v) {
+		return nil
+	}
+	return decodeStrict(data, v)
+}
+
+// decodeStrict decodes the JSON object in data into v with encoding/json,
+// after checkJSON refused what encoding/json would let through.
+func decodeStrict(data []byte, v any) error {
 	if err := checkJSON(data, jsonFields(v)); err != nil {
 		return err
 	}
-
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -165,6 +173,32 @@ func checkJSON(data []byte, known map[string]bool) error {
 	}
 }
 
+// readBody reads a request's whole body. A body of known length is read
+// into a buffer of that size (plus one byte, to see the end), rather than
+// io.ReadAll's 512 bytes and growth.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength <= 0 {
+		return io.ReadAll(r.Body)
+	}
+	buf := make([]byte, 0, r.ContentLength+1)
+	for {
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			// More than the length said: net/http does not let that
+			// through, but read on as io.ReadAll would.
+			rest, err := io.ReadAll(r.Body)
+			return append(buf, rest...), err
+		}
+	}
+}
+
 var (
 	errMediaType = &httpError{kindMediaType, "the request body must be application/json"}
 	errTooLarge  = &httpError{kindTooLarge, fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes)}
@@ -173,6 +207,9 @@ var (
 // isJSON reports whether a Content-Type is application/json, with any
 // parameters.
 func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true // as almost every client spells it: no parsing
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
 }
@@ -252,6 +289,9 @@ type query struct {
 // parseQuery parses r's query string strictly: a malformed query string is
 // an error rather than silently dropped pairs.
 func parseQuery(r *http.Request) *query {
+	if r.URL.RawQuery == "" {
+		return &query{} // most requests: nothing to parse
+	}
 	values, err := url.ParseQuery(r.URL.RawQuery)
 	q := &query{values: values}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync"
 
 	"github.com/rs/zerolog"
 
@@ -14,14 +15,49 @@ import (
 
 // writeJSON writes v as a JSON response with status.
 func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	h["X-Content-Type-Options"] = noSniff
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	if err := encodeJSON(w, v); err != nil {
+	var err error
+	if a, ok := v.(jsonAppender); ok {
+		err = writeAppended(w, a, v)
+	} else {
+		err = encodeJSON(w, v)
+	}
+	if err != nil {
 		zerolog.Ctx(r.Context()).Debug().Err(err).Msg("write response")
 	}
 }
+
+// answerBufs are writeAppended's buffers, reused across answers.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeAppended writes the JSON that a writes of itself, or, where it
+// cannot, encodeJSON's of v (the same value).
+func writeAppended(w io.Writer, a jsonAppender, v any) error {
+	bp := answerBufs.Get().(*[]byte)
+	defer answerBufs.Put(bp)
+	b, ok := a.appendJSON((*bp)[:0])
+	if cap(b) <= 16<<10 { // a rare large answer is not kept
+		*bp = b[:0]
+	}
+	if !ok {
+		return encodeJSON(w, v)
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// The values of writeJSON's headers, set under their canonical names
+// without Header.Set's canonicalizing and allocating on every answer.
+// net/http only reads them; nothing may write into them.
+var (
+	contentTypeJSON = []string{"application/json"}
+	noSniff         = []string{"nosniff"}
+	noStore         = []string{"no-store"}
+)
 
 // encodeJSON writes v as one line of JSON without HTML escaping: the answers
 // are application/json, never HTML, and a release_url's '&' written as
