@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_3eb165b6b43c71fb"},
-		{"cluster", true, "lockapi_43aa4e66844f42a7"},
+		{"plain", false, "lockapi_ff0a2e6b8af90904"},
+		{"cluster", true, "lockapi_7faeadfa8f7dc54c"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

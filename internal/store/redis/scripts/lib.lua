@@ -259,13 +259,12 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by,
 	if q == 0 then
 		q = '0'
 	end
+	local e = t .. '\n' .. lock_name() .. '\n' .. id .. '\n' .. owner .. '\n' .. (by or principal) .. '\n' ..
+		mode .. '\n' .. token .. '\n' .. count .. '\n' .. q
 	if sess and sess ~= '' then
-		redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
-			'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q, 's', sess)
-		return
+		e = e .. '\n' .. sess
 	end
-	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
-		'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q)
+	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 'e', e)
 end
 
 -- track_exclusive notes the member of a fresh exclusive lease in the fence.
@@ -273,6 +272,18 @@ local function track_exclusive(id, token, owner, principal)
 	if EVENTS_MAX > 0 then
 		fence_set('evx', lease_member(id, 'exclusive', token, owner, principal))
 	end
+end
+
+-- released_member tells whether m, the fence's 'evx', is the member of
+-- the lease that released names (the fence's 'released'): release_fast.lua
+-- leaves it behind, as it took the member out of the expiries set and
+-- recorded the release, so it names no lease to settle.
+local function released_member(m, released)
+	if not released then
+		return false
+	end
+	local at = #lock_name() + 2
+	return string.sub(m, at, at + #released) == released .. '\n'
 end
 
 -- untrack_exclusive forgets it when the lease ends by a script.

@@ -36,7 +36,6 @@ end
 RARE = false
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'released', id, 'released_by', h[2])
-untrack_exclusive()
 redis.call(ARGV[4], ARGV[3], 'r')
 record(nil, 'released', id, 'exclusive', h[6], h[5], h[2], '0')
 return 1
