@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_ff0a2e6b8af90904"},
-		{"cluster", true, "lockapi_7faeadfa8f7dc54c"},
+		{"plain", false, "lockapi_bf10bf1cc6836f6a"},
+		{"cluster", true, "lockapi_d04c09e5631ff073"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
