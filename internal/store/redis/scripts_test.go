@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_bf10bf1cc6836f6a"},
-		{"cluster", true, "lockapi_d04c09e5631ff073"},
+		{"plain", false, "lockapi_26c3f4f02da0efbc"},
+		{"cluster", true, "lockapi_4e66a886a3aa02c9"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -42,14 +42,20 @@ if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], delay_key()) > 0 the
 	end
 end
 RARE = false
-local f = redis.call('HMGET', KEYS[2], 'token', 'evx', 'released')
-if EVENTS_MAX > 0 and f[2] and not released_member(f[2], f[3]) then
-	return FALLBACK
+local last
+if EVENTS_MAX > 0 then
+	local f = redis.call('HMGET', KEYS[2], 'token', 'evx', 'released')
+	if f[2] and not released_member(f[2], f[3]) then
+		return FALLBACK
+	end
+	last = f[1]
+else
+	last = redis.call('HGET', KEYS[2], 'token')
 end
 
 -- A fresh grant, as acquire.lua makes it (next_token, the lock hash).
 local now_us, now = clock()
-local token = (tonumber(f[1]) or 0) + 1
+local token = (tonumber(last) or 0) + 1
 if now_us > token then
 	token = now_us
 end
