@@ -212,13 +212,13 @@ func BenchmarkStore_pairs_c32(b *testing.B) {
 	}
 }
 
-// BenchmarkStore_pairs_c32_cluster is BenchmarkStore_pairs_c32 on Redis
+// BenchmarkStoreCluster_pairs_c32 is BenchmarkStore_pairs_c32 on Redis
 // Cluster, for issue 23's Cluster figure: Redis's work per pair summed over
 // the masters (docs/BENCHMARKS.md counts it with callgrind on each). The
 // cluster is the one LOCKAPI_TEST_CLUSTER_URL names (as LOCKAPI_REDIS_URL
 // names a cluster), so that it can run under callgrind, or else three
 // masters with a replica each that the test kit starts.
-func BenchmarkStore_pairs_c32_cluster(b *testing.B) {
+func BenchmarkStoreCluster_pairs_c32(b *testing.B) {
 	url := os.Getenv("LOCKAPI_TEST_CLUSTER_URL")
 	if url == "" {
 		url = redistest.StartCluster(b).URL()
