@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_26c3f4f02da0efbc"},
-		{"cluster", true, "lockapi_4e66a886a3aa02c9"},
+		{"plain", false, "lockapi_cef22dedb99338fb"},
+		{"cluster", true, "lockapi_68ea30a532cf2991"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -78,9 +78,11 @@ else
 end
 redis.call(ARGV[7], ARGV[6], 'c:' .. ARGV[4])
 if EVENTS_MAX > 0 then
-	-- record's, for a lease that is new to the expiries set: the mark
-	-- goes in (or down) with it when it is earlier than the mark, one
-	-- ZADD where record looks first.
+	-- The lease's expiry as record would add it, in one ZADD where record
+	-- reads the set's first member first: the lease is new to the set,
+	-- and LT puts the mark (member '') in at exp when none is pending,
+	-- or down to exp when exp is earlier; either way (2 changed) every
+	-- sweeper hears of exp (see EV_EXP in lib.lua).
 	if redis.call('ZADD', EV_EXP, 'LT', 'CH', exp, lease_member(req, 'exclusive', tok, owner, principal), exp, '') == 2 then
 		redis.call(EV_PUB, EV_CHAN, exp)
 	end

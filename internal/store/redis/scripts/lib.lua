@@ -226,7 +226,8 @@ end
 -- script that adds an expiry earlier than any in EV_EXP publishes its ms
 -- on EV_CHAN, and marks it with the member "" (no
 -- lease's): every sweeper wakes up by then, so a later expiry needs no
--- announcement while the mark is pending. The sweeper that finds the mark
+-- announcement while the mark is pending (acquire_fast.lua announces
+-- also when no mark is pending: one announcement more, never one less). The sweeper that finds the mark
 -- due removes it and looks at EV_EXP again.
 
 local function lock_name()
