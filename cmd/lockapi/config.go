@@ -55,6 +55,7 @@ type serveConfig struct {
 	Events          bool
 	EventsMax       int
 	EventsRetention time.Duration
+	EventsByField   bool
 
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
@@ -148,6 +149,7 @@ func (c *serveConfig) settings() []setting {
 		{"events", events, "record every lock change in the event log", boolValue(&c.Events, true)},
 		{"events-max", events, "about how many events the event log keeps at most", intValue(&c.EventsMax, redisstore.DefaultEventsMax, positive)},
 		{"events-retention", events, "how long the event log keeps events at least, within --events-max", durationValue(&c.EventsRetention, redisstore.DefaultEventsRetention, positive)},
+		{"events-by-field", events, "write each event's fields as stream fields of their own, the layout earlier versions read, while a rolling deploy runs them beside this one (Redis)", boolValue(&c.EventsByField, false)},
 		{"webhooks-file", events, "JSON file of webhook subscriptions, beside those created over /v1/webhooks", fileValue(&c.WebhooksFile)},
 		{"webhooks-allow-private", events, "let webhooks reach loopback, link-local and private addresses, and use http", boolValue(&c.WebhooksAllowPrivate, false)},
 		{"webhooks-timeout", events, "time limit of one webhook delivery attempt", durationValue(&c.WebhooksTimeout, webhook.DefaultTimeout, positive)},

@@ -328,7 +328,7 @@ func openRedisBackend(ctx context.Context, c serveConfig, m *metrics.Metrics, lo
 		return nil, err
 	}
 	opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedisTimeout, MinReplicas: c.MinReplicas,
-		Events: c.Events, EventsMax: c.EventsMax, EventsRetention: c.EventsRetention}
+		Events: c.Events, EventsMax: c.EventsMax, EventsRetention: c.EventsRetention, EventsByField: c.EventsByField}
 	if m != nil {
 		opts.ObserveScript = m.Script
 	}

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -200,31 +201,65 @@ func BenchmarkStore_pairs_c32(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			var next atomic.Int64
 			scriptsBefore := scriptTime(b, rdb)
 			before := redisCPU(b, rdb)
-			b.SetParallelism(16) // 32 callers on 2 cores
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					name := "p:" + strconv.FormatInt(next.Add(7919)%100_000, 10)
-					g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "w", TTL: time.Minute})
-					if lock.ErrorCode(err) == lock.CodeHeld {
-						continue
-					}
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if _, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, false); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			benchPairs(b, s)
 			b.ReportMetric(float64((redisCPU(b, rdb)-before).Microseconds())/float64(b.N), "redis-µs/pair")
 			b.ReportMetric(float64((scriptTime(b, rdb)-scriptsBefore).Microseconds())/float64(b.N), "script-µs/pair")
 		})
 	}
+}
+
+// BenchmarkStoreCluster_pairs_c32 is BenchmarkStore_pairs_c32 on Redis
+// Cluster, for issue 23's Cluster figure: Redis's work per pair summed over
+// the masters (docs/BENCHMARKS.md counts it with callgrind on each). The
+// cluster is the one LOCKAPI_TEST_CLUSTER_URL names (as LOCKAPI_REDIS_URL
+// names a cluster), so that it can run under callgrind, or else three
+// masters with a replica each that the test kit starts.
+func BenchmarkStoreCluster_pairs_c32(b *testing.B) {
+	url := os.Getenv("LOCKAPI_TEST_CLUSTER_URL")
+	if url == "" {
+		url = redistest.StartCluster(b).URL()
+	}
+	for _, events := range []bool{false, true} {
+		b.Run(fmt.Sprintf("events=%v", events), func(b *testing.B) {
+			c, err := redisstore.NewClient(redisstore.ClientConfig{URL: url, Mode: redisstore.ModeCluster})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			s, err := redisstore.New(c, redisstore.Options{Events: events, Batch: true, Prefix: "bench:" + ulid.Make().String() + ":"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			benchPairs(b, s)
+		})
+	}
+}
+
+// benchPairs runs b.N acquire+release pairs on s: 32 callers, 100,000
+// names.
+func benchPairs(b *testing.B, s lock.Store) {
+	var next atomic.Int64
+	b.SetParallelism(16) // 32 callers on 2 cores
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			name := "p:" + strconv.FormatInt(next.Add(7919)%100_000, 10)
+			g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "w", TTL: time.Minute})
+			if lock.ErrorCode(err) == lock.CodeHeld {
+				continue
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, false); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // redisCPU reads the CPU time the Redis server used (INFO cpu).

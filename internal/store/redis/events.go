@@ -266,27 +266,49 @@ func parseEvents(msgs []goredis.XMessage) []lock.Event {
 	return evs
 }
 
-// parseEvent reads a stream entry as record in scripts/lib.lua writes it.
+// parseEvent reads a stream entry as record in scripts/lib.lua writes it:
+// one field, e, whose value is the event's fields in eventFields' order,
+// separated by newlines (none of them holds one). An entry written before
+// (one field per event field, named as eventFields names them) reads the
+// same.
 func parseEvent(m goredis.XMessage) lock.Event {
-	str := func(field string) string { v, _ := m.Values[field].(string); return v }
-	num := func(field string) int { n, _ := strconv.Atoi(str(field)); return n }
-	token, _ := strconv.ParseUint(str("n"), 10, 64)
+	var f [len(eventFields)]string
+	if e, ok := m.Values["e"].(string); ok {
+		for i := range f {
+			var more bool
+			f[i], e, more = strings.Cut(e, "\n")
+			if !more {
+				break
+			}
+		}
+	} else {
+		for i, name := range eventFields {
+			f[i], _ = m.Values[name].(string)
+		}
+	}
+	num := func(s string) int { n, _ := strconv.Atoi(s); return n }
+	token, _ := strconv.ParseUint(f[6], 10, 64)
 	ms, _, _ := lock.ParseEventID(m.ID)
 	return lock.Event{
 		ID:        m.ID,
-		Type:      lock.EventType(str("t")),
-		Lock:      str("l"),
-		Owner:     str("o"),
-		Principal: str("p"),
-		LeaseID:   str("k"),
-		Mode:      lock.Mode(str("m")),
+		Type:      lock.EventType(f[0]),
+		Lock:      f[1],
+		LeaseID:   f[2],
+		Owner:     f[3],
+		Principal: f[4],
+		Mode:      lock.Mode(f[5]),
 		Token:     token,
-		HoldCount: num("h"),
-		Queue:     num("q"),
-		Session:   str("s"),
+		HoldCount: num(f[7]),
+		Queue:     num(f[8]),
+		Session:   f[9],
 		Time:      time.UnixMilli(int64(ms)).UTC(),
 	}
 }
+
+// eventFields names an event's fields in the order of a packed entry (e),
+// as an entry of one field per event field named them: type, lock, lease
+// id, owner, principal, mode, token, holds left, queue length, session.
+var eventFields = [...]string{"t", "l", "k", "o", "p", "m", "n", "h", "q", "s"}
 
 // blockingConns keeps the connections blocking reads wait on, out of the
 // pool the scripts use, each with its CLIENT ID (which CLIENT UNBLOCK

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -154,6 +155,51 @@ func TestEvents_exclusive_lease(t *testing.T) {
 	}
 	if n := leasesTracked(t, srv, prefix+"events:expiries"); n != 0 {
 		t.Errorf("%d leases left in the expiries set after the release", n)
+	}
+}
+
+// TestEvents_by_field_reads_the_same: an instance that writes each event
+// as one field (the default) and one that writes a field per event field
+// (Options.EventsByField, for a rolling deploy from versions that read only
+// that) record events that read the same, in one log.
+func TestEvents_by_field_reads_the_same(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	packed := openEvents(t, srv, prefix)
+	byField := openEvents(t, srv, prefix, func(o *redisstore.Options) { o.EventsByField = true })
+	req := lock.AcquireRequest{Lock: "deploy:prod", Owner: "ci-7", Principal: "ci"}
+	g := acquire(t, packed, req)
+	acquire(t, byField, req)
+	release(t, byField, g.Lease, false)
+	release(t, packed, g.Lease, false)
+
+	for _, s := range []*redisstore.Store{packed, byField} {
+		evs := readAll(t, s, "")
+		wantEvents(t, evs,
+			"granted deploy:prod ci-7 exclusive h=1",
+			"reentered deploy:prod ci-7 exclusive h=2",
+			"released deploy:prod ci-7 exclusive h=1",
+			"released deploy:prod ci-7 exclusive h=0")
+		for _, e := range evs {
+			wantLease(t, e, g.Lease)
+		}
+	}
+	entries, err := srv.Client(t).XRange(ctx, prefix+"events", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layouts []string
+	for _, m := range entries {
+		var fields []string
+		for f := range m.Values {
+			fields = append(fields, f)
+		}
+		slices.Sort(fields)
+		layouts = append(layouts, strings.Join(fields, ","))
+	}
+	want := []string{"e", "h,k,l,m,n,o,p,q,t", "h,k,l,m,n,o,p,q,t", "e"}
+	if !slices.Equal(layouts, want) {
+		t.Errorf("stream entries' fields %v, want %v", layouts, want)
 	}
 }
 

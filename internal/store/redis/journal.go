@@ -16,7 +16,7 @@ import (
 type journal struct {
 	keyspace
 	*topology
-	max       string // the logs' MAXLEN
+	max       string // the logs' MAXLEN, then " fields" with Options.EventsByField: the events argument's first line (events_from in scripts/lib.lua)
 	retention time.Duration
 
 	// single is the log of a single Redis; clusterLogs those of a
@@ -48,6 +48,9 @@ func newJournal(top *topology, ks keyspace, opts Options) *journal {
 		max = DefaultEventsMax
 	}
 	j := &journal{keyspace: ks, topology: top, max: strconv.Itoa(max), retention: opts.EventsRetention}
+	if opts.EventsByField {
+		j.max += " fields"
+	}
 	if j.retention <= 0 {
 		j.retention = DefaultEventsRetention
 	}

@@ -78,6 +78,11 @@ type Options struct {
 	// least while it holds fewer (DefaultEventsRetention when 0).
 	EventsMax       int
 	EventsRetention time.Duration
+	// EventsByField writes each event's fields as stream fields of their
+	// own, the layout that versions before the packed one (one field, e)
+	// write and read, for a rolling deploy from them: both layouts read
+	// the same here (docs/EVENTS.md).
+	EventsByField bool
 	// NoSessions opens the store without sessions: a redlock master, whose
 	// store (internal/store/redlock) offers none. A Redis Cluster without
 	// Events has none either: its masters keep the sessions' shadows beside

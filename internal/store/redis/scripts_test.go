@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_ab709e051010f594"},
-		{"cluster", true, "lockapi_119c2e4d2912619d"},
+		{"plain", false, "lockapi_8e7e95fced964a48"},
+		{"cluster", true, "lockapi_eafdd40367df455b"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

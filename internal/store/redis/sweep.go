@@ -25,7 +25,8 @@ import (
 // announces it on the expiries channel, so every instance learns of it,
 // whichever granted the lease, and marks it in the set (member ""): until
 // the mark is due, later expiries go unannounced, and the look at the mark
-// finds them. Whenever announcements may have been lost (a new pub/sub
+// finds them. (A fast grant announces its expiry also when no mark is
+// pending, and marks it: one ZADD does both, see acquire_fast.lua.) Whenever announcements may have been lost (a new pub/sub
 // connection, a Sentinel master switch) it looks at the set again.
 //
 // It also trims the log to its retention, once a second at most (a tenth

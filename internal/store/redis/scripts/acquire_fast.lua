@@ -26,26 +26,36 @@
 
 local owner, principal = ARGV[2], ARGV[3]
 events_from(ARGV[8])
-if redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], delay_key()) > 0 then
-	return FALLBACK
-end
-RARE = false
-local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess')
-if held[1] then
-	if held[5] or (held[2] == owner and held[3] == principal) then
+-- One look tells that the name is free and plain, the common case; when
+-- it is not, a second tells which.
+if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], delay_key()) > 0 then
+	if redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], delay_key()) > 0 then
 		return FALLBACK
 	end
-	local ttl = redis.call('PTTL', KEYS[1])
-	return {0, held[2], held[4], ttl, 0, 0, ttl}
+	local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess')
+	if held[1] then
+		if held[5] or (held[2] == owner and held[3] == principal) then
+			return FALLBACK
+		end
+		local ttl = redis.call('PTTL', KEYS[1])
+		return {0, held[2], held[4], ttl, 0, 0, ttl}
+	end
 end
-local f = redis.call('HMGET', KEYS[2], 'token', 'evx')
-if EVENTS_MAX > 0 and f[2] then
-	return FALLBACK
+RARE = false
+local last
+if EVENTS_MAX > 0 then
+	local f = redis.call('HMGET', KEYS[2], 'token', 'evx', 'released')
+	if f[2] and not released_member(f[2], f[3]) then
+		return FALLBACK
+	end
+	last = f[1]
+else
+	last = redis.call('HGET', KEYS[2], 'token')
 end
 
 -- A fresh grant, as acquire.lua makes it (next_token, the lock hash).
 local now_us, now = clock()
-local token = (tonumber(f[1]) or 0) + 1
+local token = (tonumber(last) or 0) + 1
 if now_us > token then
 	token = now_us
 end
@@ -67,5 +77,15 @@ else
 	redis.call('HSET', KEYS[2], 'token', tok)
 end
 redis.call(ARGV[7], ARGV[6], 'c:' .. ARGV[4])
-record(now, 'granted', req, 'exclusive', tok, owner, principal, '1', exp)
+if EVENTS_MAX > 0 then
+	-- The lease's expiry as record would add it, in one ZADD where record
+	-- reads the set's first member first: the lease is new to the set,
+	-- and LT puts the mark (member '') in at exp when none is pending,
+	-- or down to exp when exp is earlier; either way (2 changed) every
+	-- sweeper hears of exp (see EV_EXP in lib.lua).
+	if redis.call('ZADD', EV_EXP, 'LT', 'CH', exp, lease_member(req, 'exclusive', tok, owner, principal), exp, '') == 2 then
+		redis.call(EV_PUB, EV_CHAN, exp)
+	end
+	record(now, 'granted', req, 'exclusive', tok, owner, principal, '1')
+end
 return tok .. ' ' .. acq
