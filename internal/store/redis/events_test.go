@@ -230,6 +230,27 @@ func TestEvents_refusals_replays_and_queue_places_record_nothing(t *testing.T) {
 	}
 }
 
+// After a plain acquire and release (the fast scripts, which leave the
+// fence's member of the released lease behind), the full scripts that meet
+// the free name record no expiry for it: a repeated release, a renewal, a
+// force release, and a shared acquire and release.
+func TestEvents_nothing_settled_after_a_fast_release(t *testing.T) {
+	s := openEvents(t, redistest.Start(t), newPrefix())
+	g := acquire(t, s, lock.AcquireRequest{Lock: "job", Owner: "a", TTL: time.Minute})
+	release(t, s, g.Lease, true)
+	after, _ := s.Events().LastEventID(ctx)
+	_, _ = s.Release(ctx, lock.LeaseRef{Lock: "job", ID: g.Lease.ID}, false)
+	_, _ = s.Renew(ctx, lock.LeaseRef{Lock: "job", ID: g.Lease.ID}, time.Minute)
+	if ok, _ := s.ForceRelease(ctx, "job", "root"); ok {
+		t.Fatal("a force release found the released lock held")
+	}
+	sh := acquire(t, s, lock.AcquireRequest{Lock: "job", Owner: "b", TTL: time.Minute, Mode: lock.Shared})
+	release(t, s, sh.Lease, true)
+	wantEvents(t, readAll(t, s, after),
+		"granted job b shared h=1",
+		"released job b shared h=0")
+}
+
 // TestEvents_shared_leases_and_permits: shared leases and semaphore permits
 // are leases of their own, each event naming its lease.
 func TestEvents_shared_leases_and_permits(t *testing.T) {

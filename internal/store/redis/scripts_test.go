@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_8e7e95fced964a48"},
-		{"cluster", true, "lockapi_eafdd40367df455b"},
+		{"plain", false, "lockapi_6c164871b97b8529"},
+		{"cluster", true, "lockapi_6c4a0229f50b441a"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

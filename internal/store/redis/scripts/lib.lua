@@ -112,13 +112,14 @@ local function events_from(arg)
 end
 
 -- The fence hash (KEYS[2]) holds the token counter, the blocking-query
--- index (ver) and the exclusive lease's events member (evx). fence reads
--- the three in one call, once per script; fence_set queues a write and
--- fence_flush makes the queued writes in one call.
+-- index (ver), the exclusive lease's events member (evx) and the last
+-- released lease (released). fence reads the four in one call, once per
+-- script; fence_set queues a write and fence_flush makes the queued writes
+-- in one call.
 local function fence()
 	if not FENCE then
-		local v = redis.call('HMGET', KEYS[2], 'token', 'ver', 'evx')
-		FENCE = {token = tonumber(v[1]) or 0, ver = tonumber(v[2]) or 0, evx = v[3]}
+		local v = redis.call('HMGET', KEYS[2], 'token', 'ver', 'evx', 'released')
+		FENCE = {token = tonumber(v[1]) or 0, ver = tonumber(v[2]) or 0, evx = v[3], released = v[4]}
 	end
 	return FENCE
 end
@@ -443,7 +444,10 @@ local function settle_exclusive(now, lease)
 		return
 	end
 	local m = fence().evx
-	if not m then
+	-- A fast release leaves evx naming the lease it released and recorded
+	-- (released_member): no expiry to record, and nothing to change, so
+	-- that a script that finds nothing to do writes nothing.
+	if not m or released_member(m, FENCE.released) then
 		return
 	end
 	FENCE.evx = nil
