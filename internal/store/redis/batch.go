@@ -66,10 +66,12 @@ const (
 // newBatcher returns a batcher whose pipelines time out after timeout, the
 // store's call deadline. Callers wait for their answer rather than their own
 // context: a script that ran must be answered, or a grant would be lost.
-func newBatcher(rdb goredis.UniversalClient, timeout time.Duration) *batcher {
+// cluster is rdb's cluster client on Redis Cluster (rdb may wrap it), nil
+// elsewhere.
+func newBatcher(rdb goredis.UniversalClient, cluster *goredis.ClusterClient, timeout time.Duration) *batcher {
 	b := &batcher{rdb: rdb, timeout: timeout, done: make(chan struct{})}
-	if cc, ok := rdb.(*goredis.ClusterClient); ok {
-		b.cluster, b.masters = cc, map[string]*lane{}
+	if cluster != nil {
+		b.cluster, b.masters = cluster, map[string]*lane{}
 	}
 	b.first = b.newLane()
 	return b

@@ -453,26 +453,44 @@ func TestCluster_batches_wait_only_for_their_own_master(t *testing.T) {
 	storetest.Acquire(t, s, other, "warm", time.Minute) // both masters' lanes are known
 	storetest.Acquire(t, s, "slow", "warm", time.Minute)
 
-	stalled.ClientPause(t, 3*time.Second, redistest.PauseWrite)
+	// Paused for longer than a loaded machine could take to answer the
+	// other call, and let go as soon as it has.
+	stalled.ClientPause(t, 30*time.Second, redistest.PauseWrite)
+	unpause := func() { _ = stalled.Client(t).Do(ctx, "CLIENT", "UNPAUSE").Err() }
+	defer unpause()
 	// Two calls for the stalled master, one after the other, so that each
 	// takes a pipeline of its own (the batcher's two in flight).
-	slowDone := make(chan struct{})
-	var wg sync.WaitGroup
+	type answer struct {
+		took time.Duration
+		err  error
+	}
+	slowAnswers := make(chan answer, 2)
 	for _, name := range slow[:2] {
-		wg.Go(func() {
-			_, _ = s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "w", TTL: time.Minute})
-		})
+		go func() {
+			start := time.Now()
+			_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: "w", TTL: time.Minute})
+			slowAnswers <- answer{time.Since(start), err}
+		}()
 		time.Sleep(50 * time.Millisecond)
 	}
-	go func() { wg.Wait(); close(slowDone) }()
 
-	if _, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: other, Owner: "w2", TTL: time.Minute}); lock.ErrorCode(err) != lock.CodeHeld {
+	// The other master's call is answered at once, well before the stalled
+	// calls' own deadline (5 s) could free a pipeline for it.
+	start := time.Now()
+	_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: other, Owner: "w2", TTL: time.Minute})
+	took := time.Since(start)
+	if lock.ErrorCode(err) != lock.CodeHeld {
 		t.Fatalf("acquire on the other master = %v, want it refused as held", err)
 	}
 	select {
-	case <-slowDone:
-		t.Fatal("the call for the other master was answered only after the stalled master's")
+	case a := <-slowAnswers:
+		t.Fatalf("a call for the stalled master was answered (%v after it began: %v) before the other master's (%v)", a.took, a.err, took)
 	default:
 	}
-	<-slowDone
+	if took > 2500*time.Millisecond {
+		t.Fatalf("the other master's call took %v while one master stalled", took)
+	}
+	unpause()
+	<-slowAnswers
+	<-slowAnswers
 }

@@ -117,7 +117,7 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 	j := newJournal(top, ks, opts)
 	run := &runner{topology: top, scripts: newScriptSet(j.clustered()), observe: opts.ObserveScript}
 	if opts.Batch {
-		run.batch = newBatcher(rdb, top.callTimeout)
+		run.batch = newBatcher(rdb, top.cluster, top.callTimeout)
 	}
 	keys := scriptKeys{keyspace: ks, log: j.singleLog()}
 	s := &Store{
