@@ -320,8 +320,8 @@ func takeAll(ctx context.Context, s Store, reqs []AcquireRequest, order []int) (
 // (the Redis store's reaper retries an abandon until Redis answers).
 func giveBack(ctx context.Context, s Store, reqs []AcquireRequest, grants []Grant, taken []int) {
 	for _, i := range slices.Backward(taken) {
-		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		callCtx, stop := uncancellable(ctx)
 		_ = s.Abandon(callCtx, reqs[i].Lock, grants[i].RequestID)
-		cancel()
+		stop()
 	}
 }

@@ -367,8 +367,8 @@ func heldBy(err error) HeldBy {
 // leave gives up a waiter's queue place on a context its caller cannot
 // cancel: the place would otherwise hold up the queue until it lapses.
 func leave(ctx context.Context, s Store, req AcquireRequest) {
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-	defer cancel()
+	callCtx, stop := uncancellable(ctx)
+	defer stop()
 	_ = s.Leave(callCtx, req.Lock, req.WaiterID)
 }
 
@@ -384,8 +384,8 @@ func tryAcquire(ctx context.Context, s Store, req AcquireRequest) (Grant, error)
 	if err := ctx.Err(); err != nil {
 		return Grant{}, err
 	}
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-	defer cancel()
+	callCtx, stop := uncancellable(ctx)
+	defer stop()
 	g, err := s.TryAcquire(callCtx, req)
 	if err == nil && ctx.Err() != nil {
 		// Undo just the hold this acquire added, so the caller's earlier
