@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/lock"
@@ -74,7 +73,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = vs[0]
 		}
 		if !validRequestID(id) {
-			id = ulid.Make().String()
+			id = newRequestID()
 		}
 		w.Header()["X-Request-Id"] = []string{id}
 		sc := &requestScope{id: id}
