@@ -21,9 +21,16 @@ type caller struct {
 	// principal names the caller for leases and limits: the key's
 	// principal, or "" on an open server.
 	principal string
-	// limitKey keys rate and waiter limits: the principal, or on an open
-	// server the client's address.
-	limitKey string
+}
+
+// limitKey keys rate and waiter limits: the principal, or on an open server
+// (and for the zero caller) the client's address. It is made when a limit
+// asks, not for every request: most requests meet none.
+func (c caller) limitKey(r *http.Request) string {
+	if c.key != nil {
+		return "principal:" + c.principal
+	}
+	return "addr:" + clientHost(r)
 }
 
 // callerOf returns the caller that authenticate found; the zero caller on
@@ -51,9 +58,7 @@ func withCaller(r *http.Request, c caller) *http.Request {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var c caller
-		if s.cfg.Keys.Len() == 0 {
-			c.limitKey = "addr:" + clientHost(r)
-		} else {
+		if s.cfg.Keys.Len() != 0 {
 			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 			if !strings.EqualFold(scheme, "Bearer") || token == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="lockapi"`)
@@ -68,7 +73,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				Error(w, r, &httpError{kindUnauthorized, err.Error()})
 				return
 			}
-			c = caller{key: key, principal: key.Principal, limitKey: "principal:" + key.Principal}
+			c = caller{key: key, principal: key.Principal}
 		}
 		next.ServeHTTP(w, withCaller(r, c))
 	})

@@ -118,10 +118,7 @@ func (s *Server) rateLimit(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := callerOf(r).limitKey
-		if key == "" {
-			key = "addr:" + clientHost(r)
-		}
+		key := callerOf(r).limitKey(r)
 		if ok, wait := s.rates.allow(key, time.Now()); !ok {
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 			Error(w, r, &httpError{kindRateLimited, "too many requests; slow down"})

@@ -57,7 +57,7 @@ func (s *Server) canPark(w http.ResponseWriter, r *http.Request) bool {
 // acquireParking runs a waiting single acquire as acquiring and
 // lock.AcquireWait do, parking the wait when it must sleep.
 func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller, req lock.AcquireRequest, wait time.Duration) {
-	leave, err := s.waiters.enter(c.limitKey)
+	leave, err := s.waiters.enter(c.limitKey(r))
 	if err != nil {
 		Error(w, r, err)
 		return

@@ -386,7 +386,7 @@ func (f *freshConns) closeAll() {
 // ends when the client goes away or the server begins to close, whichever is
 // first. end gives the waiter's place back.
 func (s *Server) beginWait(r *http.Request, c caller) (ctx context.Context, end func(), err error) {
-	leave, err := s.waiters.enter(c.limitKey)
+	leave, err := s.waiters.enter(c.limitKey(r))
 	if err != nil {
 		return nil, nil, err
 	}
