@@ -111,31 +111,170 @@ func CheckLocks(field string, names []string) *FieldError {
 // back. As for AcquireWait, a store that is briefly unavailable while
 // waiting does not end the wait; only the first try fails at once.
 func AcquireAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Duration) ([]Grant, error) {
+	grants, mwt, err := BeginAll(ctx, s, reqs, wait)
+	if mwt == nil {
+		return grants, err
+	}
+	return mwt.Wait(ctx)
+}
+
+// MultiWaiting is an AcquireAll that has made its tries, watches the name
+// in the way and is about to sleep: BeginAll's answer when the set stays
+// out of reach. Wait sleeps and tries again until the call is answered;
+// Park does the same with no goroutine while it sleeps, as Waiting's do.
+type MultiWaiting struct {
+	s        Store
+	reqs     []AcquireRequest
+	order    []int
+	mw       multiWait
+	deadline time.Time
+	// retryAt and last are the last try's: when to try again without a
+	// wake-up (zero: only on one), and its refusal, the answer if the wait
+	// runs out. pausing: retryAt ends the pause after a wake-up.
+	retryAt time.Time
+	last    error
+	pausing bool
+
+	answer func([]Grant, error) // Park's
+}
+
+// BeginAll makes AcquireAll's tries up to its first sleep. With a nil
+// *MultiWaiting, grants and err are AcquireAll's answer. Otherwise the
+// caller must call the MultiWaiting's Wait or Park, once, for the answer;
+// ctx need only last until BeginAll returns.
+func BeginAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Duration) ([]Grant, *MultiWaiting, error) {
 	order := byName(reqs)
 	grants, err := takeAll(ctx, s, reqs, order)
 	if wait <= 0 || !waitMends(err) {
-		return grants, err
+		return grants, nil, err
 	}
+	mwt := &MultiWaiting{s: s, reqs: reqs, order: order, deadline: time.Now().Add(wait),
+		mw: multiWait{s: s, backoff: minUnavailableBackoff}}
+	if grants, err, done := mwt.refused(ctx, err); done {
+		mwt.mw.drop()
+		return grants, nil, err
+	}
+	return nil, mwt, nil
+}
 
-	deadline := time.NewTimer(wait)
+// Wait sleeps until a wake-up, a retry, the deadline or ctx's end, and tries
+// again, until the call is answered: AcquireAll's answer.
+func (mwt *MultiWaiting) Wait(ctx context.Context) ([]Grant, error) {
+	defer mwt.mw.drop()
+	deadline := time.NewTimer(time.Until(mwt.deadline))
 	defer deadline.Stop()
-	mw := &multiWait{s: s, backoff: minUnavailableBackoff}
-	defer mw.drop()
 	for {
-		retry, again, fatal := mw.next(ctx, err)
+		var retry <-chan time.Time
+		if !mwt.retryAt.IsZero() {
+			retry = time.After(time.Until(mwt.retryAt))
+		}
+		if err := mwt.mw.sleep(ctx, deadline.C, retry, mwt.last); err != nil {
+			return nil, err
+		}
+		if grants, err, done := mwt.try(ctx); done {
+			return grants, err
+		}
+	}
+}
+
+// try tries the whole set and takes in the answer: done when it is the
+// call's.
+func (mwt *MultiWaiting) try(ctx context.Context) ([]Grant, error, bool) {
+	grants, err := takeAll(ctx, mwt.s, mwt.reqs, mwt.order)
+	if err == nil {
+		mwt.mw.granted(grants, mwt.reqs)
+		return grants, nil, true
+	}
+	return mwt.refused(ctx, err)
+}
+
+// refused takes in a try's refusal: it tries again at once while another
+// name is found in the way (to watch it first), and is done when the
+// refusal or a grant is the call's answer.
+func (mwt *MultiWaiting) refused(ctx context.Context, err error) ([]Grant, error, bool) {
+	for {
+		retryIn, again, fatal := mwt.mw.next(ctx, err)
 		if fatal != nil {
-			return nil, fatal
+			return nil, fatal, true
 		}
 		if !again {
-			if err := mw.sleep(ctx, deadline.C, retry, err); err != nil {
-				return nil, err
+			mwt.last, mwt.retryAt = err, time.Time{}
+			if retryIn > 0 {
+				mwt.retryAt = time.Now().Add(retryIn)
 			}
+			return nil, nil, false
 		}
-		grants, err = takeAll(ctx, s, reqs, order)
-		if err == nil {
-			mw.granted(grants, reqs)
-			return grants, nil
+		var grants []Grant
+		if grants, err = takeAll(ctx, mwt.s, mwt.reqs, mwt.order); err == nil {
+			mwt.mw.granted(grants, mwt.reqs)
+			return grants, nil, true
 		}
+	}
+}
+
+// Park is Wait for a caller that keeps no goroutine while the wait sleeps,
+// as Waiting.Park is.
+func (mwt *MultiWaiting) Park(ctx context.Context, answer func([]Grant, error)) (wake func()) {
+	mwt.answer = answer
+	return park(ctx, mwt, mwt.deadline)
+}
+
+// sleeping implements parkable. A pause after a wake-up looks at no
+// wake-up, as sleep's pause does not.
+func (mwt *MultiWaiting) sleeping() (Watcher, time.Time) {
+	if mwt.pausing {
+		return nil, mwt.retryAt
+	}
+	return mwt.mw.w, mwt.retryAt
+}
+
+// step implements parkable: one round of Wait's loop, on what is due now.
+// A wake-up starts the pause (sleep's jitter) as a retry.
+func (mwt *MultiWaiting) step(ctx context.Context) (answer func()) {
+	now := time.Now()
+	retryDue := !mwt.retryAt.IsZero() && !now.Before(mwt.retryAt)
+	over := ctx.Err() != nil || !now.Before(mwt.deadline)
+	if mwt.pausing {
+		switch {
+		case over:
+			return mwt.answering(nil, leaveErr(ctx, mwt.last))
+		case !retryDue:
+			return nil
+		}
+		mwt.pausing = false
+	} else {
+		var woken <-chan struct{}
+		if mwt.mw.w != nil {
+			woken = mwt.mw.w.C()
+		}
+		select {
+		case <-woken:
+			mwt.mw.woken, mwt.pausing = true, true
+			mwt.retryAt = now.Add(rand.N(maxRetryJitter))
+			return nil
+		default:
+		}
+		switch {
+		case ctx.Err() != nil:
+			return mwt.answering(nil, ctx.Err())
+		case retryDue:
+		case over:
+			return mwt.answering(nil, mwt.last)
+		default:
+			return nil
+		}
+	}
+	if grants, err, done := mwt.try(ctx); done {
+		return mwt.answering(grants, err)
+	}
+	return nil
+}
+
+// answering is a parked wait's end: the watch closed, then the answer.
+func (mwt *MultiWaiting) answering(grants []Grant, err error) func() {
+	return func() {
+		mwt.mw.drop()
+		mwt.answer(grants, err)
 	}
 }
 
@@ -171,16 +310,17 @@ type multiWait struct {
 }
 
 // next decides what a failed try calls for: a watch on another name in the
-// way and a try at once (again), a wait for a wake-up or for retry, or the
-// end of the wait with fatal.
-func (mw *multiWait) next(ctx context.Context, err error) (retry <-chan time.Time, again bool, fatal error) {
+// way and a try at once (again), a wait for a wake-up or for retry (how
+// soon to try again without one; 0: only on one), or the end of the wait
+// with fatal.
+func (mw *multiWait) next(ctx context.Context, err error) (retry time.Duration, again bool, fatal error) {
 	var e *Error
 	errors.As(err, &e)
 	var le *LockError
 	errors.As(err, &le)
 	switch {
 	case e != nil && e.Code == CodeHeld && le == nil: // takeAll names the lock; never
-		return nil, false, err
+		return 0, false, err
 	case e != nil && e.Code == CodeHeld && le.Lock != mw.watching:
 		// Another name is in the way: watch it, then try again, so that
 		// its release between that try and the wait is not missed.
@@ -188,10 +328,10 @@ func (mw *multiWait) next(ctx context.Context, err error) (retry <-chan time.Tim
 		w, err := mw.s.Watch(ctx, le.Lock, WaitForRelease)
 		mw.w = w
 		if err != nil {
-			return nil, false, err
+			return 0, false, err
 		}
 		mw.watching = le.Lock
-		return nil, true, nil
+		return 0, true, nil
 	case e != nil && e.Code == CodeHeld:
 		// The name watched is still in the way: whoever took it will
 		// wake the watch when it lets go.
@@ -199,16 +339,16 @@ func (mw *multiWait) next(ctx context.Context, err error) (retry <-chan time.Tim
 		if e.HeldBy != nil {
 			mw.w.ExpectExpiry(time.Now().Add(e.HeldBy.ExpiresIn))
 		}
-		return nil, false, nil
+		return 0, false, nil
 	case e != nil && e.Code == CodeLockDelay:
 		// Nothing publishes the delay's end: look again then.
-		return time.After(e.RetryIn), false, nil
+		return max(e.RetryIn, time.Nanosecond), false, nil
 	case e != nil && e.Code == CodeUnavailable:
-		retry = time.After(mw.backoff)
+		retry = mw.backoff
 		mw.backoff = min(2*mw.backoff, maxUnavailableBackoff)
 		return retry, false, nil
 	default: // an error that waiting will not mend
-		return nil, false, err
+		return 0, false, err
 	}
 }
 

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 )
 
@@ -63,7 +62,7 @@ type Waiting struct {
 	retryAt time.Time
 	last    error
 
-	parked *parking // Park's state
+	answer func(Grant, error) // Park's
 }
 
 // BeginWait makes AcquireWait's tries up to its first sleep. With a nil
@@ -138,20 +137,6 @@ func (wt *Waiting) finish(ctx context.Context) {
 	}
 }
 
-// parking is a parked Waiting's state: callbacks on the watcher, the
-// deadline and the retry wake it, and so does its caller when ctx ends, and each wake-up looks at the wait on a
-// goroutine of its own, which ends when it has looked. While the lock stays
-// held nothing of the wait runs, and no goroutine is kept.
-type parking struct {
-	ctx    context.Context
-	answer func(Grant, error)
-	// looking: a goroutine looks at the wait now, or the wait is
-	// answered; wake-ups meanwhile are left to it.
-	looking  atomic.Bool
-	deadline *time.Timer
-	retry    *time.Timer
-}
-
 // Park is Wait for a caller that keeps no goroutine while the wait sleeps:
 // it returns at once, and calls answer with Wait's answer, once, on a
 // goroutine of its own.
@@ -160,60 +145,17 @@ type parking struct {
 // knows when, and a context.AfterFunc would cost every parked wait a few
 // hundred bytes more). wake may be called any time, from any goroutine.
 func (wt *Waiting) Park(ctx context.Context, answer func(Grant, error)) (wake func()) {
-	p := &parking{ctx: ctx, answer: answer}
-	wt.parked = p
-	p.looking.Store(true) // until set up
-	wt.sw.w.Notify(wt.wake)
-	p.deadline = time.AfterFunc(time.Until(wt.deadline), wt.wake)
-	wt.armRetry()
-	retryAt := wt.retryAt // a look may start once looking is clear
-	p.looking.Store(false)
-	if wt.due(time.Now(), retryAt) {
-		wt.wake()
-	}
-	return wt.wake
+	wt.answer = answer
+	return park(ctx, wt, wt.deadline)
 }
 
-// wake starts a look at the wait, unless one runs or the wait is answered.
-func (wt *Waiting) wake() {
-	if wt.parked.looking.CompareAndSwap(false, true) {
-		go wt.look()
-	}
-}
+// sleeping implements parkable.
+func (wt *Waiting) sleeping() (Watcher, time.Time) { return wt.sw.w, wt.retryAt }
 
-// look acts on what woke the wait, as Wait does after its sleep, until
-// nothing is due or the wait is answered.
-func (wt *Waiting) look() {
-	p := wt.parked
-	for {
-		if g, err, done := wt.step(); done {
-			p.deadline.Stop()
-			if p.retry != nil {
-				p.retry.Stop()
-			}
-			wt.sw.w.Notify(nil)
-			wt.finish(p.ctx)
-			p.answer(g, err) // looking stays set: no more looks
-			return
-		}
-		wt.armRetry()
-		retryAt := wt.retryAt // a look may start once looking is clear
-		p.looking.Store(false)
-		// A wake-up while this look ran was left to it.
-		if !wt.due(time.Now(), retryAt) || !p.looking.CompareAndSwap(false, true) {
-			return
-		}
-	}
-}
-
-// step is one round of Wait's loop for a parked wait, on what is due now.
-func (wt *Waiting) step() (Grant, error, bool) {
-	p := wt.parked
+// step implements parkable: one round of Wait's loop, on what is due now.
+func (wt *Waiting) step(ctx context.Context) (answer func()) {
 	now := time.Now()
-	if !wt.due(now, wt.retryAt) {
-		return Grant{}, nil, false
-	}
-	// Something is due, so sleep returns at once.
+	// Something is due (parking.due), so sleep returns at once.
 	var deadline, retry <-chan time.Time
 	if !now.Before(wt.deadline) {
 		deadline = passed
@@ -221,28 +163,20 @@ func (wt *Waiting) step() (Grant, error, bool) {
 	if !wt.retryAt.IsZero() && !now.Before(wt.retryAt) {
 		retry = passed
 	}
-	if err := wt.sw.sleep(p.ctx, wt.req.Mode, deadline, retry, wt.last); err != nil {
-		return Grant{}, err, true
+	if err := wt.sw.sleep(ctx, wt.req.Mode, deadline, retry, wt.last); err != nil {
+		return wt.answering(ctx, Grant{}, err)
 	}
-	return wt.try(p.ctx)
+	if g, err, done := wt.try(ctx); done {
+		return wt.answering(ctx, g, err)
+	}
+	return nil
 }
 
-// due reports whether a parked wait has something to act on, with the
-// retry at retryAt.
-func (wt *Waiting) due(now, retryAt time.Time) bool {
-	return len(wt.sw.w.C()) > 0 || wt.parked.ctx.Err() != nil || !now.Before(wt.deadline) ||
-		(!retryAt.IsZero() && !now.Before(retryAt))
-}
-
-// armRetry sets the parked wait's retry timer to the last try's retryAt.
-func (wt *Waiting) armRetry() {
-	p := wt.parked
-	if p.retry != nil {
-		p.retry.Stop()
-		p.retry = nil
-	}
-	if !wt.retryAt.IsZero() {
-		p.retry = time.AfterFunc(time.Until(wt.retryAt), wt.wake)
+// answering is a parked wait's end: finish, then the answer.
+func (wt *Waiting) answering(ctx context.Context, g Grant, err error) func() {
+	return func() {
+		wt.finish(ctx)
+		wt.answer(g, err)
 	}
 }
 
