@@ -49,6 +49,10 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 		reqs[i].Principal = c.principal
 	}
 
+	if wait > 0 && s.canPark(w, r) {
+		s.acquireAllParking(w, r, c, reqs, wait)
+		return
+	}
 	var grants []lock.Grant
 	admitted, err := s.acquiring(w, r, c, wait, func(ctx context.Context) (err error) {
 		grants, err = lock.AcquireAll(ctx, s.store, reqs, wait)
@@ -57,6 +61,12 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 	if !admitted {
 		return
 	}
+	s.answerAcquireAll(w, r, grants, err)
+}
+
+// answerAcquireAll answers a multi-lock: its leases, in the order of its
+// locks, or its error.
+func (s *Server) answerAcquireAll(w http.ResponseWriter, r *http.Request, grants []lock.Grant, err error) {
 	s.reportAcquire(grants, err)
 	if err != nil {
 		Error(w, r, err)

@@ -33,10 +33,11 @@ import (
 // the connection goes back to the same http.Server (parkListener) for its
 // next request. Close answers parked requests 503.
 //
-// HTTP/2 streams, TLS connections, HTTP/1.0, requests that close their
-// connection and the multi-lock (POST /v1/leases) wait in net/http as
-// before, and so does a server run through Handler rather than Open (there
-// is no listener to hand connections back to).
+// A waiting multi-lock (POST /v1/leases, lock.BeginAll) parks the same
+// way. HTTP/2 streams, TLS connections, HTTP/1.0 and requests that close
+// their connection wait in net/http as before, and so does a server run
+// through Handler rather than Open (there is no listener to hand
+// connections back to).
 
 // parkWriteTimeout bounds writing a parked request's answer: a client that
 // reads nothing must not hold the answering goroutine for good.
@@ -67,7 +68,15 @@ func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller
 	start := time.Now()
 	g, wt, err := lock.BeginWait(ctx, s.store, req, wait)
 	if wt != nil {
-		if s.park(w, r, wt, leave, start) {
+		name := req.Lock
+		parkWait := func(p *parkedAcquire) func() {
+			return wt.Park(p.ctx, func(g lock.Grant, err error) {
+				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
+					p.s.answerAcquire(w, r, name, g, err)
+				})
+			})
+		}
+		if s.park(w, r, leave, start, parkWait) {
 			stop()
 			cancel(nil)
 			return
@@ -82,11 +91,45 @@ func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller
 	s.answerAcquire(w, r, req.Lock, g, err)
 }
 
+// acquireAllParking runs a waiting multi-lock as acquiring and
+// lock.AcquireAll do, parking the wait when it must sleep.
+func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c caller, reqs []lock.AcquireRequest, wait time.Duration) {
+	leave, err := s.waiters.enter(c.limitKey(r))
+	if err != nil {
+		Error(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
+	start := time.Now()
+	grants, mwt, err := lock.BeginAll(ctx, s.store, reqs, wait)
+	if mwt != nil {
+		parkWait := func(p *parkedAcquire) func() {
+			return mwt.Park(p.ctx, func(grants []lock.Grant, err error) {
+				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
+					p.s.answerAcquireAll(w, r, grants, err)
+				})
+			})
+		}
+		if s.park(w, r, leave, start, parkWait) {
+			stop()
+			cancel(nil)
+			return
+		}
+		grants, err = mwt.Wait(ctx) // not parked: wait here, as before
+	}
+	err = waitError(ctx, err)
+	stop()
+	cancel(nil)
+	leave()
+	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	s.answerAcquireAll(w, r, grants, err)
+}
+
 // parkedAcquire is a waiting acquire parked off net/http. It is kept small:
 // every 100 bytes of it are 1 MB for 10,000 waiters.
 type parkedAcquire struct {
-	s    *Server
-	name string
+	s *Server
 	// leave gives back the waiter's place under the waiter limits;
 	// waitStart is when the wait began, for the wait histogram.
 	leave     func()
@@ -118,12 +161,14 @@ type parkedAcquire struct {
 	start     time.Time
 }
 
-// park hijacks r's connection and parks wt on it; false when it cannot
-// (the wait goes on in the handler).
-func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, leave func(), waitStart time.Time) bool {
+// park hijacks r's connection and parks a wait on it with parkWait, which
+// parks the wait on p.ctx (lock.Waiting.Park, lock.MultiWaiting.Park) to
+// call p.answer, and returns its wake; false when it cannot (the wait goes
+// on in the handler).
+func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), waitStart time.Time, parkWait func(p *parkedAcquire) (wake func())) bool {
 	sw := w.(*statusWriter) // canPark checked
 	p := &parkedAcquire{
-		s: s, name: pathParam(r, "name"), leave: leave, waitStart: waitStart,
+		s: s, leave: leave, waitStart: waitStart,
 		requestID: RequestID(r.Context()),
 		method:    r.Method, remote: r.RemoteAddr, path: r.URL.EscapedPath(),
 		start: sw.start,
@@ -154,14 +199,15 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, wt *lock.Waiting, 
 		p.cancel(context.Canceled)
 		s.parked.wakeUp(p)
 	})
-	s.parked.setWake(p, wt.Park(p.ctx, p.answer))
+	s.parked.setWake(p, parkWait(p))
 	s.burst.parked()
 	return true
 }
 
-// answer answers the parked request with the wait's answer, and hands the
-// connection back.
-func (p *parkedAcquire) answer(g lock.Grant, err error) {
+// answer answers the parked request with the wait's answer: err, and what
+// write writes as the handler would have (err as waitError explains it).
+// It then hands the connection back.
+func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *http.Request, err error)) {
 	defer p.s.parked.remove(p)
 	err = waitError(p.ctx, err)
 	p.leave()
@@ -181,7 +227,7 @@ func (p *parkedAcquire) answer(g lock.Grant, err error) {
 	}
 	r := (&http.Request{Method: p.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
 		WithContext(logger.WithContext(p.ctx))
-	p.s.answerAcquire(resp, r, p.name, g, err)
+	write(resp, r, err)
 	p.cancel(nil)
 
 	// Logged before the answer leaves, as the middleware logs a request

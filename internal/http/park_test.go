@@ -266,3 +266,124 @@ func TestPark(t *testing.T) {
 		}
 	})
 }
+
+func TestParkMulti(t *testing.T) {
+	const wait = `{"locks":["m:a","m:b"],"owner":"b","wait_ms":60000}`
+
+	t.Run("GrantedThenSameConnectionServesNext", func(t *testing.T) {
+		e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+		holder := e.Acquire("m:b", `{"owner":"a","ttl_ms":600000}`)
+		c := dialRaw(t, e)
+		c.send(request("POST", "/v1/leases", wait, "X-Request-ID", "parked-multi"))
+		waitParked(t, e, 1)
+		if st := e.State("m:a"); st.Held {
+			t.Errorf("m:a held by %q while the multi-lock waits for m:b", st.Holder.Owner)
+		}
+		e.Do("DELETE", "/v1/locks/m:b/leases/"+holder.LeaseID, "")
+
+		resp := c.read()
+		if resp.StatusCode != http.StatusCreated || resp.Close {
+			t.Fatalf("status %d, close %v: %s", resp.StatusCode, resp.Close, resp.Body)
+		}
+		leases := Decode[lockhttp.MultiLeases](t, resp).Leases
+		if len(leases) != 2 || leases[0].Lock != "m:a" || leases[1].Lock != "m:b" ||
+			leases[0].Owner != "b" || leases[1].Owner != "b" || leases[1].FencingToken <= holder.FencingToken {
+			t.Errorf("leases = %+v", leases)
+		}
+		h := resp.Header
+		if h.Get("X-Request-ID") != "parked-multi" || h.Get("Content-Type") != "application/json" ||
+			h.Get("Date") == "" || resp.ContentLength != int64(len(resp.Body)) {
+			t.Errorf("header = %v", h)
+		}
+		line := accessLine(t, e, "parked-multi")
+		if line["method"] != "POST" || line["route"] != "/v1/leases" || line["status"] != float64(201) ||
+			line["bytes"] != float64(len(resp.Body)) {
+			t.Errorf("access-log line = %v", line)
+		}
+		got := scrapeMetrics(t, e)
+		if n := got[`lockapi_wait_duration_seconds_count{outcome="granted"}`]; n != 1 {
+			t.Errorf("granted waits counted = %v", n)
+		}
+		if n := got[`lockapi_http_requests_total{method="POST",route="/v1/leases",status="201"}`]; n != 1 {
+			t.Errorf("requests counted = %v", n)
+		}
+
+		// The connection goes back to the server for the next request.
+		c.send(request("GET", "/v1/locks/m:a", ""))
+		if resp := c.read(); resp.StatusCode != http.StatusOK || Decode[lockhttp.LockState](t, resp).Holder.Owner != "b" {
+			t.Fatalf("next request on the connection: %d %s", resp.StatusCode, resp.Body)
+		}
+		waitParked(t, e, 0)
+	})
+
+	t.Run("WaitRunsOut409OnSameConnection", func(t *testing.T) {
+		e := MustOpenEnv(t, lockhttp.Config{})
+		e.Acquire("m:b", `{"owner":"a","ttl_ms":600000}`)
+		c := dialRaw(t, e)
+		c.send(request("POST", "/v1/leases", `{"locks":["m:a","m:b"],"owner":"b","wait_ms":300}`))
+		resp := c.read()
+		if p := WantProblem(t, resp, http.StatusConflict, "lock-held"); p.Holder == nil || p.Holder.Owner != "a" {
+			t.Errorf("problem %+v", p)
+		}
+		if st := e.State("m:a"); st.Held {
+			t.Errorf("m:a held by %q after the multi-lock's wait ran out", st.Holder.Owner)
+		}
+		c.send(request("GET", "/healthz", ""))
+		if resp := c.read(); resp.StatusCode != http.StatusOK {
+			t.Fatalf("next request on the connection: %d", resp.StatusCode)
+		}
+	})
+
+	t.Run("ClientLeavesHoldsNothing", func(t *testing.T) {
+		e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+		holder := e.Acquire("m:b", `{"owner":"a","ttl_ms":600000}`)
+		c := dialRaw(t, e)
+		c.send(request("POST", "/v1/leases", `{"locks":["m:a","m:b"],"owner":"departed","wait_ms":60000}`, "X-Request-ID", "departed-multi"))
+		waitParked(t, e, 1)
+		// Drain the watch's announcement: the parked wait's own closing
+		// is what this test waits for.
+		Within(t, e.Hooks.Watching, "waiter registered")
+		c.conn.Close()
+
+		Within(t, e.Hooks.Unwatched, "server stopped waiting")
+		waitParked(t, e, 0)
+		if line := accessLine(t, e, "departed-multi"); line["status"] != float64(lockhttp.StatusClientClosedRequest) {
+			t.Errorf("access-log line = %v", line)
+		}
+		got := scrapeMetrics(t, e)
+		if got["lockapi_waiters"] != 0 || got[`lockapi_wait_duration_seconds_count{outcome="cancelled"}`] != 1 {
+			t.Errorf("waiters %v, cancelled waits %v", got["lockapi_waiters"], got[`lockapi_wait_duration_seconds_count{outcome="cancelled"}`])
+		}
+		e.Do("DELETE", "/v1/locks/m:b/leases/"+holder.LeaseID, "")
+		for _, name := range []string{"m:a", "m:b"} {
+			if st := e.State(name); st.Held {
+				t.Fatalf("%s held by %q after the holder released and the waiter left", name, st.Holder.Owner)
+			}
+		}
+	})
+
+	t.Run("Close503", func(t *testing.T) {
+		e := MustOpenHookedEnv(t, lockhttp.Config{})
+		e.Acquire("m:b", `{"owner":"a","ttl_ms":600000}`)
+		c := dialRaw(t, e)
+		c.send(request("POST", "/v1/leases", wait))
+		waitParked(t, e, 1)
+
+		closed := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), promptly)
+			defer cancel()
+			closed <- e.Server.Close(ctx)
+		}()
+		resp := c.read()
+		if p := WantProblem(t, resp, http.StatusServiceUnavailable, "unavailable"); p.Detail != "server is shutting down" || !resp.Close {
+			t.Errorf("detail %q, close %v", p.Detail, resp.Close)
+		}
+		if err := Within(t, closed, "Close returned"); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if st := e.State("m:a"); st.Held {
+			t.Errorf("m:a held by %q after shutdown", st.Holder.Owner)
+		}
+	})
+}
