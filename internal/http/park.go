@@ -58,42 +58,43 @@ func (s *Server) canPark(w http.ResponseWriter, r *http.Request) bool {
 // acquireParking runs a waiting single acquire as acquiring and
 // lock.AcquireWait do, parking the wait when it must sleep.
 func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller, req lock.AcquireRequest, wait time.Duration) {
-	leave, err := s.waiters.enter(c.limitKey(r))
-	if err != nil {
-		Error(w, r, err)
-		return
-	}
-	ctx, cancel := context.WithCancelCause(r.Context())
-	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
-	start := time.Now()
-	g, wt, err := lock.BeginWait(ctx, s.store, req, wait)
-	if wt != nil {
-		name := req.Lock
-		parkWait := func(p *parkedAcquire) func() {
-			return wt.Park(p.ctx, func(g lock.Grant, err error) {
-				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
-					p.s.answerAcquire(w, r, name, g, err)
-				})
-			})
+	waitParking(s, w, r, c, func(ctx context.Context) (lock.Grant, parkableWait[lock.Grant], error) {
+		g, wt, err := lock.BeginWait(ctx, s.store, req, wait)
+		if wt == nil {
+			return g, nil, err
 		}
-		if s.park(w, r, leave, start, parkWait) {
-			stop()
-			cancel(nil)
-			return
-		}
-		g, err = wt.Wait(ctx) // not parked: wait here, as before
-	}
-	err = waitError(ctx, err)
-	stop()
-	cancel(nil)
-	leave()
-	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
-	s.answerAcquire(w, r, req.Lock, g, err)
+		return g, wt, err
+	}, func(w http.ResponseWriter, r *http.Request, g lock.Grant, err error) {
+		s.answerAcquire(w, r, req.Lock, g, err)
+	})
 }
 
 // acquireAllParking runs a waiting multi-lock as acquiring and
 // lock.AcquireAll do, parking the wait when it must sleep.
 func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c caller, reqs []lock.AcquireRequest, wait time.Duration) {
+	waitParking(s, w, r, c, func(ctx context.Context) ([]lock.Grant, parkableWait[[]lock.Grant], error) {
+		grants, mwt, err := lock.BeginAll(ctx, s.store, reqs, wait)
+		if mwt == nil {
+			return grants, nil, err
+		}
+		return grants, mwt, err
+	}, s.answerAcquireAll)
+}
+
+// parkableWait is a wait that made its tries and must sleep: a single
+// acquire's *lock.Waiting or a multi-lock's *lock.MultiWaiting.
+type parkableWait[T any] interface {
+	Park(ctx context.Context, answer func(T, error)) (wake func())
+	Wait(ctx context.Context) (T, error)
+}
+
+// waitParking runs a waiting acquire under the waiter limits, as acquiring
+// does: begin makes its tries up to the first sleep (its wait is nil when
+// they settled it), and the wait is then parked off net/http, or waited
+// here where the request cannot be parked. answer writes the outcome.
+func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c caller,
+	begin func(ctx context.Context) (T, parkableWait[T], error),
+	answer func(w http.ResponseWriter, r *http.Request, v T, err error)) {
 	leave, err := s.waiters.enter(c.limitKey(r))
 	if err != nil {
 		Error(w, r, err)
@@ -102,12 +103,12 @@ func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c cal
 	ctx, cancel := context.WithCancelCause(r.Context())
 	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
 	start := time.Now()
-	grants, mwt, err := lock.BeginAll(ctx, s.store, reqs, wait)
-	if mwt != nil {
+	v, wt, err := begin(ctx)
+	if wt != nil {
 		parkWait := func(p *parkedAcquire) func() {
-			return mwt.Park(p.ctx, func(grants []lock.Grant, err error) {
+			return wt.Park(p.ctx, func(v T, err error) {
 				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
-					p.s.answerAcquireAll(w, r, grants, err)
+					answer(w, r, v, err)
 				})
 			})
 		}
@@ -116,14 +117,14 @@ func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c cal
 			cancel(nil)
 			return
 		}
-		grants, err = mwt.Wait(ctx) // not parked: wait here, as before
+		v, err = wt.Wait(ctx) // not parked: wait here, as before
 	}
 	err = waitError(ctx, err)
 	stop()
 	cancel(nil)
 	leave()
 	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
-	s.answerAcquireAll(w, r, grants, err)
+	answer(w, r, v, err)
 }
 
 // parkedAcquire is a waiting acquire parked off net/http. It is kept small:
