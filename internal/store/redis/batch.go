@@ -86,10 +86,12 @@ func (b *batcher) newLane() *lane {
 	return l
 }
 
-// run queues one script call and waits for its answer.
-func (b *batcher) run(script *script, keys []string, args []any) *goredis.Cmd {
+// run queues one script call and waits for its answer. ctx bounds only
+// finding the call's lane (a slot map that must be loaded first): the call
+// itself is answered whatever happens to ctx (newBatcher).
+func (b *batcher) run(ctx context.Context, script *script, keys []string, args []any) *goredis.Cmd {
 	c := &scriptCall{script: script, keys: keys, args: args, ready: make(chan struct{})}
-	l := b.laneFor(keys)
+	l := b.laneFor(ctx, keys)
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
@@ -106,12 +108,10 @@ func (b *batcher) run(script *script, keys []string, args []any) *goredis.Cmd {
 // are all on one master), starting it on first use; off Cluster, or when
 // the slot map cannot say, the first lane: the pipeline still reaches the
 // right master, through the cluster client's own routing.
-func (b *batcher) laneFor(keys []string) *lane {
+func (b *batcher) laneFor(ctx context.Context, keys []string) *lane {
 	if b.cluster == nil || len(keys) == 0 {
 		return b.first
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	defer cancel()
 	node, err := b.cluster.MasterForKey(ctx, keys[0])
 	if err != nil {
 		return b.first

@@ -349,7 +349,7 @@ func (s *runner) run(ctx context.Context, name string, script *script, keys []st
 	for attempt := 1; ; attempt++ {
 		all := rec.append(args)
 		if s.batch != nil {
-			cmd = s.batch.run(script, keys, all)
+			cmd = s.batch.run(ctx, script, keys, all)
 		} else {
 			cmd = script.run(ctx, s.rdb, keys, all)
 		}
