@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -28,47 +29,55 @@ func gatedStore(t *testing.T, hold time.Duration) (*redisstore.Store, *redisstor
 	return s, redisstore.HandGate(s, hold), srv.Addr
 }
 
-// A write made while the gate is closed waits for it to open, holding
-// neither a batch lane nor a connection (reads are answered meanwhile), and
-// then runs on the master the gate opened for: the acquire is granted
-// instead of answering unavailable at once.
+// Writes made while the gate is closed wait for it to open, holding neither
+// a batch lane nor a connection (more of them wait than a lane has workers,
+// and reads are answered meanwhile), and then run on the master the gate
+// opened for: the acquires are granted instead of answering unavailable at
+// once.
 func TestGate_write_waits_for_the_gate_to_open(t *testing.T) {
+	const writes = 4 // more than a lane's workers (batchWorkers)
 	s, gate, addr := gatedStore(t, time.Minute)
 	gate.Promoting("127.0.0.1:1") // the master being replaced
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "w", Owner: "a", TTL: time.Minute})
-		done <- err
-	}()
-	for deadline := time.Now().Add(10 * time.Second); gate.Waiting() == 0; {
+	done := make(chan error, writes)
+	for i := range writes {
+		go func() {
+			_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: fmt.Sprint("w", i), Owner: "a", TTL: time.Minute})
+			done <- err
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); gate.Waiting() < writes; {
 		select {
 		case err := <-done:
-			t.Fatalf("the acquire answered %v while the gate was closed; want it to wait for the gate", err)
+			t.Fatalf("an acquire answered %v while the gate was closed; want it to wait for the gate", err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the acquire did not reach the gate in 10 s")
+			t.Fatalf("%d of %d acquires reached the gate in 10 s", gate.Waiting(), writes)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// A read goes on, and the waiting write has not run.
-	for i := range 3 {
-		st, err := s.Inspect(ctx, "w")
+	// Reads go on, and the waiting writes have not run.
+	for i := range writes {
+		st, err := s.Inspect(ctx, fmt.Sprint("w", i))
 		if err != nil || st.Held {
-			t.Fatalf("read %d while the write waits: held %v, %v; want free, nil", i, st.Held, err)
+			t.Fatalf("read of w%d while the writes wait: held %v, %v; want free, nil", i, st.Held, err)
 		}
 	}
 	gate.Promoted(addr)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("the acquire that waited for the gate: %v", err)
+	for range writes {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("an acquire that waited for the gate: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an acquire did not end 10 s after the gate opened")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the acquire did not end 10 s after the gate opened")
 	}
-	if st, err := s.Inspect(ctx, "w"); err != nil || !st.Held {
-		t.Fatalf("after the gate opened: held %v, %v; want held", st.Held, err)
+	for i := range writes {
+		if st, err := s.Inspect(ctx, fmt.Sprint("w", i)); err != nil || !st.Held {
+			t.Fatalf("w%d after the gate opened: held %v, %v; want held", i, st.Held, err)
+		}
 	}
 	if gate.Waiting() != 0 {
 		t.Errorf("%d writes still counted waiting", gate.Waiting())
