@@ -13,9 +13,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// errFailover answers a write while a Sentinel failover is under way: the
-// replica is being promoted, and what the old master accepted now would be
-// lost with it. The write did not run; a repeat after the switch is safe.
+// errFailover answers a write that waited for a Sentinel failover to end
+// and could wait no longer: its caller's deadline came first, or the
+// sentinels did not announce the end of the promotion within the gate's
+// bound. The write did not run; a repeat after the switch is safe.
 var errFailover = errors.New("store: a Sentinel failover is under way: writes resume on the new master")
 
 // errStaleMaster refuses a connection to a node that is no longer the
@@ -38,10 +39,13 @@ const gateMargin = time.Second
 // TTL. The gate closes when a sentinel announces that it is promoting a
 // replica (+failover-state-send-slaveof-noone, published at least one
 // sentinel timer tick before it sends SLAVEOF NO ONE), so that scripts that
-// write answer unavailable while reads go on; it opens when the promotion
-// is done (+promoted-slave, after which the sentinels can no longer abort)
-// or announced (+switch-master), or when a sentinel gives up, or after the
-// failover-timeout the sentinels work with.
+// write wait while reads go on; it opens when the promotion is done
+// (+promoted-slave, after which the sentinels can no longer abort) or
+// announced (+switch-master), and the writes that waited then run on the
+// new master. It also opens when a sentinel gives up (the writes run on the
+// master that stays), or after the failover-timeout the sentinels work
+// with: the writes that waited that long answer unavailable, as does one
+// whose caller's deadline comes first (see admit).
 //
 // It also owns where the client's connections go: once a sentinel has named
 // a new master, a dial goes there (go-redis asks one sentinel per dial, which
@@ -50,9 +54,10 @@ const gateMargin = time.Second
 // and by its first write otherwise.
 type writeGate struct {
 	// master is the address the store follows ("" until a sentinel
-	// answered); closed is whether writes wait for a failover.
+	// answered); shut is the gate's closing while writes wait for a
+	// failover, nil while the gate is open.
 	master atomic.Pointer[string]
-	closed atomic.Bool
+	shut   atomic.Pointer[closing]
 
 	mu    sync.Mutex
 	epoch int64 // the config epoch of master, as far as known
@@ -74,6 +79,7 @@ type writeGate struct {
 	tlsConfig   *tls.Config
 
 	closes, timeouts atomic.Int64 // for tests and metrics
+	waiting          atomic.Int64 // writes waiting for the gate to open
 
 	// conns are the client's open connections, so that those to a former
 	// master are closed when the gate follows a new one: a read blocked
@@ -94,13 +100,51 @@ func newWriteGate(o *goredis.FailoverOptions) *writeGate {
 	return g
 }
 
-// admit returns errFailover for a script that writes while the gate is
-// closed. A nil gate (no Sentinel) admits everything.
-func (g *writeGate) admit(s *script) error {
-	if g == nil || s.readOnly || !g.closed.Load() {
+// closing is one time the gate closed: opened is closed when it opens
+// again, and gaveUp, set before that, tells that it opened because its hold
+// passed without word of the failover's end.
+type closing struct {
+	opened chan struct{}
+	gaveUp bool
+}
+
+// admit lets a script run. One that writes, while the gate is closed, waits
+// for the gate to open, and then runs on the master the gate opened for: it
+// was not sent anywhere yet, so nothing of it reached the old master. It
+// holds nothing while it waits (it has no batch lane nor connection until
+// admitted), and it waits at most until ctx ends or the gate gives up on
+// the failover (hold): then it answers errFailover, not sent. A nil gate
+// (no Sentinel) admits everything.
+func (g *writeGate) admit(ctx context.Context, s *script) error {
+	if g == nil || s.readOnly {
 		return nil
 	}
-	return errFailover
+	for {
+		c := g.shut.Load()
+		if c == nil {
+			return nil
+		}
+		if err := g.wait(ctx, c); err != nil {
+			return err
+		}
+		// Opened: look again, since another failover may have closed it.
+	}
+}
+
+// wait waits for closing c to end; it returns errFailover when ctx ends
+// first or the gate gave up.
+func (g *writeGate) wait(ctx context.Context, c *closing) error {
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	select {
+	case <-c.opened:
+		if c.gaveUp {
+			return errFailover
+		}
+		return nil
+	case <-ctx.Done():
+		return errFailover
+	}
 }
 
 // currentMaster is the master the gate follows, "" while none is known.
@@ -123,17 +167,19 @@ func (g *writeGate) stale(addr string) bool {
 func (g *writeGate) failoverStarted(from string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed.Load() {
+	if g.shut.Load() != nil {
 		return
 	}
 	g.from = from
 	g.closes.Add(1)
-	g.closed.Store(true)
+	c := &closing{opened: make(chan struct{})}
+	g.shut.Store(c)
 	g.timer = time.AfterFunc(g.hold, func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if g.closed.Load() {
+		if g.shut.Load() == c { // not a later closing's
 			g.timeouts.Add(1)
+			c.gaveUp = true
 			g.openLocked()
 		}
 	})
@@ -146,8 +192,12 @@ func (g *writeGate) failoverAborted() {
 	g.openLocked()
 }
 
+// openLocked opens the gate and wakes the writes that wait for it. A
+// switch to a new master stored it before: they run there.
 func (g *writeGate) openLocked() {
-	g.closed.Store(false)
+	if c := g.shut.Swap(nil); c != nil {
+		close(c.opened)
+	}
 	if g.timer != nil {
 		g.timer.Stop()
 		g.timer = nil

@@ -3,6 +3,8 @@ package redis_test
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,9 +16,9 @@ import (
 )
 
 // Through a planned Sentinel failover (min_replicas 0), the write gate
-// refuses writes while the replica is promoted and lets reads go on, and no
-// lease acknowledged before or after is lost: each one can be released on
-// the new master.
+// holds writes while the replica is promoted (they wait, and run on the new
+// master) and lets reads go on, and no lease acknowledged before or after is
+// lost: each one can be released on the new master. No write is refused.
 func TestSentinel_write_gate_in_planned_failover(t *testing.T) {
 	sen := redistest.StartSentinel(t)
 	c, err := redisstore.NewClient(redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel})
@@ -30,22 +32,44 @@ func TestSentinel_write_gate_in_planned_failover(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 
-	// A churn of acquires and releases on one lock, across the failover.
-	stop, done := make(chan struct{}), make(chan struct{})
-	var refused, readsWhileRefused, lost int
-	// gated counts a write refused by the gate, and reads the lock then.
-	gated := func(err error) bool {
-		if !errors.Is(err, redisstore.ErrFailover) {
-			return false
+	// A churn of acquires and releases on one lock, across the failover,
+	// and a reader that looks at it whenever the gate is closed.
+	stop := make(chan struct{})
+	var churn, reader sync.WaitGroup
+	var refused, lost, unavailable int
+	var readsWhileShut, sawWaiting atomic.Int64
+	refusal := func(err error) {
+		if errors.Is(err, redisstore.ErrFailover) {
+			refused++
 		}
-		refused++
-		if _, err := s.Inspect(ctx, "churn"); err == nil {
-			readsWhileRefused++
+		if lock.ErrorCode(err) == lock.CodeUnavailable {
+			unavailable++
 		}
-		return true
 	}
+	reader.Add(1)
 	go func() {
-		defer close(done)
+		defer reader.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !redisstore.GateShut(c) {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if redisstore.GateWaiting(c) > 0 {
+				sawWaiting.Add(1)
+			}
+			if _, err := s.Inspect(ctx, "churn"); err == nil {
+				readsWhileShut.Add(1)
+			}
+		}
+	}()
+	churn.Add(1)
+	go func() {
+		defer churn.Done()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -54,14 +78,14 @@ func TestSentinel_write_gate_in_planned_failover(t *testing.T) {
 			}
 			g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "churn", Owner: fmt.Sprint("o", i), TTL: time.Minute})
 			if err != nil {
-				gated(err)
+				refusal(err)
 				time.Sleep(5 * time.Millisecond)
 				continue
 			}
 			// Release what was acknowledged, on whichever master serves.
 			for deadline := time.Now().Add(15 * time.Second); ; {
 				_, err := s.Release(ctx, lock.LeaseRef{Lock: "churn", ID: g.Lease.ID}, true)
-				gated(err)
+				refusal(err)
 				if lock.ErrorCode(err) == lock.CodeLeaseLost {
 					lost++
 				}
@@ -76,14 +100,19 @@ func TestSentinel_write_gate_in_planned_failover(t *testing.T) {
 	sen.Failover(t)
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
-	<-done
+	churn.Wait()
+	reader.Wait()
 
-	t.Logf("gate closed %d times; %d writes refused, %d reads answered meanwhile, %d leases lost", redisstore.GateCloses(c), refused, readsWhileRefused, lost)
-	if redisstore.GateCloses(c) < 1 || refused == 0 {
-		t.Errorf("the gate never closed (closes %d, refused writes %d)", redisstore.GateCloses(c), refused)
+	t.Logf("gate closed %d times; %d looks saw writes waiting, %d reads answered while it was closed; %d writes refused, %d answered unavailable, %d leases lost",
+		redisstore.GateCloses(c), sawWaiting.Load(), readsWhileShut.Load(), refused, unavailable, lost)
+	if redisstore.GateCloses(c) < 1 || sawWaiting.Load() == 0 {
+		t.Errorf("the gate never held a write (closes %d, looks that saw one waiting %d)", redisstore.GateCloses(c), sawWaiting.Load())
 	}
-	if readsWhileRefused == 0 {
-		t.Error("no read was answered while writes were refused")
+	if readsWhileShut.Load() == 0 {
+		t.Error("no read was answered while the gate was closed")
+	}
+	if refused > 0 {
+		t.Errorf("%d writes refused by the gate; want them to wait for the new master", refused)
 	}
 	if lost > 0 {
 		t.Errorf("%d acknowledged leases lost in the failover", lost)

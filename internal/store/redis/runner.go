@@ -339,7 +339,7 @@ const movedAttempts = 3
 // it without running it (MOVED, ASK, or a log its master no longer serves);
 // nothing else is ever retried.
 func (s *runner) run(ctx context.Context, name string, script *script, keys []string, rec *recording, args ...any) *goredis.Cmd {
-	if err := s.gate.admit(script); err != nil {
+	if err := s.gate.admit(ctx, script); err != nil {
 		return failedCmd(ctx, err)
 	}
 	start := time.Now()
@@ -403,7 +403,7 @@ func (s *runner) write(ctx context.Context, name string, script *script, keys []
 	if n <= 0 {
 		return s.run(ctx, name, script, keys, rec, args...), 0
 	}
-	if err := s.gate.admit(script); err != nil {
+	if err := s.gate.admit(ctx, script); err != nil {
 		return failedCmd(ctx, err), 0
 	}
 	args = rec.append(args)

@@ -526,12 +526,22 @@ type Option func(*options)
 
 type options struct {
 	aof bool
+	// failoverTimeout is the sentinels' failover-timeout, 0 for
+	// sentinelFailoverTimeout.
+	failoverTimeout time.Duration
 }
 
 // WithAOF runs every data node with appendonly yes and appendfsync always,
 // so Node.Restart(tb, true) brings a node back with every write it
 // acknowledged, as a production node with persistence would.
 func WithAOF() Option { return func(o *options) { o.aof = true } }
+
+// WithFailoverTimeout sets the sentinels' failover-timeout (StartSentinel;
+// 2 s otherwise). lockapi's write gate holds writes for at most this plus
+// a second, so a test of that bound sets what it measures against.
+func WithFailoverTimeout(d time.Duration) Option {
+	return func(o *options) { o.failoverTimeout = d }
+}
 
 func applyOptions(opts []Option) options {
 	var o options

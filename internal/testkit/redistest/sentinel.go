@@ -37,7 +37,8 @@ const (
 	downAfter = 2000 * time.Millisecond
 	// sentinelFailoverTimeout bounds each failover step and spaces automatic
 	// retries (2× this). Promotion is observed within ~1 s on loopback, so
-	// 2 s is enough and keeps a second failover from waiting long.
+	// 2 s is enough and keeps a second failover from waiting long. See
+	// WithFailoverTimeout.
 	sentinelFailoverTimeout = 2000 * time.Millisecond
 
 	// settleTimeout bounds the wait for a topology to be fully formed.
@@ -69,6 +70,9 @@ func StartSentinel(tb testing.TB, opts ...Option) *Sentinel {
 	tb.Helper()
 	bin := lookBins(tb, "StartSentinel", "redis-server")[0]
 	o := applyOptions(opts)
+	if o.failoverTimeout <= 0 {
+		o.failoverTimeout = sentinelFailoverTimeout
+	}
 	base := tb.TempDir()
 	start := time.Now()
 	s := &Sentinel{}
@@ -118,7 +122,7 @@ func StartSentinel(tb testing.TB, opts ...Option) *Sentinel {
 			bin: bin, dir: dir, port: ports[i],
 			args: func(port int) ([]string, error) {
 				conf := filepath.Join(dir, "sentinel.conf")
-				return []string{conf, "--sentinel"}, writeConf(conf, sentinelDirectives(port, dir, ids[i], master.port, replica.port, ports, ids)...)
+				return []string{conf, "--sentinel"}, writeConf(conf, sentinelDirectives(port, dir, ids[i], master.port, replica.port, ports, ids, o.failoverTimeout)...)
 			},
 		})
 		if err != nil {
@@ -141,7 +145,7 @@ func StartSentinel(tb testing.TB, opts ...Option) *Sentinel {
 }
 
 // sentinelDirectives is the sentinel.conf of sentinel id on port.
-func sentinelDirectives(port int, dir, id string, masterPort, replicaPort int, ports []int, ids []string) []string {
+func sentinelDirectives(port int, dir, id string, masterPort, replicaPort int, ports []int, ids []string, failoverTimeout time.Duration) []string {
 	m := SentinelMaster
 	d := []string{
 		"port " + strconv.Itoa(port),
@@ -151,7 +155,7 @@ func sentinelDirectives(port int, dir, id string, masterPort, replicaPort int, p
 		"sentinel myid " + id,
 		fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", m, masterPort, sentinelQuorum),
 		fmt.Sprintf("sentinel down-after-milliseconds %s %d", m, downAfter.Milliseconds()),
-		fmt.Sprintf("sentinel failover-timeout %s %d", m, sentinelFailoverTimeout.Milliseconds()),
+		fmt.Sprintf("sentinel failover-timeout %s %d", m, failoverTimeout.Milliseconds()),
 		"sentinel parallel-syncs " + m + " 1",
 		fmt.Sprintf("sentinel known-replica %s 127.0.0.1 %d", m, replicaPort),
 	}
