@@ -157,9 +157,10 @@ func (s *faultSession) ended() bool {
 type sessionCounts struct {
 	sessions, renewals int
 	lost               int
-	// toldFirst counts the lost sessions whose holder was told before
-	// another client was granted a lock the session held when it was lost.
-	toldFirst int
+	// holding counts the lost sessions that held a lease when they were
+	// lost, and toldFirst those of them whose holder was told before
+	// another client was granted a lock the session held then.
+	holding, toldFirst int
 }
 
 // measureSessions counts the run's sessions. f.mu is held.
@@ -171,8 +172,11 @@ func (f *faultRun) measureSessions() sessionCounts {
 		c.renewals += s.renewals
 		if s.lost {
 			c.lost++
-			if f.toldFirst(s) {
-				c.toldFirst++
+			if len(s.open) > 0 {
+				c.holding++
+				if f.toldFirst(s) {
+					c.toldFirst++
+				}
 			}
 		}
 		s.mu.Unlock()

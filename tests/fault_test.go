@@ -868,9 +868,9 @@ func (f *faultRun) held(lock string) (bool, error) {
 func (r faultResult) check(t *testing.T, fc faultCase) {
 	t.Helper()
 	t.Logf("%s: %d grants, longest gap %v, unavailable %v, overlaps %d, 410s %d, lost wake-ups %d, recovery %v, stale writes refused %d, "+
-		"sessions %d (renewed %d times), lost %d, holders told first %d",
+		"sessions %d (renewed %d times), lost %d, holding a lease when lost %d, their holders told first %d",
 		r.name, r.grants, r.grantGap.Round(time.Millisecond), r.unavailable.Round(time.Millisecond), r.overlaps, r.gone, r.lostWakeups, r.recovery.Round(time.Millisecond), r.staleRefused,
-		r.sessions.sessions, r.sessions.renewals, r.sessions.lost, r.sessions.toldFirst)
+		r.sessions.sessions, r.sessions.renewals, r.sessions.lost, r.sessions.holding, r.sessions.toldFirst)
 	if r.grants == 0 {
 		t.Error("no grants at all: the workload did not run")
 	}
@@ -962,8 +962,11 @@ func writeReliability(t *testing.T, cases []faultCase, results []faultResult) {
 			if !fc.dataLoss {
 				lost += " (must be 0)"
 			}
-			if r.sessions.lost > 0 {
-				told = fmt.Sprintf("%d of %d", r.sessions.toldFirst, r.sessions.lost)
+			switch {
+			case r.sessions.holding > 0:
+				told = fmt.Sprintf("%d of %d", r.sessions.toldFirst, r.sessions.holding)
+			case r.sessions.lost > 0:
+				told = "— (none held a lock)"
 			}
 		}
 		measured[r.name] = fmt.Sprintf("| %s | %d | %v | %v | %s | %d | %d | %d / %d | %d | %d | %d | %s | %s | %s | %s |",
@@ -976,7 +979,7 @@ func writeReliability(t *testing.T, cases []faultCase, results []faultResult) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n%s\n\n", begin, header)
-	b.WriteString(head + " longest gap without a grant | unavailable window | overlaps | 410s | lost wake-ups | stale writes refused / admitted | tokens backwards | ghosts | double runs | sessions lost | lost sessions' holders told first | recovery | bound |\n")
+	b.WriteString(head + " longest gap without a grant | unavailable window | overlaps | 410s | lost wake-ups | stale writes refused / admitted | tokens backwards | ghosts | double runs | sessions lost | holders told first | recovery | bound |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, fc := range cases {
 		row, ok := measured[fc.name]
