@@ -289,9 +289,9 @@ type faultRun struct {
 	// ttl and wait are what each acquire asks for; sessionTTL each
 	// session-bound client's session (0: no client is bound).
 	ttl, wait, sessionTTL time.Duration
-	sessions              []*faultSession
 
 	mu        sync.Mutex
+	sessions  []*faultSession
 	grants    []grantRec
 	sections  []sectionRec
 	releases  []releaseRec
@@ -326,10 +326,8 @@ type grantRec struct {
 	// failed is this client's last 503 or refused connection while asking:
 	// a delay after it is unavailability, not a lost wake-up.
 	failed time.Time
-	// client asked; session is the session the lease is bound to (nil
-	// for a lease with a TTL of its own).
-	client  int
-	session *faultSession
+	// client is the client that asked.
+	client int
 }
 
 type answerRec struct {
@@ -536,8 +534,7 @@ func (f *faultRun) acquire(i int, srv *int, sess **faultSession, lock, owner str
 		}
 		var lease leaseAnswer
 		_ = json.Unmarshal(answer, &lease)
-		g := grantRec{lock: lock, token: lease.FencingToken, asked: asked, sent: sent, recv: time.Now(), failed: failed,
-			client: i, session: *sess}
+		g := grantRec{lock: lock, token: lease.FencingToken, asked: asked, sent: sent, recv: time.Now(), failed: failed, client: i}
 		f.mu.Lock()
 		f.grants = append(f.grants, g)
 		f.mu.Unlock()
