@@ -79,7 +79,7 @@ func runSessionWorkload(t *testing.T, c *linClient, h *linearize.History, seed u
 // that exercised none shows.
 func logSessionOps(t *testing.T, h *linearize.History) {
 	t.Helper()
-	var bound, granted, renewals, deletes, expiries, lost int
+	var bound, granted, renewals, reads, deletes, expiries, lost int
 	for _, op := range h.Operations() {
 		in, out := op.Input.(linearize.Input), op.Output.(linearize.Output)
 		switch {
@@ -90,6 +90,8 @@ func logSessionOps(t *testing.T, h *linearize.History) {
 			}
 		case in.Kind == linearize.SessionRenew:
 			renewals++
+		case in.Kind == linearize.SessionGet:
+			reads++
 		case in.Kind == linearize.SessionEnd:
 			deletes++
 		case in.Kind == linearize.SessionExpire:
@@ -99,8 +101,8 @@ func logSessionOps(t *testing.T, h *linearize.History) {
 			lost++
 		}
 	}
-	t.Logf("%d session-bound acquires (%d granted), %d renewals, %d deletes, %d expiries, %d answers 410 session-lost",
-		bound, granted, renewals, deletes, expiries, lost)
+	t.Logf("%d session-bound acquires (%d granted), %d renewals, %d reads, %d deletes, %d expiries, %d answers 410 session-lost",
+		bound, granted, renewals, reads, deletes, expiries, lost)
 	if granted == 0 || deletes == 0 || expiries == 0 {
 		t.Error("the history lacks session-bound grants, deletes or expiries")
 	}
@@ -235,13 +237,24 @@ func (w *linSessionWorker) renew(t *testing.T, c *linClient, h *linearize.Histor
 	}
 }
 
-// letExpire waits until the session may have expired, then renews it:
-// once it answered 410, the expiry is recorded. A renewal answered 200
-// (the server's clock had not reached the end) starts the wait again.
+// letExpire waits until the session may have expired, then reads it
+// (GET, which renews nothing, so a slow answer cannot keep it alive) until
+// it answers 410: the expiry is recorded then.
 func (w *linSessionWorker) letExpire(t *testing.T, c *linClient, h *linearize.History) {
 	due := w.sess.since + int64(w.sess.ttl) - h.Now()
-	time.Sleep(time.Duration(max(due, 0)) + 10*time.Millisecond)
-	w.renew(t, c, h)
+	time.Sleep(time.Duration(max(due, 0)))
+	deadline := time.Now().Add(10 * time.Second)
+	for w.sess != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s (TTL %v) still lives 10 s after its TTL ran out", w.sess.id, w.sess.ttl)
+		}
+		time.Sleep(10 * time.Millisecond)
+		in := linearize.Input{Kind: linearize.SessionGet, Session: w.sess.id, Group: w.group}
+		out, call, ret := w.record(t, c, h, in, "GET", "/v1/sessions/"+w.sess.id, nil)
+		if out.Status == 410 && out.Problem == "session-lost" {
+			w.expired(t, h, call, ret)
+		}
+	}
 }
 
 // end deletes the session, which releases every lease bound to it.

@@ -57,6 +57,9 @@ const (
 	// SessionRenew is POST /v1/sessions/{id}/renew: 200 while the session
 	// lives, 410 session-lost once it ended.
 	SessionRenew
+	// SessionGet is GET /v1/sessions/{id}: as SessionRenew, without the
+	// renewal (the model keeps no expiry: see SessionExpire).
+	SessionGet
 	// SessionEnd is DELETE /v1/sessions/{id}: it releases every lease
 	// bound to the session at one point, and the session ends.
 	SessionEnd
@@ -627,7 +630,7 @@ func describe(in, out any) string {
 		mode += " session " + i.Session
 	}
 	switch i.Kind {
-	case SessionRenew, SessionEnd, SessionExpire:
+	case SessionRenew, SessionGet, SessionEnd, SessionExpire:
 		return describeSession(i, o)
 	case Acquire:
 		req = fmt.Sprintf("acquire(%s %s%s)", i.Lock, i.Owner, mode)

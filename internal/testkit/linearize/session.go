@@ -65,7 +65,7 @@ func (w *world) hasEnded(session string) bool {
 // when the answer is impossible.
 func (w *world) step(p Promise, in Input, out Output) []*world {
 	switch in.Kind {
-	case SessionRenew, SessionEnd, SessionExpire:
+	case SessionRenew, SessionGet, SessionEnd, SessionExpire:
 		return w.session(in, out)
 	}
 	if in.Kind == Acquire && in.Session != "" {
@@ -88,9 +88,9 @@ func (w *world) step(p Promise, in Input, out Output) []*world {
 	return next
 }
 
-// session steps a session operation: a renewal is answered 200 while the
-// session lives and 410 once it ended; an end (DELETE, or the expiry)
-// releases every lease bound to it, in every name, at once.
+// session steps a session operation: a renewal or a read is answered 200
+// while the session lives and 410 once it ended; an end (DELETE, or the
+// expiry) releases every lease bound to it, in every name, at once.
 func (w *world) session(in Input, out Output) []*world {
 	ended := w.hasEnded(in.Session)
 	lost := out.Status == 410 && out.Problem == "session-lost"
@@ -103,7 +103,7 @@ func (w *world) session(in Input, out Output) []*world {
 		return []*world{w, w.end(in.Session)}
 	case out.Unknown, ended && lost:
 		return []*world{w}
-	case !ended && out.Status == 200 && in.Kind == SessionRenew:
+	case !ended && out.Status == 200 && (in.Kind == SessionRenew || in.Kind == SessionGet):
 		return []*world{w}
 	case !ended && out.Status == 200 && in.Kind == SessionEnd:
 		return []*world{w.end(in.Session)}
@@ -166,6 +166,8 @@ func describeSession(i Input, o Output) string {
 	switch i.Kind {
 	case SessionRenew:
 		req = "session-renew(" + i.Session + ")"
+	case SessionGet:
+		req = "session-get(" + i.Session + ")"
 	case SessionEnd:
 		req = "session-delete(" + i.Session + ")"
 	default:

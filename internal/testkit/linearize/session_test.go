@@ -91,6 +91,11 @@ func TestModel_sessions(t *testing.T) {
 			{20, 25, plain("x", "a"), held("a", 5)},
 			{30, 35, bound("x", "a", "s2"), held("a", 5)},
 		}, true},
+		{"ErrReadLiveAfterDelete", []op{
+			{0, 5, bound("x", "a", "s1"), granted("X1", 5, 1)},
+			{10, 15, sess(SessionEnd, "s1"), ok200},
+			{20, 25, sess(SessionGet, "s1"), ok200},
+		}, false},
 		{"a renewal of a live session changes nothing", []op{
 			{0, 5, bound("x", "a", "s1"), granted("X1", 5, 1)},
 			{10, 15, sess(SessionRenew, "s1"), ok200},
