@@ -516,7 +516,12 @@ func (c *linClient) acquireAt(t *testing.T, h *linearize.History, client int, in
 
 // release drops one hold of l (all with all) and records it.
 func (c *linClient) release(t *testing.T, h *linearize.History, client int, l heldLease, all bool) reply {
-	in := linearize.Input{Kind: linearize.Release, Lock: l.lock, LeaseID: l.id, All: all}
+	return c.releaseIn(t, h, client, l, all, "")
+}
+
+// releaseIn is release, recorded in the linearize group group.
+func (c *linClient) releaseIn(t *testing.T, h *linearize.History, client int, l heldLease, all bool, group string) reply {
+	in := linearize.Input{Kind: linearize.Release, Lock: l.lock, LeaseID: l.id, All: all, Group: group}
 	path := "/v1/locks/" + l.lock + "/leases/" + l.id
 	if all {
 		path += "?all=true"

@@ -111,9 +111,12 @@ func (ss *sessions) notice(payload string) {
 // CreateSession implements lock.Sessions.
 func (ss *sessions) CreateSession(ctx context.Context, req lock.SessionRequest) (lock.Session, error) {
 	id := ulid.Make().String()
-	res, err := ss.call(ctx, "session_create", ss.s.scripts.sessionCreate, id,
+	res, confirmed, err := ss.write(ctx, "session_create", ss.s.scripts.sessionCreate, id,
 		req.Owner, req.Principal, req.TTL.Milliseconds(), req.LockDelay.Milliseconds(), id)
 	if err != nil {
+		return lock.Session{}, err
+	}
+	if err := ss.confirm("session", confirmed, "it ends by itself at its TTL; create another"); err != nil {
 		return lock.Session{}, err
 	}
 	return sessionOf(id, res)
@@ -122,14 +125,24 @@ func (ss *sessions) CreateSession(ctx context.Context, req lock.SessionRequest) 
 // RenewSession implements lock.Sessions: one script, whatever the session
 // holds.
 func (ss *sessions) RenewSession(ctx context.Context, ref lock.SessionRef, ttl time.Duration) (lock.Session, error) {
-	res, err := ss.call(ctx, "session_renew", ss.s.scripts.sessionRenew, ref.ID, ref.Principal, ttl.Milliseconds(), ref.ID)
+	res, confirmed, err := ss.write(ctx, "session_renew", ss.s.scripts.sessionRenew, ref.ID, ref.Principal, ttl.Milliseconds(), ref.ID)
 	if err != nil {
 		return lock.Session{}, err
 	}
+	var sess lock.Session
 	if ss.shadows != nil {
-		return ss.renewShadows(ctx, ref.ID, res)
+		sess, err = ss.renewShadows(ctx, ref.ID, res)
+	} else {
+		sess, err = sessionOf(ref.ID, res)
 	}
-	return sessionOf(ref.ID, res)
+	if err == nil {
+		err = ss.confirm("session renewal", confirmed,
+			"if Redis fails over now the session and its leases may end at its earlier expiry: renew again")
+	}
+	if err != nil {
+		return lock.Session{}, err
+	}
+	return sess, nil
 }
 
 // GetSession implements lock.Sessions.
@@ -148,18 +161,21 @@ func (ss *sessions) GetSession(ctx context.Context, ref lock.SessionRef) (lock.S
 // releases its leases in chunks (session_sweep.lua). Should this instance
 // die midway, any instance's sweeper finishes: the session is due at once.
 func (ss *sessions) EndSession(ctx context.Context, ref lock.SessionRef) (lock.Session, error) {
-	res, err := ss.call(ctx, "session_end", ss.s.scripts.sessionEnd, ref.ID, ref.Principal, ref.ID)
+	res, confirmed, err := ss.write(ctx, "session_end", ss.s.scripts.sessionEnd, ref.ID, ref.Principal, ref.ID)
 	if err != nil {
 		return lock.Session{}, err
 	}
+	var sess lock.Session
 	if ss.shadows != nil {
-		return ss.endShadows(ctx, ref.ID, res)
+		sess, err = ss.endShadows(ctx, ref.ID, res)
+	} else if sess, err = sessionOf(ref.ID, res); err == nil {
+		err = ss.finish(ctx, ref.ID)
 	}
-	sess, err := sessionOf(ref.ID, res)
 	if err != nil {
 		return sess, err
 	}
-	return sess, ss.finish(ctx, ref.ID)
+	return sess, ss.confirm("session's end", confirmed,
+		"it ended on the master; if Redis fails over now its leases may live on until its expiry: delete it again")
 }
 
 // finish runs session_sweep.lua on a due session until none of its leases
@@ -221,23 +237,50 @@ func (ss *sessions) ListSessions(ctx context.Context, f lock.SessionFilter) ([]l
 	return out, nil
 }
 
-// call runs a session script on session id's keys and reads its answer's
-// status: -5 unknown (or another principal's), -6 ended.
+// call runs a session script that reads on session id's keys and reads
+// its answer's status: -5 unknown (or another principal's), -6 ended.
 func (ss *sessions) call(ctx context.Context, name string, sc *script, id string, args ...any) ([]any, error) {
-	if !lock.ValidULID(id) {
-		return nil, lock.SessionNotFound(id)
+	res, _, err := ss.exec(ctx, name, sc, id, 0, args...)
+	return res, err
+}
+
+// write is call for a script that changes the session: like every write
+// of a lock, it waits for the server's min_replicas (runner.write), and
+// returns how many replicas confirmed it. A session's creation, renewal
+// and end must survive a failover as a lease's grant, renewal and release
+// do: a renewal acknowledged on the master alone, then lost with it,
+// would end the session, and every lease bound to it, before the expiry
+// its holder was told.
+func (ss *sessions) write(ctx context.Context, name string, sc *script, id string, args ...any) ([]any, int, error) {
+	return ss.exec(ctx, name, sc, id, ss.s.minReplicas, args...)
+}
+
+// confirm is the error of a session write that fewer than min_replicas
+// replicas confirmed (then says what the caller should know), nil when
+// enough did.
+func (ss *sessions) confirm(what string, confirmed int, then string) error {
+	if confirmed < ss.s.minReplicas {
+		return unconfirmed(what, confirmed, ss.s.minReplicas, then)
 	}
-	res, err := ss.s.run(ctx, name, sc, ss.keysOf(id), ss.rec(), args...).Slice()
+	return nil
+}
+
+func (ss *sessions) exec(ctx context.Context, name string, sc *script, id string, replicas int, args ...any) ([]any, int, error) {
+	if !lock.ValidULID(id) {
+		return nil, 0, lock.SessionNotFound(id)
+	}
+	cmd, confirmed := ss.s.write(ctx, name, sc, ss.keysOf(id), replicas, ss.rec(), args...)
+	res, err := cmd.Slice()
 	if err != nil {
-		return nil, storeError(err)
+		return nil, 0, storeError(err)
 	}
 	switch reply(res).int(0) {
 	case -5:
-		return nil, lock.SessionNotFound(id)
+		return nil, 0, lock.SessionNotFound(id)
 	case -6:
-		return nil, lock.SessionLost(id)
+		return nil, 0, lock.SessionLost(id)
 	}
-	return res, nil
+	return res, confirmed, nil
 }
 
 // keysOf lists the keys of the session scripts on session id's record:

@@ -252,3 +252,59 @@ func TestSessions_on_cluster(t *testing.T) {
 		allFree(t, s, names)
 	})
 }
+
+// TestSessions_min_replicas: a session's creation, renewal and end wait
+// for the server's min_replicas as a lease's writes do (docs/RELIABILITY.md,
+// "Sentinel, min_replicas 1"). With one replica, min_replicas 1 confirms
+// them; min_replicas 2 cannot: the creation answers unavailable, and a
+// renewal or an end answers unavailable after it took effect on the
+// master. Before, each was answered at once, confirmed by no replica, so a
+// failover could lose a renewal its holder was told of.
+func TestSessions_min_replicas(t *testing.T) {
+	sen := redistest.StartSentinel(t)
+	cfg := redisstore.ClientConfig{URL: sen.URL(), Mode: redisstore.ModeSentinel}
+	c, err := redisstore.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	// Two stores on one keyspace, as two lockapi instances would be.
+	open := func(n int) lock.Sessions {
+		s, err := redisstore.New(c, redisstore.Options{Prefix: "smr:", CallTimeout: time.Second, MinReplicas: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s.Sessions()
+	}
+	one, two := open(1), open(2)
+
+	// First with min_replicas 1, which also loads the scripts.
+	sess, err := one.CreateSession(ctx, lock.SessionRequest{Owner: "w", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("create with min_replicas 1 and one replica: %v", err)
+	}
+	if _, err := two.CreateSession(ctx, lock.SessionRequest{Owner: "w", TTL: time.Minute}); lock.ErrorCode(err) != lock.CodeUnavailable ||
+		!strings.Contains(lock.AsError(err).Detail, "replication did not confirm the session") {
+		t.Fatalf("create with min_replicas 2 and one replica: %v, want unavailable", err)
+	}
+	ref := lock.SessionRef{ID: sess.ID}
+	if _, err := one.RenewSession(ctx, ref, 0); err != nil {
+		t.Fatalf("renew with min_replicas 1 and one replica: %v", err)
+	}
+
+	_, err = two.RenewSession(ctx, ref, time.Hour)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	if !strings.Contains(lock.AsError(err).Detail, "session renewal") {
+		t.Errorf("renew detail = %q", lock.AsError(err).Detail)
+	}
+	// It took effect on the master.
+	if got, err := one.GetSession(ctx, ref); err != nil || time.Until(got.ExpiresAt) < 30*time.Minute {
+		t.Fatalf("after the unconfirmed renewal to 1 h: %+v, %v", got, err)
+	}
+	_, err = two.EndSession(ctx, ref)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	if _, err := one.GetSession(ctx, ref); lock.ErrorCode(err) != lock.CodeSessionLost {
+		t.Fatalf("after the unconfirmed end: %v, want session-lost", err)
+	}
+}

@@ -127,7 +127,7 @@ func Check(p Promise, ops []porcupine.Operation, timeout time.Duration) Result {
 }
 
 func partition(ops []porcupine.Operation) Partition {
-	p := Partition{Lock: ops[0].Input.(Input).Lock, Ops: len(ops)}
+	p := Partition{Lock: ops[0].Input.(Input).partition(), Ops: len(ops)}
 	for _, op := range ops {
 		if op.Output.(Output).Unknown {
 			p.Unknown++

@@ -18,11 +18,17 @@
 // answered 5xx is recorded with Abandoned too: lockapi undoes the hold it
 // may have taken, at a moment nobody sees, so the model may drop that hold
 // before any later operation.
+//
+// Sessions (docs/SESSIONS.md) span names: a session's end releases every
+// lease bound to it at one point in the history. Operations that name a
+// Group are checked together, one state per name and the sessions that
+// ended (session.go), so that the point is one for all of the group's
+// names.
 package linearize
 
 import (
+	"cmp"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -48,6 +54,22 @@ const (
 	// that hold.
 	Take
 	GiveBack
+	// SessionRenew is POST /v1/sessions/{id}/renew: 200 while the session
+	// lives, 410 session-lost once it ended.
+	SessionRenew
+	// SessionGet is GET /v1/sessions/{id}: as SessionRenew, without the
+	// renewal (the model keeps no expiry: see SessionExpire).
+	SessionGet
+	// SessionEnd is DELETE /v1/sessions/{id}: it releases every lease
+	// bound to the session at one point, and the session ends.
+	SessionEnd
+	// SessionExpire is a session's expiry, which no request makes: it is
+	// recorded from the earliest moment the server's clock may end the
+	// session (its last renewal's call plus its TTL) to the answer that
+	// showed it ended (a 410 session-lost). It ends the session, and every
+	// lease bound to it, at one point in between, unless the session had
+	// ended already.
+	SessionExpire
 )
 
 // Input is an operation's request.
@@ -65,7 +87,20 @@ type Input struct {
 	Tag     string
 	LeaseID string // Release
 	All     bool   // Release: every hold
+	// Session is the session an Acquire binds its lease to ("" for none),
+	// and the session a session operation concerns.
+	Session string
+	// Group is the partition the operation is checked in: the names a
+	// session's leases may span, checked together. "" is Lock alone.
+	Group string
 }
+
+// holder is who holds a lease for reentrancy: the owner, and the session
+// its lease is bound to (docs/SESSIONS.md, "Binding").
+func (in Input) holder() string { return in.Owner + "\x00" + in.Session }
+
+// partition is the key of the partition the operation is checked in.
+func (in Input) partition() string { return cmp.Or(in.Group, in.Lock) }
 
 // Output is an operation's answer.
 type Output struct {
@@ -137,63 +172,34 @@ var Redlock = Promise{ExactHoldCount: true, ExactHolderToken: true, UnnamedRefus
 // state's key, not with porcupine's NondeterministicModel, which compares
 // each step's states pairwise: that costs the square of the set's size,
 // and a name with a few dozen operations of unknown outcome (a Sentinel
-// failover's 5xx answers) has large sets.
+// failover's 5xx answers) has large sets. A state is a world: one state
+// per name of the partition, and the sessions that ended (session.go).
 func Model(p Promise) porcupine.Model {
 	return porcupine.Model{
 		Partition: byLock,
-		Init:      func() any { return states{&state{}} },
+		Init:      func() any { return worlds{&world{}} },
 		Step: func(s, in, out any) (bool, any) {
-			var next []*state
-			for _, st := range s.(states) {
-				for _, settled := range st.settle() {
-					next = append(next, settled.step(p, in.(Input), out.(Output))...)
-				}
+			var next []*world
+			for _, w := range s.(worlds) {
+				next = append(next, w.step(p, in.(Input), out.(Output))...)
 			}
-			set := newStates(next)
+			set := newWorlds(next)
 			return len(set) > 0, set
 		},
-		Equal:             func(a, b any) bool { return a.(states).equal(b.(states)) },
-		Hash:              func(s any) uint64 { return s.(states).hash() },
+		Equal:             func(a, b any) bool { return a.(worlds).equal(b.(worlds)) },
+		Hash:              func(s any) uint64 { return s.(worlds).hash() },
 		DescribeOperation: describe,
-		DescribeState:     func(s any) string { return s.(states).String() },
+		DescribeState:     func(s any) string { return s.(worlds).String() },
 	}
 }
 
-// states is a set of states, ordered by key and without repeats.
-type states []*state
-
-func newStates(all []*state) states {
-	slices.SortFunc(all, func(a, b *state) int { return strings.Compare(a.String(), b.String()) })
-	return slices.CompactFunc(all, func(a, b *state) bool { return a.String() == b.String() })
-}
-
-func (ss states) equal(other states) bool {
-	return slices.EqualFunc(ss, other, func(a, b *state) bool { return a.String() == b.String() })
-}
-
-func (ss states) hash() uint64 {
-	h := fnv.New64a()
-	for _, s := range ss {
-		h.Write([]byte(s.String()))
-		h.Write([]byte{0})
-	}
-	return h.Sum64()
-}
-
-func (ss states) String() string {
-	keys := make([]string, len(ss))
-	for i, s := range ss {
-		keys[i] = s.String()
-	}
-	return "{" + strings.Join(keys, ", ") + "}"
-}
-
-// byLock partitions a history by name: no operation touches two names.
+// byLock partitions a history by name, or by group where operations name
+// one: no operation touches two partitions.
 func byLock(history []porcupine.Operation) [][]porcupine.Operation {
 	idx := map[string]int{}
 	var parts [][]porcupine.Operation
 	for _, op := range history {
-		name := op.Input.(Input).Lock
+		name := op.Input.(Input).partition()
 		i, ok := idx[name]
 		if !ok {
 			i = len(parts)
@@ -209,15 +215,16 @@ func byLock(history []porcupine.Operation) [][]porcupine.Operation {
 // answer never came has id "" until an answer names it, and token 0 until
 // one names its token; its token then lies in (floor, ceil).
 type lease struct {
-	key    string // id, or "?"+tag while the id is unknown
-	id     string
-	owner  string
-	shared bool
-	permit bool
-	holds  int
-	token  uint64
-	floor  uint64 // unknown token: larger than every token granted before it
-	ceil   uint64 // unknown token: smaller than this one, granted after it (0: none yet)
+	key     string // id, or "?"+tag while the id is unknown
+	id      string
+	owner   string
+	session string // the session it is bound to; "" for none
+	shared  bool
+	permit  bool
+	holds   int
+	token   uint64
+	floor   uint64 // unknown token: larger than every token granted before it
+	ceil    uint64 // unknown token: smaller than this one, granted after it (0: none yet)
 }
 
 // take is a hold that a later operation undoes: a refused multi-lock's,
@@ -271,6 +278,9 @@ func (s *state) describe() string {
 			mode = "s"
 		}
 		fmt.Fprintf(&b, "%s[%s %s %d holds, token %d", l.owner, l.key, mode, l.holds, l.token)
+		if l.session != "" {
+			fmt.Fprintf(&b, " session %s", l.session)
+		}
 		if l.token == 0 {
 			fmt.Fprintf(&b, " in (%d,%d)", l.floor, l.ceil)
 		}
@@ -279,6 +289,9 @@ func (s *state) describe() string {
 	fmt.Fprintf(&b, "limit %d max %d last %s queue %v takes %v", s.limit, s.maxToken, s.lastReleased, s.queue, s.takes)
 	return b.String()
 }
+
+// holder is who holds l for reentrancy (Input.holder).
+func (l lease) holder() string { return l.owner + "\x00" + l.session }
 
 func (s *state) find(id string) int {
 	return slices.IndexFunc(s.leases, func(l lease) bool { return l.id == id && id != "" })
@@ -315,12 +328,12 @@ func (s *state) decide(in Input) decision {
 	case !in.Shared:
 		for i, l := range s.leases {
 			switch {
-			case l.owner == in.Owner && !l.shared:
+			case l.holder() == in.holder() && !l.shared:
 				d.reenter = i
 				return d
-			case l.owner == in.Owner && l.shared:
+			case l.holder() == in.holder() && l.shared:
 				d.refusal = "upgrade-refused"
-			case l.owner != in.Owner:
+			case l.holder() != in.holder():
 				d.inTheWay = append(d.inTheWay, i)
 			}
 		}
@@ -331,11 +344,11 @@ func (s *state) decide(in Input) decision {
 	default:
 		for i, l := range s.leases {
 			switch {
-			case l.owner == in.Owner && l.shared:
+			case l.holder() == in.holder() && l.shared:
 				d.reenter = i
 				d.inTheWay = nil
 				return d
-			case !l.shared && l.owner != in.Owner:
+			case !l.shared && l.holder() != in.holder():
 				d.inTheWay = append(d.inTheWay, i)
 			case !l.shared:
 				skipQueue = true // a downgrade never waits for writers
@@ -432,8 +445,8 @@ func (s *state) grant(in Input, d decision) *state {
 		n.leases[d.reenter].holds++
 		return n
 	}
-	n.leases = append(n.leases, lease{key: "?" + in.Tag, owner: in.Owner, shared: in.Shared, permit: in.Limit > 0,
-		holds: 1, floor: n.maxToken})
+	n.leases = append(n.leases, lease{key: "?" + in.Tag, owner: in.Owner, session: in.Session, shared: in.Shared,
+		permit: in.Limit > 0, holds: 1, floor: n.maxToken})
 	n.limit = in.Limit
 	return n
 }
@@ -461,8 +474,8 @@ func (s *state) acquire(p Promise, in Input, out Output) []*state {
 				n.leases[i].ceil = out.Token
 			}
 		}
-		n.leases = append(n.leases, lease{key: out.LeaseID, id: out.LeaseID, owner: in.Owner, shared: in.Shared,
-			permit: in.Limit > 0, holds: 1, token: out.Token})
+		n.leases = append(n.leases, lease{key: out.LeaseID, id: out.LeaseID, owner: in.Owner, session: in.Session,
+			shared: in.Shared, permit: in.Limit > 0, holds: 1, token: out.Token})
 		n.limit = in.Limit
 		n.maxToken = out.Token
 		return []*state{n}
@@ -613,7 +626,12 @@ func describe(in, out any) string {
 	if i.Fair {
 		mode += " fair"
 	}
+	if i.Session != "" && i.Kind == Acquire {
+		mode += " session " + i.Session
+	}
 	switch i.Kind {
+	case SessionRenew, SessionGet, SessionEnd, SessionExpire:
+		return describeSession(i, o)
 	case Acquire:
 		req = fmt.Sprintf("acquire(%s %s%s)", i.Lock, i.Owner, mode)
 	case Release:
