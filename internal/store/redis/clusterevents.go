@@ -22,19 +22,22 @@ import (
 //   - An entry <ms>-<seq> of the log in slot L has the id
 //     <ms>-<seq*16384+L>: unique, and ordered by time first.
 //   - A read merges the logs in id order, and holds back what was recorded
-//     in the last clusterHold (by Redis's clock): an event recorded later
-//     on another master with an earlier id (the clocks differ, or two
-//     masters recorded in the same ms) is then still in time to come
-//     first. The masters' clocks must agree within clusterHold for that.
+//     in the last clusterHold (by Redis's clock, read before the logs): an
+//     event recorded later on another master with an earlier id (the clocks
+//     differ, or two masters recorded in the same ms) is then still in
+//     time to come first. The masters' clocks must agree within
+//     clusterHold for that.
+//   - So every id a read hands out, and LastEventID's (which waits until
+//     its id is past the hold), is a cursor: every event with an earlier
+//     id has been recorded, and a read after it starts each log at it
+//     (logAfter), in any process. Cutting a stream anywhere and resuming
+//     it on any instance repeats and misses nothing.
 //   - Reads remember where they left each log, by the id they returned
 //     last (cursorCache): a read after that id goes on from there, so that
 //     this process's reader misses nothing even when the clocks disagree.
 //     An event it finds with an id before the one it started after is
-//     marked Late: it is delivered out of order rather than lost.
-//
-// A reader that resumes from an id this process did not hand out starts
-// each log at that id: with clocks that agree within clusterHold it misses
-// nothing either.
+//     marked Late: it is delivered out of order rather than lost. With
+//     clocks that agree, the remembered place is the one logAfter gives.
 
 // clusterHold is how long a cluster read holds back the newest events.
 const clusterHold = 200 * time.Millisecond
@@ -416,8 +419,8 @@ func logBefore(slot int, before string) string {
 // readClusterEventsBefore implements ReadEventsBefore on Redis Cluster: the
 // newest limit entries of every log before before, merged newest first. It
 // holds nothing back: an event recorded later with an earlier id (see
-// clusterHold) is one a forward reader after the newest id (LastEventID)
-// is handed, marked Late.
+// clusterHold) comes before the newest id that LastEventID returns, which
+// waits for it.
 func (j *journal) readClusterEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
 	logs, err := j.clusterLogs.all(ctx)
 	if err != nil {
