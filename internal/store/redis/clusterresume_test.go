@@ -198,3 +198,109 @@ func compareRead(want, got []lock.Event) (missing, repeated []string, disorder i
 	}
 	return missing, repeated, disorder
 }
+
+// TestClusterEvents_reads_after_an_id_are_the_logs_next checks the cursor
+// itself on a real Cluster, while three writers record: a read after
+// LastEventID's id on the instance that handed it out, and a read after any
+// event id such a read returned on another instance, return the events
+// that follow that id in the complete log, none Late. Before issue 29's fix
+// LastEventID's id was not yet a place in every log: a read after it on
+// its instance found events recorded later with earlier ids, Late.
+func TestClusterEvents_reads_after_an_id_are_the_logs_next(t *testing.T) {
+	seed := *resumeSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (-resume.seed to repeat)", seed)
+	rng := rand.New(rand.NewPCG(seed, 30))
+	cluster := redistest.StartCluster(t)
+	cfg := redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}
+	prefix := "test:" + ulid.Make().String() + ":"
+	a, b := openInstance(t, cfg, prefix), openInstance(t, cfg, prefix)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The writers write until the checks are done.
+	wctx, stop := context.WithCancel(ctx)
+	werr := make(chan error, resumeWriters)
+	for w := range resumeWriters {
+		go func() { werr <- writeUntil(wctx, a, w) }()
+	}
+	type read struct {
+		after string
+		got   []lock.Event
+	}
+	var reads []read
+	for len(reads) < 2*resumeChecks {
+		from, err := b.Events().LastEventID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Events().ReadEvents(ctx, from, 1+rng.IntN(20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			continue // the writers are between two events
+		}
+		cut := got[rng.IntN(len(got))].ID
+		more, err := a.Events().ReadEvents(ctx, cut, 1+rng.IntN(20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, read{from, got}, read{cut, more})
+	}
+	stop()
+	for range resumeWriters {
+		if err := <-werr; err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole := readWhole(t, a.Events())
+	for _, r := range reads {
+		if err := wantNext(whole, r.after, r.got); err != nil {
+			t.Fatalf("of %d reads: %v", len(reads), err)
+		}
+	}
+	t.Logf("%d reads after an id, each the log's next events", len(reads))
+}
+
+// resumeChecks is how many ids LastEventID hands out in
+// TestClusterEvents_reads_after_an_id_are_the_logs_next.
+const resumeChecks = 40
+
+// writeUntil grants and releases writer w's names until ctx ends.
+func writeUntil(ctx context.Context, s *redisstore.Store, w int) error {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("rs:w%d-%d", w, i%3)
+		g, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: name, Owner: fmt.Sprintf("w%d", w), TTL: time.Minute})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("writer %d: acquire %s: %w", w, name, err)
+		}
+		if _, err := s.Release(ctx, lock.LeaseRef{Lock: name, ID: g.Lease.ID}, false); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("writer %d: release %s: %w", w, name, err)
+		}
+	}
+}
+
+// wantNext checks that got are the events of whole that follow after.
+func wantNext(whole []lock.Event, after string, got []lock.Event) error {
+	i := 0
+	for i < len(whole) && lock.CompareEventIDs(whole[i].ID, after) <= 0 {
+		i++
+	}
+	next := whole[i:]
+	for k, e := range got {
+		if k >= len(next) || e.ID != next[k].ID || e.Late {
+			var ids []string
+			for _, n := range next[:min(len(next), len(got)+1)] {
+				ids = append(ids, n.ID)
+			}
+			return fmt.Errorf("a read after %q returned %s (late %v) as event #%d; the log's next are %v", after, e.ID, e.Late, k, ids)
+		}
+	}
+	return nil
+}
