@@ -13,7 +13,7 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-var mergeSeeds = flag.Int("merge.seeds", 1000, "seeds of TestClusterMerge_resume_anywhere")
+var mergeSeeds = flag.Int("merge.seeds", 500, "seeds of TestClusterMerge_resume_anywhere")
 
 // The property tests below run the merge of the masters' logs (mergeLogs,
 // clusterEvents, logAfter, cursorCache, heldAt) on simulated logs: three
@@ -287,6 +287,9 @@ func TestClusterMerge_resume_anywhere(t *testing.T) {
 // pipeline), a stall between a log's read and the clock's lets an event
 // sort before one delivered already.
 func TestClusterMerge_clock_read_after_the_logs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("searches seeds for the code before issue 29's fix to fail")
+	}
 	for seed := range uint64(simSearch) {
 		if err := simResume(seed, false, false); err != nil {
 			t.Logf("seed %d: %v", seed, err)
@@ -302,6 +305,9 @@ func TestClusterMerge_clock_read_after_the_logs(t *testing.T) {
 // same ms on a master of a lower slot), Late; the Feed delivered that one
 // again to a subscriber that had read it from the log.
 func TestClusterMerge_last_id_before_it_is_stable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("searches seeds for the code before issue 29's fix to fail")
+	}
 	for seed := range uint64(simSearch) {
 		if err := simResume(seed, true, true); err != nil {
 			t.Logf("seed %d: %v", seed, err)
