@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -23,19 +22,22 @@ import (
 //   - An entry <ms>-<seq> of the log in slot L has the id
 //     <ms>-<seq*16384+L>: unique, and ordered by time first.
 //   - A read merges the logs in id order, and holds back what was recorded
-//     in the last clusterHold (by Redis's clock): an event recorded later
-//     on another master with an earlier id (the clocks differ, or two
-//     masters recorded in the same ms) is then still in time to come
-//     first. The masters' clocks must agree within clusterHold for that.
+//     in the last clusterHold (by Redis's clock, read before the logs): an
+//     event recorded later on another master with an earlier id (the clocks
+//     differ, or two masters recorded in the same ms) is then still in
+//     time to come first. The masters' clocks must agree within
+//     clusterHold for that.
+//   - So every id a read hands out, and LastEventID's (which waits until
+//     its id is past the hold), is a cursor: every event with an earlier
+//     id has been recorded, and a read after it starts each log at it
+//     (logAfter), in any process. Cutting a stream anywhere and resuming
+//     it on any instance repeats and misses nothing.
 //   - Reads remember where they left each log, by the id they returned
 //     last (cursorCache): a read after that id goes on from there, so that
 //     this process's reader misses nothing even when the clocks disagree.
 //     An event it finds with an id before the one it started after is
-//     marked Late: it is delivered out of order rather than lost.
-//
-// A reader that resumes from an id this process did not hand out starts
-// each log at that id: with clocks that agree within clusterHold it misses
-// nothing either.
+//     marked Late: it is delivered out of order rather than lost. With
+//     clocks that agree, the remembered place is the one logAfter gives.
 
 // clusterHold is how long a cluster read holds back the newest events.
 const clusterHold = 200 * time.Millisecond
@@ -61,8 +63,15 @@ func logAfter(slot int, after string) string {
 	if ms == 0 {
 		return "0-0"
 	}
-	return strconv.FormatUint(ms-1, 10) + "-" + strconv.FormatUint(math.MaxUint64, 10)
+	return strconv.FormatUint(ms-1, 10) + "-" + lastSeq
 }
+
+// lastSeq is the sequence of the last entry of a ms in a log that logAfter
+// starts after: the largest that lock.ParseEventID reads (19 digits), far
+// past any that a stream reaches. MaxUint64 (20 digits), which Redis reads
+// too, read as 0-0 in eventsGone's comparison: a resume point before a
+// log's entries of its ms then failed as gone once the log was trimmed.
+const lastSeq = "9999999999999999999"
 
 // logPos says, per log slot, the stream id after which the next read of
 // that log starts.
@@ -119,6 +128,13 @@ type clusterRead struct {
 // readLogs reads up to limit entries of every log after the positions in
 // pos, or after after for logs pos does not name. gone checks whether after
 // is older than a log keeps.
+//
+// Redis's clock is read first, in a call of its own: the hold is sound only
+// if every log is read after the time it is measured from (an entry
+// recorded after a log's read has a later ms than that). In the pipeline of
+// the reads, TIME went to one master while the other masters ran their
+// XRANGEs concurrently, possibly earlier, so an entry recorded between a
+// log's read and TIME could sort before the last event delivered.
 func (j *journal) readLogs(ctx context.Context, after string, pos logPos, limit int, gone bool) (clusterRead, error) {
 	logs, err := j.clusterLogs.all(ctx)
 	if err != nil {
@@ -126,6 +142,10 @@ func (j *journal) readLogs(ctx context.Context, after string, pos logPos, limit 
 	}
 	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
 	defer cancel()
+	nowMs, err := j.redisTime(ctx)
+	if err != nil {
+		return clusterRead{}, err
+	}
 	from := make(logPos, len(logs))
 	for _, l := range logs {
 		if p, ok := pos[l.slot]; ok {
@@ -135,7 +155,6 @@ func (j *journal) readLogs(ctx context.Context, after string, pos logPos, limit 
 		}
 	}
 	pipe := j.rdb.Pipeline()
-	now := pipe.Time(ctx)
 	reads := make([]*goredis.XMessageSliceCmd, len(logs))
 	infos := make([]*goredis.XInfoStreamCmd, len(logs))
 	for i, l := range logs {
@@ -145,10 +164,6 @@ func (j *journal) readLogs(ctx context.Context, after string, pos logPos, limit 
 		reads[i] = pipe.XRangeN(ctx, l.key, "("+from[l.slot], "+", int64(limit))
 	}
 	_, _ = pipe.Exec(ctx)
-	if err := now.Err(); err != nil {
-		j.noteFailure(err)
-		return clusterRead{}, storeError(err)
-	}
 	var all []logEntry
 	for i, l := range logs {
 		if infos[i] != nil {
@@ -169,23 +184,45 @@ func (j *journal) readLogs(ctx context.Context, after string, pos logPos, limit 
 			all = append(all, logEntry{slot: l.slot, id: clusterEventID(l.slot, m.ID), msg: m})
 		}
 	}
-	slices.SortFunc(all, func(a, b logEntry) int { return lock.CompareEventIDs(a.id, b.id) })
-	r := clusterRead{nowMs: now.Val().UnixMilli(), pos: from, waitPos: maps.Clone(from)}
-	for _, e := range all {
+	return mergeLogs(from, all, nowMs, limit), nil
+}
+
+// redisTime reads Redis's clock, in ms.
+func (j *journal) redisTime(ctx context.Context) (int64, error) {
+	now, err := j.rdb.Time(ctx).Result()
+	if err != nil {
+		j.noteFailure(err)
+		return 0, storeError(err)
+	}
+	return now.UnixMilli(), nil
+}
+
+// heldAt reports whether an event of ms is held back at nowMs (Redis's
+// clock, read before the logs): one recorded after the logs were read may
+// still sort before it.
+func heldAt(ms uint64, nowMs int64) bool {
+	return int64(ms) > nowMs-clusterHold.Milliseconds()
+}
+
+// mergeLogs merges the entries that one read found in the logs after from,
+// each log read (up to limit entries) after Redis's clock said nowMs: the
+// ready ones in id order, up to limit, and where they leave the logs.
+func mergeLogs(from logPos, found []logEntry, nowMs int64, limit int) clusterRead {
+	slices.SortFunc(found, func(a, b logEntry) int { return lock.CompareEventIDs(a.id, b.id) })
+	r := clusterRead{nowMs: nowMs, pos: maps.Clone(from), waitPos: maps.Clone(from)}
+	for _, e := range found {
 		r.waitPos[e.slot] = e.msg.ID
 	}
-	stable := uint64(r.nowMs - clusterHold.Milliseconds())
-	r.pos = maps.Clone(from)
-	for _, e := range all {
+	for _, e := range found {
 		ms, _, _ := lock.ParseEventID(e.id)
-		if ms > stable || len(r.ready) == limit {
-			r.held = r.held || ms > stable
+		if held := heldAt(ms, nowMs); held || len(r.ready) == limit {
+			r.held = r.held || held
 			break
 		}
 		r.ready = append(r.ready, e)
 		r.pos[e.slot] = e.msg.ID
 	}
-	return r, nil
+	return r
 }
 
 // clusterEvents turns r's ready entries into events, marking Late those
@@ -301,40 +338,68 @@ func (j *journal) blockOnLog(ctx context.Context, l *eventLog, from string) erro
 }
 
 // lastClusterEventID implements LastEventID on Redis Cluster: the id of the
-// newest event of all logs, remembered with where each log ends, so that a
-// read after it starts each log exactly there.
+// newest event of all logs, returned once it is no longer held back (see
+// readLogs), so that no event recorded after it returns sorts before it.
+//
+// The newest id is not a place in every log until then: another master may
+// still record an event with an earlier id (in the same ms, or in the ms
+// between the reads of the logs). A reader that started each log where it
+// ended read such an event after the id, as Late, and the Feed delivered it
+// twice to a subscriber that had read it from the log already (issue 29).
+// Readers after the id start each log at it (logAfter), which is exact once
+// it is stable.
 func (j *journal) lastClusterEventID(ctx context.Context) (string, error) {
+	newest, nowMs, err := j.newestClusterEvent(ctx)
+	if err != nil || newest == "" {
+		return newest, err
+	}
+	ms, _, _ := lock.ParseEventID(newest)
+	for heldAt(ms, nowMs) {
+		wait := time.Duration(int64(ms)-nowMs)*time.Millisecond + clusterHold
+		if !clock.Sleep(ctx, wait) {
+			return "", ctx.Err()
+		}
+		if nowMs, err = j.redisTime(ctx); err != nil {
+			return "", err
+		}
+	}
+	return newest, nil
+}
+
+// newestClusterEvent returns the id of the newest event of all logs, and
+// Redis's clock read before them.
+func (j *journal) newestClusterEvent(ctx context.Context) (string, int64, error) {
 	logs, err := j.clusterLogs.all(ctx)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, j.callTimeout)
 	defer cancel()
+	nowMs, err := j.redisTime(ctx)
+	if err != nil {
+		return "", 0, err
+	}
 	pipe := j.rdb.Pipeline()
 	lasts := make([]*goredis.XMessageSliceCmd, len(logs))
 	for i, l := range logs {
 		lasts[i] = pipe.XRevRangeN(ctx, l.key, "+", "-", 1)
 	}
 	_, _ = pipe.Exec(ctx)
-	pos := logPos{}
 	newest := ""
 	for i, l := range logs {
 		msgs, err := lasts[i].Result()
 		if err != nil {
 			j.noteFailure(err)
-			return "", storeError(err)
+			return "", 0, storeError(err)
 		}
 		if len(msgs) == 0 {
-			pos[l.slot] = "0-0"
 			continue
 		}
-		pos[l.slot] = msgs[0].ID
 		if id := clusterEventID(l.slot, msgs[0].ID); newest == "" || lock.CompareEventIDs(id, newest) > 0 {
 			newest = id
 		}
 	}
-	j.cursors.put(newest, pos)
-	return newest, nil
+	return newest, nowMs, nil
 }
 
 // logBefore returns the stream id of slot's log before which its entries
@@ -354,8 +419,8 @@ func logBefore(slot int, before string) string {
 // readClusterEventsBefore implements ReadEventsBefore on Redis Cluster: the
 // newest limit entries of every log before before, merged newest first. It
 // holds nothing back: an event recorded later with an earlier id (see
-// clusterHold) is one a forward reader after the newest id (LastEventID)
-// is handed, marked Late.
+// clusterHold) comes before the newest id that LastEventID returns, which
+// waits for it.
 func (j *journal) readClusterEventsBefore(ctx context.Context, before string, limit int) ([]lock.Event, error) {
 	logs, err := j.clusterLogs.all(ctx)
 	if err != nil {
