@@ -68,6 +68,9 @@ type serveConfig struct {
 	WebhooksBackoffMin    time.Duration
 	WebhooksBackoffMax    time.Duration
 
+	// StrictEnv makes an unknown LOCKAPI_* variable an error, not a warning.
+	StrictEnv bool
+
 	// set says, by flag name, where each setting the user gave came from;
 	// a setting left at its default is absent.
 	set map[string]origin
@@ -161,6 +164,7 @@ func (c *serveConfig) settings() []setting {
 		{"log-level", observe, "least level logged", logLevel},
 		{"log-format", observe, "json, or console for people", oneOf(&c.LogFormat, "json", "json", "console")},
 		{"metrics", observe, "serve Prometheus metrics at /metrics", boolValue(&c.Metrics, true)},
+		{"strict-env", observe, "a LOCKAPI_* variable that is no setting stops the server (exit 2) instead of a warning", boolValue(&c.StrictEnv, false)},
 	}
 }
 

@@ -109,10 +109,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		reportUsage(stderr, "serve", err)
 		return exitUsage
 	}
+	unknown := unknownVariables(os.Environ(), new(serveConfig).settings())
+	if c.StrictEnv && len(unknown) > 0 {
+		reportUsage(stderr, "serve", strictEnvError(unknown))
+		return exitUsage
+	}
 	log, err := newLogger(c, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "lockapi serve: %v\n", err)
 		return exitUsage
+	}
+	for _, line := range unknown {
+		log.Warn().Msg(line)
 	}
 	keys, signer, tlsConfig, err := loadSecurity(c, log)
 	if err != nil {
