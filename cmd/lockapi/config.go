@@ -18,6 +18,7 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/redlock"
+	"github.com/lockapi/lockapi/internal/ui"
 	"github.com/lockapi/lockapi/internal/webhook"
 )
 
@@ -38,6 +39,7 @@ type serveConfig struct {
 	APIKeys        string
 	APIKeysFile    string
 	ReleaseSecrets string
+	UISessionTTL   time.Duration
 
 	MaxWaiters          int
 	MaxWaitersPerCaller int
@@ -142,6 +144,7 @@ func (c *serveConfig) settings() []setting {
 
 		{"api-keys", access, "API key lines, as `lockapi keys new` prints them, separated by newlines or ;; none: the server runs open", keysValue(&c.APIKeys)},
 		{"api-keys-file", access, "file of API key lines, added to --api-keys", keysFileValue(&c.APIKeysFile)},
+		{"ui-session-ttl", access, "how long a dashboard session lasts from sign-in; signing out, or the key leaving the configuration, ends it sooner", durationValue(&c.UISessionTTL, ui.DefaultSessionTTL, positive)},
 		{"release-secrets", access, "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: one kept in Redis for every instance (a random one per process on the memory store)", secretsValue(&c.ReleaseSecrets)},
 
 		{"max-waiters", limits, "most requests waiting at once (long-poll acquires and blocking queries)", intValue(&c.MaxWaiters, lockhttp.DefaultMaxWaiters, positive)},

@@ -180,7 +180,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The admin dashboard, beside the API and a client of its rules: its
 	// live feed asks the API for /v1/events, and its force release is the
 	// API's, counted alike.
-	srv.MountDashboard(ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks)}))
+	srv.MountDashboard(ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks),
+		Secrets: signer, SessionTTL: c.UISessionTTL, Revocations: b.revocations(c)}))
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Str("setting", c.source("addr")).Msg("cannot listen")
 		return 1
@@ -295,6 +296,15 @@ type backend struct {
 	// instance shares; nil on the memory store.
 	secrets *redisstore.Client
 	close   func()
+}
+
+// revocations keeps the dashboard's sign-outs where every instance reads
+// them: in Redis (the first master in redlock mode), else in this process.
+func (b *backend) revocations(c serveConfig) auth.Revocations {
+	if b.secrets == nil {
+		return auth.MemoryRevocations()
+	}
+	return auth.RedisRevocations(b.secrets, c.KeyPrefix+"ui:signout:")
 }
 
 // openBackend opens the store c configures: the memory store without a

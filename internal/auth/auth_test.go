@@ -243,7 +243,7 @@ func FuzzParseKeys(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, k := range ring.keys {
+		for _, k := range ring.current() {
 			if k.Principal == "" || len(k.Scopes) == 0 || len(k.Patterns) == 0 {
 				t.Fatalf("accepted an incomplete key: %+v", k)
 			}
