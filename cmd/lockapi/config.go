@@ -143,7 +143,7 @@ func (c *serveConfig) settings() []setting {
 		{"max-wait", leases, "longest wait of a long-poll; longer waits are clamped", durationValue(&c.MaxWait, lockhttp.DefaultMaxWait, notNegative)},
 
 		{"api-keys", access, "API key lines, as `lockapi keys new` prints them, separated by newlines or ;; none: the server runs open", keysValue(&c.APIKeys)},
-		{"api-keys-file", access, "file of API key lines, added to --api-keys", keysFileValue(&c.APIKeysFile)},
+		{"api-keys-file", access, "file of API key lines, added to --api-keys; read again on SIGHUP and when it changes (every 2s)", keysFileValue(&c.APIKeysFile)},
 		{"ui-session-ttl", access, "how long a dashboard session lasts from sign-in; signing out, or the key leaving the configuration, ends it sooner", durationValue(&c.UISessionTTL, ui.DefaultSessionTTL, positive)},
 		{"release-secrets", access, "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: one kept in Redis for every instance (a random one per process on the memory store)", secretsValue(&c.ReleaseSecrets)},
 

@@ -132,6 +132,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if c.Metrics {
 		m = metrics.New()
 	}
+	watchKeys(ctx, c, keys, m, log)
 	b, err := openBackend(ctx, c, m, log)
 	if err != nil {
 		log.Error().Err(err).Str("mode", c.RedisMode).Str("setting", c.source("redis-url")).Msg("bad Redis configuration")

@@ -263,11 +263,11 @@ func ParseKeys(text string) (*Keyring, error) {
 		}
 		k, err := parseKeyLine(line)
 		if err != nil {
-			return nil, fmt.Errorf("key line %d: %w", n, err)
+			return nil, &LineError{Line: n, Err: err}
 		}
 		for _, other := range keys {
 			if other.hash == k.hash {
-				return nil, fmt.Errorf("key line %d: the same key is configured twice", n)
+				return nil, &LineError{Line: n, Err: errors.New("the same key is configured twice")}
 			}
 		}
 		keys = append(keys, k)
@@ -276,6 +276,16 @@ func ParseKeys(text string) (*Keyring, error) {
 	r.set.Store(&keys)
 	return r, sc.Err()
 }
+
+// LineError is ParseKeys's error: which key line is bad (counting every
+// line, blank and comment lines too), and why, never echoing the line.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("key line %d: %v", e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
 
 func parseKeyLine(line string) (Key, error) {
 	var k Key
