@@ -18,6 +18,7 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/redlock"
+	"github.com/lockapi/lockapi/internal/ui"
 	"github.com/lockapi/lockapi/internal/webhook"
 )
 
@@ -38,6 +39,7 @@ type serveConfig struct {
 	APIKeys        string
 	APIKeysFile    string
 	ReleaseSecrets string
+	UISessionTTL   time.Duration
 
 	MaxWaiters          int
 	MaxWaitersPerCaller int
@@ -67,6 +69,9 @@ type serveConfig struct {
 	WebhooksRetryFor      time.Duration
 	WebhooksBackoffMin    time.Duration
 	WebhooksBackoffMax    time.Duration
+
+	// StrictEnv makes an unknown LOCKAPI_* variable an error, not a warning.
+	StrictEnv bool
 
 	// set says, by flag name, where each setting the user gave came from;
 	// a setting left at its default is absent.
@@ -138,7 +143,8 @@ func (c *serveConfig) settings() []setting {
 		{"max-wait", leases, "longest wait of a long-poll; longer waits are clamped", durationValue(&c.MaxWait, lockhttp.DefaultMaxWait, notNegative)},
 
 		{"api-keys", access, "API key lines, as `lockapi keys new` prints them, separated by newlines or ;; none: the server runs open", keysValue(&c.APIKeys)},
-		{"api-keys-file", access, "file of API key lines, added to --api-keys", keysFileValue(&c.APIKeysFile)},
+		{"api-keys-file", access, "file of API key lines, added to --api-keys; read again on SIGHUP and when it changes (every 2s)", keysFileValue(&c.APIKeysFile)},
+		{"ui-session-ttl", access, "how long a dashboard session lasts from sign-in; signing out, or the key leaving the configuration, ends it sooner", durationValue(&c.UISessionTTL, ui.DefaultSessionTTL, positive)},
 		{"release-secrets", access, "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: one kept in Redis for every instance (a random one per process on the memory store)", secretsValue(&c.ReleaseSecrets)},
 
 		{"max-waiters", limits, "most requests waiting at once (long-poll acquires and blocking queries)", intValue(&c.MaxWaiters, lockhttp.DefaultMaxWaiters, positive)},
@@ -161,6 +167,7 @@ func (c *serveConfig) settings() []setting {
 		{"log-level", observe, "least level logged", logLevel},
 		{"log-format", observe, "json, or console for people", oneOf(&c.LogFormat, "json", "json", "console")},
 		{"metrics", observe, "serve Prometheus metrics at /metrics", boolValue(&c.Metrics, true)},
+		{"strict-env", observe, "a LOCKAPI_* variable that is no setting stops the server (exit 2) instead of a warning", boolValue(&c.StrictEnv, false)},
 	}
 }
 

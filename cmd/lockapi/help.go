@@ -22,7 +22,7 @@ commands:
   status     print a lock's holders, fencing token and waiters
   events     print lock events as they happen
   keys new   create an API key and the line that configures the server for it
-  version    print lockapi's version and VCS revision
+  version    print lockapi's version and VCS revision (also -v, --version)
   help       print this text
 
 Read on:
@@ -86,7 +86,8 @@ func wrap(text string, width int) []string {
 // setting that does not read (it names the setting, its text and what is
 // wanted), or else one line that says where the usage is.
 func reportUsage(w io.Writer, cmd string, err error) {
-	if _, bad := errors.AsType[*badValue](err); bad {
+	_, bad := errors.AsType[*badValue](err)
+	if _, strict := errors.AsType[strictEnvError](err); bad || strict {
 		for line := range strings.Lines(err.Error()) {
 			fmt.Fprintf(w, "lockapi %s: %s\n", cmd, strings.TrimSuffix(line, "\n"))
 		}

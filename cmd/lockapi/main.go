@@ -2,6 +2,7 @@
 //
 //	lockapi [serve] [flags]   run the server (the default)
 //	lockapi -h                the commands, and where to read on
+//	lockapi -v, --version     what lockapi version prints
 //
 // Every serve flag can also be set with a LOCKAPI_* environment variable;
 // `lockapi serve -h` lists them.
@@ -42,6 +43,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, overview)
 		return 0
 	}
+	if len(args) == 1 && isVersion(args[0]) {
+		return versionCmd(nil, stdout, stderr)
+	}
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -66,4 +70,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lockapi: unknown command %q (lockapi -h lists the commands)\n", cmd)
 		return exitUsage
 	}
+}
+
+// isVersion reports whether arg, alone, asks for the version.
+func isVersion(arg string) bool {
+	return arg == "-v" || arg == "--version" || arg == "-version"
 }

@@ -109,10 +109,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		reportUsage(stderr, "serve", err)
 		return exitUsage
 	}
+	unknown := unknownVariables(os.Environ(), new(serveConfig).settings())
+	if c.StrictEnv && len(unknown) > 0 {
+		reportUsage(stderr, "serve", strictEnvError(unknown))
+		return exitUsage
+	}
 	log, err := newLogger(c, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "lockapi serve: %v\n", err)
 		return exitUsage
+	}
+	for _, line := range unknown {
+		log.Warn().Msg(line)
 	}
 	keys, signer, tlsConfig, err := loadSecurity(c, log)
 	if err != nil {
@@ -124,6 +132,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if c.Metrics {
 		m = metrics.New()
 	}
+	watchKeys(ctx, c, keys, m, log)
 	b, err := openBackend(ctx, c, m, log)
 	if err != nil {
 		log.Error().Err(err).Str("mode", c.RedisMode).Str("setting", c.source("redis-url")).Msg("bad Redis configuration")
@@ -172,7 +181,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The admin dashboard, beside the API and a client of its rules: its
 	// live feed asks the API for /v1/events, and its force release is the
 	// API's, counted alike.
-	srv.MountDashboard(ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks)}))
+	srv.MountDashboard(ui.New(ui.Config{Store: b.store, Keys: keys, API: srv.Handler(), Force: force.NewReleaser(b.store, m), Webhooks: webhooksAPI(hooks),
+		Secrets: signer, SessionTTL: c.UISessionTTL, Revocations: b.revocations(c)}))
 	if err := srv.Open(c.Addr); err != nil {
 		log.Error().Err(err).Str("addr", c.Addr).Str("setting", c.source("addr")).Msg("cannot listen")
 		return 1
@@ -287,6 +297,15 @@ type backend struct {
 	// instance shares; nil on the memory store.
 	secrets *redisstore.Client
 	close   func()
+}
+
+// revocations keeps the dashboard's sign-outs where every instance reads
+// them: in Redis (the first master in redlock mode), else in this process.
+func (b *backend) revocations(c serveConfig) auth.Revocations {
+	if b.secrets == nil {
+		return auth.MemoryRevocations()
+	}
+	return auth.RedisRevocations(b.secrets, c.KeyPrefix+"ui:signout:")
 }
 
 // openBackend opens the store c configures: the memory store without a

@@ -243,7 +243,7 @@ func FuzzParseKeys(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, k := range ring.keys {
+		for _, k := range ring.current() {
 			if k.Principal == "" || len(k.Scopes) == 0 || len(k.Patterns) == 0 {
 				t.Fatalf("accepted an incomplete key: %+v", k)
 			}
@@ -335,5 +335,47 @@ func TestReleaseSigner_path_shape(t *testing.T) {
 	want := "/v1/locks/deploy:prod/leases/01JD3Z8Q6W9M4T5R2K7X1B0C8N/release?" + q.Encode()
 	if got := s.ReleasePath("deploy:prod", "01JD3Z8Q6W9M4T5R2K7X1B0C8N", exp); got != want {
 		t.Errorf("ReleasePath = %s, want %s", got, want)
+	}
+}
+
+// Replace puts a new set of keys in force for every holder of the
+// Keyring, wakes Changed, counts what it added and removed, and Valid
+// follows it.
+func TestKeyring_Replace(t *testing.T) {
+	a, aLine, _ := NewKey("a", []Scope{ScopeRead}, []string{"*"})
+	_, bLine, _ := NewKey("b", []Scope{ScopeRead}, []string{"*"})
+	c, cLine, _ := NewKey("c", []Scope{ScopeRead}, []string{"*"})
+	ring, err := ParseKeys(aLine + "\n" + bLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka, err := ring.Authenticate(a, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := ring.Changed()
+	next, _ := ParseKeys(bLine + "\n" + cLine)
+	if added, removed := ring.Replace(next); added != 1 || removed != 1 {
+		t.Errorf("added %d, removed %d; want 1 and 1", added, removed)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Error("Changed is not closed by Replace")
+	}
+	if _, err := ring.Authenticate(a, time.Now()); err == nil || ring.Valid(ka, time.Now()) {
+		t.Error("a removed key still authenticates")
+	}
+	if _, err := ring.Authenticate(c, time.Now()); err != nil || ring.Len() != 2 {
+		t.Errorf("the new key: %v, %d keys", err, ring.Len())
+	}
+	// The same key with other scopes is another key to Valid.
+	narrowed, _ := ParseKeys(strings.Replace(aLine, "scopes=locks:read", "scopes=admin", 1))
+	ring.Replace(narrowed)
+	if ring.Valid(ka, time.Now()) {
+		t.Error("a key whose line changed is valid as it was")
+	}
+	if k, err := ring.Authenticate(a, time.Now()); err != nil || !k.Has(ScopeAdmin) {
+		t.Errorf("the changed key: %v", err)
 	}
 }

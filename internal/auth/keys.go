@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockapi/lockapi/internal/lock"
@@ -109,17 +111,85 @@ func (k *Key) AllowPrefix(scope Scope, prefix string) error {
 }
 
 // Keyring is the set of configured keys. A nil or empty Keyring means the
-// server runs open.
+// server runs open. Its keys can be replaced while it is in use (Replace):
+// every request reads the set in force then.
 type Keyring struct {
-	keys []Key
+	set atomic.Pointer[[]Key]
+
+	mu      sync.Mutex
+	changed chan struct{} // closed by Replace; nil until Changed asks
+}
+
+// current returns the keys in force; they never change once in force.
+func (r *Keyring) current() []Key {
+	if r == nil {
+		return nil
+	}
+	if p := r.set.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Len returns the number of keys.
 func (r *Keyring) Len() int {
-	if r == nil {
-		return 0
+	return len(r.current())
+}
+
+// Replace puts next's keys in force in r, at once for every request that
+// starts from now, and wakes whoever waits on Changed. It returns how many
+// keys next adds and how many of r's it drops (a key whose line changed
+// counts as both).
+func (r *Keyring) Replace(next *Keyring) (added, removed int) {
+	old, keys := r.current(), next.current()
+	added, removed = diffKeys(keys, old), diffKeys(old, keys)
+	r.set.Store(&keys)
+	r.mu.Lock()
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
 	}
-	return len(r.keys)
+	r.mu.Unlock()
+	return added, removed
+}
+
+// diffKeys counts the keys of a that b has not, line for line.
+func diffKeys(a, b []Key) int {
+	n := 0
+	for i := range a {
+		if !slices.ContainsFunc(b, func(k Key) bool { return sameKey(&a[i], &k) }) {
+			n++
+		}
+	}
+	return n
+}
+
+// sameKey reports whether a and b are the same key, configured alike.
+func sameKey(a, b *Key) bool {
+	return a.hash == b.hash && a.Principal == b.Principal && a.Expires.Equal(b.Expires) &&
+		slices.Equal(a.Scopes, b.Scopes) && slices.Equal(a.Patterns, b.Patterns)
+}
+
+// Changed returns a channel that is closed when the keys are next replaced.
+func (r *Keyring) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
+// Valid reports whether k, which authenticated a caller earlier, is still
+// in force at now: configured alike in the keys in force, and not expired.
+// Whatever holds on to a key (an event stream, a dashboard session) asks
+// again when the keys change.
+func (r *Keyring) Valid(k *Key, now time.Time) bool {
+	if k == nil || k.ExpiredAt(now) {
+		return false
+	}
+	keys := r.current()
+	return slices.ContainsFunc(keys, func(c Key) bool { return sameKey(&c, k) })
 }
 
 // ErrUnknownKey is Authenticate's answer to a token that is no configured
@@ -150,16 +220,17 @@ func (r *Keyring) Authenticate(token string, now time.Time) (*Key, error) {
 		return nil, ErrUnknownKey
 	}
 	sum := sha256.Sum256([]byte(token))
+	keys := r.current()
 	found := -1
-	for i := range r.keys {
-		if subtle.ConstantTimeCompare(sum[:], r.keys[i].hash[:]) == 1 {
+	for i := range keys {
+		if subtle.ConstantTimeCompare(sum[:], keys[i].hash[:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 {
 		return nil, ErrUnknownKey
 	}
-	k := &r.keys[found]
+	k := &keys[found]
 	if k.ExpiredAt(now) {
 		return nil, &ExpiredKeyError{Principal: k.Principal, At: k.Expires}
 	}
@@ -169,13 +240,11 @@ func (r *Keyring) Authenticate(token string, now time.Time) (*Key, error) {
 // Expired returns the principals of the keys that have expired at now, in
 // configuration order, for a server to warn about at startup.
 func (r *Keyring) Expired(now time.Time) []string {
-	if r == nil {
-		return nil
-	}
 	var principals []string
-	for i := range r.keys {
-		if r.keys[i].ExpiredAt(now) {
-			principals = append(principals, r.keys[i].Principal)
+	keys := r.current()
+	for i := range keys {
+		if keys[i].ExpiredAt(now) {
+			principals = append(principals, keys[i].Principal)
 		}
 	}
 	return principals
@@ -185,7 +254,7 @@ func (r *Keyring) Expired(now time.Time) []string {
 // skipped. Lines may also be separated by ';' so that a list fits in one
 // environment variable.
 func ParseKeys(text string) (*Keyring, error) {
-	r := &Keyring{}
+	var keys []Key
 	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(text, ";", "\n")))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -194,25 +263,42 @@ func ParseKeys(text string) (*Keyring, error) {
 		}
 		k, err := parseKeyLine(line)
 		if err != nil {
-			return nil, fmt.Errorf("key line %d: %w", n, err)
+			return nil, &LineError{Line: n, Err: err}
 		}
-		for _, other := range r.keys {
+		for _, other := range keys {
 			if other.hash == k.hash {
-				return nil, fmt.Errorf("key line %d: the same key is configured twice", n)
+				return nil, &LineError{Line: n, Err: errors.New("the same key is configured twice")}
 			}
 		}
-		r.keys = append(r.keys, k)
+		keys = append(keys, k)
 	}
+	r := &Keyring{}
+	r.set.Store(&keys)
 	return r, sc.Err()
 }
+
+// LineError is ParseKeys's error: which key line is bad (counting every
+// line, blank and comment lines too), and why, never echoing the line.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("key line %d: %v", e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
 
 func parseKeyLine(line string) (Key, error) {
 	var k Key
 	seen := map[string]bool{}
 	for _, field := range strings.Fields(line) {
 		name, value, ok := strings.Cut(field, "=")
-		if !ok || seen[name] {
-			return k, fmt.Errorf("want principal=… scopes=… patterns=… sha256=… [expires=…], got %q", field)
+		// The field is not echoed: it may be a key pasted in place of its
+		// line, and the error is logged.
+		switch {
+		case !ok:
+			return k, errors.New("a field without =: want principal=… scopes=… patterns=… sha256=… [expires=…]")
+		case seen[name]:
+			return k, fmt.Errorf("%s= given twice", name)
 		}
 		seen[name] = true
 		switch name {

@@ -70,6 +70,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer end()
+	ctx, stop := s.whileKeyValid(ctx, c, zerolog.Ctx(r.Context()))
+	defer stop()
 	sub, err := s.events.Subscribe(ctx, after, filter)
 	if err != nil {
 		Error(w, r, waitError(ctx, err))

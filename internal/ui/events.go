@@ -118,10 +118,11 @@ func errDetail(err error) string {
 
 // handleEvents handles the "GET /ui/events" route: the API's GET /v1/events
 // (Server-Sent Events) for this session. A browser's EventSource cannot
-// send an Authorization header, so the dashboard asks the API with the
-// session's key and passes its answer on as it is: the same stream, the
-// same filtering by the key's patterns, the same errors (404 or 501 while
-// the server has no events, which the script shows as unavailable).
+// send an Authorization header, and the session holds no key, so the
+// dashboard asks the API as the session's key (auth.WithKey) and passes
+// its answer on as it is: the same stream, the same filtering by the key's
+// patterns, the same errors (404 or 501 while the server has no events,
+// which the script shows as unavailable).
 func (h *Handler) handleEvents(w http.ResponseWriter, r *http.Request, s session) {
 	// A request of its own, not a clone: the API routes it afresh.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,8 +138,10 @@ func (h *Handler) handleEvents(w http.ResponseWriter, r *http.Request, s session
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		req.Header.Set("Last-Event-ID", id)
 	}
-	if s.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.apiKey)
+	if s.key != nil {
+		// The session holds no key to send: the API takes the session's
+		// key from the request's context, which only this process sets.
+		req = req.WithContext(auth.WithKey(req.Context(), s.key))
 	}
 	h.api.ServeHTTP(w, req)
 }

@@ -11,27 +11,38 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// cookieName is the session cookie. It holds a random session id and, when
-// the server has API keys, the key the user signed in with: the dashboard
-// keeps no state of its own, so a session works on every instance behind a
-// load balancer and survives restarts while the key stays configured.
+// cookieName is the session cookie. With API keys it holds a sealed
+// session (seal.go): a random session id, the principal, a fingerprint of
+// the key the user signed in with (never the key) and an expiry, under an
+// HMAC keyed from the secret every instance shares, so a session works on
+// every instance behind a load balancer and across restarts on Redis. On
+// an open server it holds the session id alone.
 const cookieName = "lockapi_ui"
+
+// DefaultSessionTTL is how long a dashboard session lasts when Config
+// says nothing.
+const DefaultSessionTTL = 8 * time.Hour
 
 // session is who uses the dashboard: a signed-in key, or anyone on an
 // open server.
 type session struct {
 	// id is random, fresh at every sign-in: it binds the CSRF token to
-	// this session.
+	// this session, and signing out revokes it.
 	id string
-	// apiKey is the key as given at sign-in, key its configuration; both
-	// are empty on an open server.
-	apiKey string
-	key    *auth.Key
-	open   bool
+	// key is the configuration of the key signed in with, as in force
+	// now; nil on an open server.
+	key  *auth.Key
+	open bool
+	// expires is when the session ends; zero on an open server.
+	expires time.Time
+	// csrfKey keys the CSRF token.
+	csrfKey []byte
 }
 
 // allow applies the API's authorization rule (auth.Key.Allow) to the
@@ -53,11 +64,10 @@ func (s session) may(scope auth.Scope, name string) bool {
 }
 
 // csrf is the token every state-changing form of the session carries:
-// an HMAC of the session id keyed with the API key, which only this
-// session's cookie and the key's holder know. On an open server the key
-// is empty and the token a double-submit of the session cookie.
+// an HMAC of the session id keyed from the server's secret, which only
+// this session's cookie and the server know.
 func (s session) csrf() string {
-	m := hmac.New(sha256.New, []byte(s.apiKey))
+	m := hmac.New(sha256.New, s.csrfKey)
 	m.Write([]byte("lockapi-ui-csrf\x00" + s.id))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
@@ -69,46 +79,48 @@ func (s session) checkCSRF(r *http.Request) bool {
 
 func (h *Handler) open() bool { return h.keys.Len() == 0 }
 
-// readSession returns the request's session, if its cookie holds a valid one.
+// readSession returns the request's session, if its cookie holds a valid
+// one: sealed by a secret of this server, not expired, not signed out,
+// and of a key still configured and unexpired.
 func (h *Handler) readSession(r *http.Request) (session, bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
 		return session{}, false
 	}
-	id, enc, _ := strings.Cut(c.Value, ".")
-	if len(id) != sessionIDLen {
-		return session{}, false
-	}
 	if h.open() {
-		return session{id: id, open: true}, true
+		if len(c.Value) != sessionIDLen {
+			return session{}, false
+		}
+		return session{id: c.Value, open: true, csrfKey: h.csrfKey()}, true
 	}
-	apiKey, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil {
+	s, ok := h.unseal(c.Value, time.Now())
+	if !ok {
 		return session{}, false
 	}
-	// A key that expired since sign-in ends the session: the cookie holds
-	// the key, and the key is checked by the API's rule on every request.
-	key, err := h.keys.Authenticate(string(apiKey), time.Now())
+	revoked, err := h.revoked.Revoked(r.Context(), s.id)
 	if err != nil {
+		// Fail closed: a session that cannot be checked is none.
+		zerolog.Ctx(r.Context()).Error().Err(err).Msg("ui: cannot read session revocations")
 		return session{}, false
 	}
-	return session{id: id, apiKey: string(apiKey), key: key}, true
+	return s, !revoked
 }
 
 // sessionIDLen is the length of an encoded session id (16 random bytes).
 const sessionIDLen = 22
 
-// startSession sets a fresh session's cookie for apiKey ("" on an open
+// startSession sets a fresh session's cookie for key (nil on an open
 // server) and returns the session.
-func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, apiKey string, key *auth.Key) session {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b) // crypto/rand does not fail on supported platforms
-	s := session{id: base64.RawURLEncoding.EncodeToString(b), apiKey: apiKey, key: key, open: h.open()}
-	value := s.id
-	if !s.open {
-		value += "." + base64.RawURLEncoding.EncodeToString([]byte(apiKey))
+func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, key *auth.Key) session {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id) // crypto/rand does not fail on supported platforms
+	s := session{id: base64.RawURLEncoding.EncodeToString(id), key: key, open: h.open(), csrfKey: h.csrfKey()}
+	if s.open {
+		setCookie(w, r, s.id, 0)
+		return s
 	}
-	setCookie(w, r, value, 0)
+	s.expires = time.Now().Add(h.sessionTTL)
+	setCookie(w, r, h.seal(id, s.expires, key), int(h.sessionTTL/time.Second))
 	return s
 }
 
@@ -137,7 +149,7 @@ func (h *Handler) withSession(toPage bool, next func(http.ResponseWriter, *http.
 		switch {
 		case ok:
 		case h.open() && r.Method == http.MethodGet:
-			s = h.startSession(w, r, "", nil)
+			s = h.startSession(w, r, nil)
 		case h.open():
 			h.fail(w, r, http.StatusForbidden, "This form's session has ended: reload the page and try again.")
 			return
@@ -216,12 +228,21 @@ func (h *Handler) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, http.StatusUnauthorized, "signin", signInPage{chrome: chrome{Title: "Sign in"}, Next: next, Error: msg})
 		return
 	}
-	h.startSession(w, r, apiKey, key)
+	h.startSession(w, r, key)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// handleSignOut handles the "POST /ui/signout" route.
-func (h *Handler) handleSignOut(w http.ResponseWriter, r *http.Request, _ session) {
+// handleSignOut handles the "POST /ui/signout" route: the session is
+// revoked on every instance (a copy of the cookie stops working too), and
+// the browser forgets the cookie.
+func (h *Handler) handleSignOut(w http.ResponseWriter, r *http.Request, s session) {
+	if !s.open {
+		if err := h.revoked.Revoke(r.Context(), s.id, s.expires); err != nil {
+			zerolog.Ctx(r.Context()).Error().Err(err).Msg("ui: cannot record the sign-out")
+			h.fail(w, r, http.StatusServiceUnavailable, "Signing out failed: the session could not be ended. Try again.")
+			return
+		}
+	}
 	setCookie(w, r, "", -1)
 	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
 }

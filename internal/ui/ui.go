@@ -9,8 +9,11 @@
 // authorizes with the API's keys by the API's rule (auth.Key.Allow), and
 // force-releases through the API's service (internal/force), so a key's
 // scopes and name patterns decide what it shows and does, and a release
-// is counted, as on the API. cmd/lockapi mounts it beside the API. The key a user signs in with is kept in a session cookie;
-// on a server without keys the dashboard is open, as the API is.
+// is counted, as on the API. cmd/lockapi mounts it beside the API. Signing in with a key starts a
+// sealed session (seal.go) that names the key by a fingerprint, never
+// holds it, and ends at its expiry, at sign-out, or when the key leaves
+// the configuration or expires; on a server without keys the dashboard is
+// open, as the API is.
 package ui
 
 import (
@@ -19,6 +22,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -50,6 +54,12 @@ type Handler struct {
 	webhooks Webhooks
 	pages    map[string]*template.Template
 	next     http.Handler
+
+	// secrets seal the sessions; sessionTTL is how long one lasts, and
+	// revoked the sessions signed out.
+	secrets    *auth.ReleaseSigner
+	sessionTTL time.Duration
+	revoked    auth.Revocations
 }
 
 // Config is what the dashboard is a client of. Store, API and Force are
@@ -68,6 +78,15 @@ type Config struct {
 	// Webhooks, when not nil, is the webhook service whose subscriptions
 	// the webhooks page lists.
 	Webhooks Webhooks
+	// Secrets seal the sessions: the release URLs' signer, whose secrets
+	// every instance shares. Nil: a random secret of this process.
+	Secrets *auth.ReleaseSigner
+	// SessionTTL is how long a session lasts from sign-in; 0:
+	// DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Revocations record sign-outs for every instance; nil: this
+	// process's only.
+	Revocations auth.Revocations
 }
 
 // New returns the dashboard of cfg.
@@ -75,7 +94,17 @@ func New(cfg Config) *Handler {
 	if cfg.Store == nil || cfg.API == nil || cfg.Force == nil {
 		panic("ui: Config needs Store, API and Force")
 	}
-	h := &Handler{store: cfg.Store, keys: cfg.Keys, api: cfg.API, force: cfg.Force, webhooks: cfg.Webhooks, pages: map[string]*template.Template{}}
+	h := &Handler{store: cfg.Store, keys: cfg.Keys, api: cfg.API, force: cfg.Force, webhooks: cfg.Webhooks, pages: map[string]*template.Template{},
+		secrets: cfg.Secrets, sessionTTL: cfg.SessionTTL, revoked: cfg.Revocations}
+	if h.secrets == nil {
+		h.secrets, _ = auth.NewReleaseSigner(auth.RandomSecret())
+	}
+	if h.sessionTTL <= 0 {
+		h.sessionTTL = DefaultSessionTTL
+	}
+	if h.revoked == nil {
+		h.revoked = auth.MemoryRevocations()
+	}
 	for _, name := range []string{"signin", "locks", "lock", "confirm", "error", "webhooks", "deadletters"} {
 		h.pages[name] = template.Must(template.New("").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}

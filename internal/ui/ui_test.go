@@ -3,7 +3,6 @@ package ui
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +27,8 @@ type dash struct {
 	admin, reader, teamA string
 	api                  *http.Request    // the last request the API handler got
 	metrics              *metrics.Metrics // what the dashboard's force releases report to
+	keys                 *auth.Keyring
+	lines                []string // the key lines of admin, reader and teamA
 }
 
 func newDash(t *testing.T, store lock.Store) *dash {
@@ -55,6 +56,7 @@ func newDashWith(t *testing.T, store lock.Store, webhooks Webhooks) *dash {
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.keys, d.lines = keys, lines
 	d.metrics = metrics.New()
 	d.h = New(Config{
 		Store: store,
@@ -174,7 +176,7 @@ func TestSignIn(t *testing.T) {
 			w := httptest.NewRecorder()
 			d.h.ServeHTTP(w, r)
 			cs := w.Result().Cookies()
-			if len(cs) != 1 || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode || cs[0].Path != "/ui/" || cs[0].Secure != overTLS || cs[0].MaxAge != 0 {
+			if len(cs) != 1 || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode || cs[0].Path != "/ui/" || cs[0].Secure != overTLS || cs[0].MaxAge != int(DefaultSessionTTL/time.Second) {
 				t.Fatalf("TLS %v: cookies %+v", overTLS, cs)
 			}
 		}
@@ -214,8 +216,12 @@ func TestSignIn_ExpiredKey(t *testing.T) {
 	}
 	store := memory.New()
 	h := New(Config{Store: store, Keys: keys, API: http.NotFoundHandler(), Force: force.NewReleaser(store, metrics.New())})
-	cookieOf := func(key string) string { // session id, then the key
-		return strings.Repeat("A", sessionIDLen) + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+	cookieOf := func(apiKey string) string { // a session begun an hour before the key expired
+		k, err := keys.Authenticate(apiKey, expiredAt.Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.seal(make([]byte, sealIDLen), time.Now().Add(time.Hour), k)
 	}
 
 	w := serve(h, "POST", "/ui/signin", "", url.Values{"key": {key}, "next": {"/ui/"}})
@@ -399,8 +405,11 @@ func TestEventsStream(t *testing.T) {
 	w := serve(d.h, "GET", "/ui/events?lock=a&after=5-0", cookie, nil, "Last-Event-ID", "7-1")
 	r := d.api
 	if w.Body.String() != ": the API\n\n" || r.URL.Path != "/v1/events" || r.URL.RawQuery != "lock=a&after=5-0" ||
-		r.Header.Get("Authorization") != "Bearer "+d.reader || r.Header.Get("Last-Event-ID") != "7-1" || r.Header.Get("Cookie") != "" {
+		r.Header.Get("Authorization") != "" || r.Header.Get("Last-Event-ID") != "7-1" || r.Header.Get("Cookie") != "" {
 		t.Fatalf("the API got %s %v; answered %q", r.URL, r.Header, w.Body)
+	}
+	if k, ok := auth.KeyFrom(r.Context()); !ok || k.Principal != "viewer" {
+		t.Fatalf("the API's request is not the session's key: %+v", k)
 	}
 }
 
