@@ -94,6 +94,10 @@ type Config struct {
 	// GET /metrics.
 	Metrics *metrics.Metrics
 
+	// BodyTimeout is how long a client has to send a request's body, from
+	// the end of its header (30s; body.go).
+	BodyTimeout time.Duration
+
 	// EventsHeartbeat is how often GET /v1/events writes a keep-alive
 	// comment to a stream with nothing to send (15s).
 	EventsHeartbeat time.Duration
@@ -166,6 +170,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.EventsHeartbeat <= 0 {
 		cfg.EventsHeartbeat = DefaultEventsHeartbeat
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
 	return cfg
 }
 
@@ -192,7 +199,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r := chi.NewRouter()
 	// HEAD is served wherever GET is (RFC 9110): chi's GetHead routes it to
 	// the GET handler, and net/http drops the body.
-	r.Use(routeEscaped, middleware.GetHead, limitBody, s.requestID, s.logRequests, s.recoverPanics)
+	r.Use(routeEscaped, middleware.GetHead, s.readBodies, s.requestID, s.logRequests, s.recoverPanics)
 	r.NotFound(s.handleNotFound)
 	r.MethodNotAllowed(s.handleMethodNotAllowed)
 
