@@ -177,7 +177,7 @@ func TestOpenAPI_ProblemTypes(t *testing.T) {
 	if len(pt.Value.Enum) > 0 || !pt.Value.Type.Is("string") {
 		t.Errorf("ProblemType is %v with enum %v, want an open string", pt.Value.Type, pt.Value.Enum)
 	}
-	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "lock-delay", "session-not-found", "session-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "webhook-exists", "webhook-read-only", "webhooks-disabled", "unavailable", "internal"} {
+	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "reserved-name", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "lock-delay", "session-not-found", "session-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "webhook-exists", "webhook-read-only", "webhooks-disabled", "unavailable", "internal"} {
 		uri := "https://lockapi.dev/problems/" + name
 		if !strings.Contains(doc.Info.Description, "`"+uri+"`") {
 			t.Errorf("info.description does not list problem type %s", name)

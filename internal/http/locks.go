@@ -88,7 +88,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := callerOf(r)
-	if err := authorize(c, auth.ScopeAdmin, ""); err != nil {
+	err := authorize(c, auth.ScopeAdmin, "")
+	if err == nil {
+		err = reserved(prefix)
+	}
+	if err != nil {
 		Error(w, r, err)
 		return
 	}

@@ -232,6 +232,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 
 	if cfg.Metrics != nil {
 		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
+		if cfg.Webhooks != nil && store != nil {
+			cfg.Metrics.Gauge("lockapi_webhooks_blocked", "Webhooks whose worker lease something other than a webhook worker holds: they deliver nothing until it ends.", s.blockedWebhooks)
+		}
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}
 	r.Get("/healthz", s.handleHealth)
