@@ -204,7 +204,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.MethodNotAllowed(s.handleMethodNotAllowed)
 
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate, s.rateLimit)
+		r.Use(refuseCrossSite, s.authenticate, s.rateLimit)
 		r.Post("/v1/locks/{name}/leases", s.handleAcquire)
 		r.Post("/v1/locks/{name}/leases/{lease_id}/renew", s.handleRenew)
 		r.Delete("/v1/locks/{name}/leases/{lease_id}", s.handleRelease)
