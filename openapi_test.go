@@ -24,26 +24,26 @@ var contract = []struct {
 }{
 	{http.MethodPost, "/v1/locks/{name}/leases", "acquireLease", []string{"200", "201", "400", "401", "403", "404", "409", "410", "413", "415", "429", "501", "503"}},
 	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/renew", "renewLease", []string{"200", "400", "401", "403", "410", "413", "415", "429", "503"}},
-	{http.MethodDelete, "/v1/locks/{name}/leases/{lease_id}", "releaseLease", []string{"200", "400", "401", "403", "410", "429", "503"}},
+	{http.MethodDelete, "/v1/locks/{name}/leases/{lease_id}", "releaseLease", []string{"200", "400", "401", "403", "410", "415", "429", "503"}},
 	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/release", "releaseBySignedURL", []string{"200", "400", "403", "410", "429", "503"}},
 	{http.MethodPost, "/v1/leases", "acquireLeases", []string{"201", "400", "401", "403", "404", "409", "410", "413", "415", "429", "501", "503"}},
-	{http.MethodDelete, "/v1/leases", "releaseLeases", []string{"200", "400", "401", "403", "429", "503"}},
+	{http.MethodDelete, "/v1/leases", "releaseLeases", []string{"200", "400", "401", "403", "415", "429", "503"}},
 	{http.MethodGet, "/v1/locks/{name}", "getLock", []string{"200", "400", "401", "403", "429", "503"}},
-	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "401", "403", "429", "503"}},
+	{http.MethodDelete, "/v1/locks/{name}", "forceRelease", []string{"200", "400", "401", "403", "415", "429", "503"}},
 	{http.MethodGet, "/v1/locks", "listLocks", []string{"200", "400", "401", "403", "429", "503"}},
 	{http.MethodPost, "/v1/sessions", "createSession", []string{"201", "400", "401", "403", "413", "415", "429", "501", "503"}},
 	{http.MethodGet, "/v1/sessions", "listSessions", []string{"200", "400", "401", "403", "429", "501", "503"}},
 	{http.MethodGet, "/v1/sessions/{id}", "getSession", []string{"200", "400", "401", "403", "404", "410", "429", "501", "503"}},
-	{http.MethodDelete, "/v1/sessions/{id}", "deleteSession", []string{"200", "400", "401", "403", "404", "410", "429", "501", "503"}},
+	{http.MethodDelete, "/v1/sessions/{id}", "deleteSession", []string{"200", "400", "401", "403", "404", "410", "415", "429", "501", "503"}},
 	{http.MethodPost, "/v1/sessions/{id}/renew", "renewSession", []string{"200", "400", "401", "403", "404", "410", "413", "415", "429", "501", "503"}},
 	{http.MethodGet, "/v1/events", "getEvents", []string{"200", "400", "401", "403", "410", "429", "501", "503"}},
 	{http.MethodPost, "/v1/webhooks", "createWebhook", []string{"201", "400", "401", "403", "409", "413", "415", "429", "501", "503"}},
 	{http.MethodGet, "/v1/webhooks", "listWebhooks", []string{"200", "400", "401", "403", "429", "501", "503"}},
 	{http.MethodGet, "/v1/webhooks/{id}", "getWebhook", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
-	{http.MethodDelete, "/v1/webhooks/{id}", "deleteWebhook", []string{"204", "400", "401", "403", "404", "409", "429", "501", "503"}},
-	{http.MethodPost, "/v1/webhooks/{id}/ping", "pingWebhook", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
+	{http.MethodDelete, "/v1/webhooks/{id}", "deleteWebhook", []string{"204", "400", "401", "403", "404", "409", "415", "429", "501", "503"}},
+	{http.MethodPost, "/v1/webhooks/{id}/ping", "pingWebhook", []string{"200", "400", "401", "403", "404", "415", "429", "501", "503"}},
 	{http.MethodGet, "/v1/webhooks/{id}/dead-letters", "listDeadLetters", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},
-	{http.MethodPost, "/v1/webhooks/{id}/dead-letters/{event_id}/replay", "replayDeadLetter", []string{"202", "400", "401", "403", "404", "429", "501", "503"}},
+	{http.MethodPost, "/v1/webhooks/{id}/dead-letters/{event_id}/replay", "replayDeadLetter", []string{"202", "400", "401", "403", "404", "415", "429", "501", "503"}},
 	{http.MethodGet, "/", "getRoot", []string{"302"}},
 	{http.MethodGet, "/healthz", "getHealth", []string{"200"}},
 	{http.MethodGet, "/readyz", "getReady", []string{"200", "503"}},
@@ -177,7 +177,7 @@ func TestOpenAPI_ProblemTypes(t *testing.T) {
 	if len(pt.Value.Enum) > 0 || !pt.Value.Type.Is("string") {
 		t.Errorf("ProblemType is %v with enum %v, want an open string", pt.Value.Type, pt.Value.Enum)
 	}
-	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "lock-delay", "session-not-found", "session-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "webhook-exists", "webhook-read-only", "webhooks-disabled", "unavailable", "internal"} {
+	for _, name := range []string{"invalid-request", "unauthorized", "forbidden", "reserved-name", "rate-limited", "lock-held", "limit-mismatch", "upgrade-refused", "lease-lost", "lock-delay", "session-not-found", "session-lost", "events-gone", "not-found", "method-not-allowed", "unsupported-media-type", "payload-too-large", "events-disabled", "webhook-exists", "webhook-read-only", "webhooks-disabled", "unavailable", "internal"} {
 		uri := "https://lockapi.dev/problems/" + name
 		if !strings.Contains(doc.Info.Description, "`"+uri+"`") {
 			t.Errorf("info.description does not list problem type %s", name)

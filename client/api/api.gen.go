@@ -119,6 +119,30 @@ func (e NewWebhookSource) Valid() bool {
 	}
 }
 
+// Defines values for NewWebhookWorkerLease.
+const (
+	NewWebhookWorkerLeaseFree    NewWebhookWorkerLease = "free"
+	NewWebhookWorkerLeaseOther   NewWebhookWorkerLease = "other"
+	NewWebhookWorkerLeaseUnknown NewWebhookWorkerLease = "unknown"
+	NewWebhookWorkerLeaseWorker  NewWebhookWorkerLease = "worker"
+)
+
+// Valid indicates whether the value is a known member of the NewWebhookWorkerLease enum.
+func (e NewWebhookWorkerLease) Valid() bool {
+	switch e {
+	case NewWebhookWorkerLeaseFree:
+		return true
+	case NewWebhookWorkerLeaseOther:
+		return true
+	case NewWebhookWorkerLeaseUnknown:
+		return true
+	case NewWebhookWorkerLeaseWorker:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PingResultOutcome.
 const (
 	Delivered   PingResultOutcome = "delivered"
@@ -170,6 +194,30 @@ func (e WebhookSource) Valid() bool {
 	case WebhookSourceAPI:
 		return true
 	case WebhookSourceFile:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookWorkerLease.
+const (
+	WebhookWorkerLeaseFree    WebhookWorkerLease = "free"
+	WebhookWorkerLeaseOther   WebhookWorkerLease = "other"
+	WebhookWorkerLeaseUnknown WebhookWorkerLease = "unknown"
+	WebhookWorkerLeaseWorker  WebhookWorkerLease = "worker"
+)
+
+// Valid indicates whether the value is a known member of the WebhookWorkerLease enum.
+func (e WebhookWorkerLease) Valid() bool {
+	switch e {
+	case WebhookWorkerLeaseFree:
+		return true
+	case WebhookWorkerLeaseOther:
+		return true
+	case WebhookWorkerLeaseUnknown:
+		return true
+	case WebhookWorkerLeaseWorker:
 		return true
 	default:
 		return false
@@ -671,10 +719,16 @@ type NewWebhook struct {
 
 	// URL Example: https://ci.example/hooks/lockapi
 	URL string `json:"url"`
+
+	// WorkerLease Who holds the lease that lets a worker deliver this webhook (the lock `lockapi.webhook.<id>`): `worker`, a worker delivers; `free`, a worker takes it at its next try; `other`, something that is not a worker holds it, and nothing is delivered until it ends or an admin force-releases it (also counted by the `lockapi_webhooks_blocked` metric); `unknown`, the store did not answer.
+	WorkerLease *NewWebhookWorkerLease `json:"worker_lease,omitempty"`
 }
 
 // NewWebhookSource `api` for webhooks created here, `file` for those of `LOCKAPI_WEBHOOKS_FILE`.
 type NewWebhookSource string
+
+// NewWebhookWorkerLease Who holds the lease that lets a worker deliver this webhook (the lock `lockapi.webhook.<id>`): `worker`, a worker delivers; `free`, a worker takes it at its next try; `other`, something that is not a worker holds it, and nothing is delivered until it ends or an admin force-releases it (also counted by the `lockapi_webhooks_blocked` metric); `unknown`, the store did not answer.
+type NewWebhookWorkerLease string
 
 // OpenAPIJSONDocument This OpenAPI document, as a JSON object.
 type OpenAPIJSONDocument map[string]interface{}
@@ -757,6 +811,7 @@ type Problem struct {
 	// - `https://lockapi.dev/problems/invalid-request`
 	// - `https://lockapi.dev/problems/unauthorized`
 	// - `https://lockapi.dev/problems/forbidden`
+	// - `https://lockapi.dev/problems/reserved-name`
 	// - `https://lockapi.dev/problems/rate-limited`
 	// - `https://lockapi.dev/problems/lock-held`
 	// - `https://lockapi.dev/problems/limit-mismatch`
@@ -790,6 +845,7 @@ type Problem struct {
 // - `https://lockapi.dev/problems/invalid-request`
 // - `https://lockapi.dev/problems/unauthorized`
 // - `https://lockapi.dev/problems/forbidden`
+// - `https://lockapi.dev/problems/reserved-name`
 // - `https://lockapi.dev/problems/rate-limited`
 // - `https://lockapi.dev/problems/lock-held`
 // - `https://lockapi.dev/problems/limit-mismatch`
@@ -941,7 +997,7 @@ type SessionList struct {
 
 // Webhook A subscription of a URL to lock events. Never its secret.
 //
-// Example: {"created_at":"2026-11-23T17:00:00.000Z","id":"01jd3z8q6w9m4t5r2k7x1b0c8n","prefix":"ci:","source":"api","types":["released"],"url":"https://ci.example/hooks/lockapi"}
+// Example: {"created_at":"2026-11-23T17:00:00.000Z","id":"01jd3z8q6w9m4t5r2k7x1b0c8n","prefix":"ci:","source":"api","types":["released"],"url":"https://ci.example/hooks/lockapi","worker_lease":"worker"}
 type Webhook struct {
 	// CreatedAt When it was created; absent for the file's.
 	CreatedAt *time.Time `json:"created_at,omitempty"`
@@ -960,10 +1016,16 @@ type Webhook struct {
 
 	// URL Example: https://ci.example/hooks/lockapi
 	URL string `json:"url"`
+
+	// WorkerLease Who holds the lease that lets a worker deliver this webhook (the lock `lockapi.webhook.<id>`): `worker`, a worker delivers; `free`, a worker takes it at its next try; `other`, something that is not a worker holds it, and nothing is delivered until it ends or an admin force-releases it (also counted by the `lockapi_webhooks_blocked` metric); `unknown`, the store did not answer.
+	WorkerLease *WebhookWorkerLease `json:"worker_lease,omitempty"`
 }
 
 // WebhookSource `api` for webhooks created here, `file` for those of `LOCKAPI_WEBHOOKS_FILE`.
 type WebhookSource string
+
+// WebhookWorkerLease Who holds the lease that lets a worker deliver this webhook (the lock `lockapi.webhook.<id>`): `worker`, a worker delivers; `free`, a worker takes it at its next try; `other`, something that is not a worker holds it, and nothing is delivered until it ends or an admin force-releases it (also counted by the `lockapi_webhooks_blocked` metric); `unknown`, the store did not answer.
+type WebhookWorkerLease string
 
 // WebhookEvent The body of a delivery: one event as `GET /v1/events` sends it (docs/EVENTS.md), never with `lease_id`. A ping has only `id`, `type` (`ping`), `webhook` and `time`.
 //
@@ -1699,7 +1761,7 @@ type ClientInterface interface {
 
 	// ListSessions List live sessions
 	//
-	// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+	// The live sessions by id: to an admin, its own and every other principal's whose principal and locks its patterns all cover; the caller's own to anyone else.
 	//
 	// Corresponds with GET /v1/sessions (the `ListSessions` operationId).
 	ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2397,7 +2459,7 @@ func (c *Client) RenewLease(ctx context.Context, name LockName, leaseID LeaseIDP
 
 // ListSessions List live sessions
 //
-// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+// The live sessions by id: to an admin, its own and every other principal's whose principal and locks its patterns all cover; the caller's own to anyone else.
 //
 // Corresponds with GET /v1/sessions (the `ListSessions` operationId).
 func (c *Client) ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4412,7 +4474,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListSessionsWithResponse List live sessions
 	//
-	// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+	// The live sessions by id: to an admin, its own and every other principal's whose principal and locks its patterns all cover; the caller's own to anyone else.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5109,6 +5171,11 @@ type ReleaseLeasesResponse403Headers struct {
 	XRequestID string
 }
 
+// ReleaseLeasesResponse415Headers the declared response headers of an HTTP 415 response for ReleaseLeases
+type ReleaseLeasesResponse415Headers struct {
+	XRequestID string
+}
+
 // ReleaseLeasesResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLeases
 type ReleaseLeasesResponse429Headers struct {
 	RetryAfter int
@@ -5137,6 +5204,8 @@ type ReleaseLeasesResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -5151,6 +5220,8 @@ type ReleaseLeasesResponse struct {
 	Headers401 *ReleaseLeasesResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ReleaseLeasesResponse403Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ReleaseLeasesResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseLeasesResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5177,6 +5248,11 @@ func (r ReleaseLeasesResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ReleaseLeasesResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReleaseLeasesResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5599,6 +5675,11 @@ type ForceReleaseResponse403Headers struct {
 	XRequestID string
 }
 
+// ForceReleaseResponse415Headers the declared response headers of an HTTP 415 response for ForceRelease
+type ForceReleaseResponse415Headers struct {
+	XRequestID string
+}
+
 // ForceReleaseResponse429Headers the declared response headers of an HTTP 429 response for ForceRelease
 type ForceReleaseResponse429Headers struct {
 	RetryAfter int
@@ -5627,6 +5708,8 @@ type ForceReleaseResponse struct {
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -5641,6 +5724,8 @@ type ForceReleaseResponse struct {
 	Headers401 *ForceReleaseResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ForceReleaseResponse403Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ForceReleaseResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ForceReleaseResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5667,6 +5752,11 @@ func (r ForceReleaseResponse) GetApplicationProblemJSON401() *Unauthorized {
 // GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ForceReleaseResponse) GetApplicationProblemJSON403() *Forbidden {
 	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ForceReleaseResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6113,6 +6203,11 @@ type ReleaseLeaseResponse410Headers struct {
 	XRequestID string
 }
 
+// ReleaseLeaseResponse415Headers the declared response headers of an HTTP 415 response for ReleaseLease
+type ReleaseLeaseResponse415Headers struct {
+	XRequestID string
+}
+
 // ReleaseLeaseResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLease
 type ReleaseLeaseResponse429Headers struct {
 	RetryAfter int
@@ -6143,6 +6238,8 @@ type ReleaseLeaseResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationProblemJSON410 *LeaseLost
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -6159,6 +6256,8 @@ type ReleaseLeaseResponse struct {
 	Headers403 *ReleaseLeaseResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseLeaseResponse410Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ReleaseLeaseResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseLeaseResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -6190,6 +6289,11 @@ func (r ReleaseLeaseResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseLeaseResponse) GetApplicationProblemJSON410() *LeaseLost {
 	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReleaseLeaseResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6905,6 +7009,11 @@ type DeleteSessionResponse410Headers struct {
 	XRequestID string
 }
 
+// DeleteSessionResponse415Headers the declared response headers of an HTTP 415 response for DeleteSession
+type DeleteSessionResponse415Headers struct {
+	XRequestID string
+}
+
 // DeleteSessionResponse429Headers the declared response headers of an HTTP 429 response for DeleteSession
 type DeleteSessionResponse429Headers struct {
 	RetryAfter int
@@ -6942,6 +7051,8 @@ type DeleteSessionResponse struct {
 	ApplicationProblemJSON404 *SessionNotFound
 	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationProblemJSON410 *SessionLost
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -6962,6 +7073,8 @@ type DeleteSessionResponse struct {
 	Headers404 *DeleteSessionResponse404Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *DeleteSessionResponse410Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *DeleteSessionResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteSessionResponse429Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -7000,6 +7113,11 @@ func (r DeleteSessionResponse) GetApplicationProblemJSON404() *SessionNotFound {
 // GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r DeleteSessionResponse) GetApplicationProblemJSON410() *SessionLost {
 	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -7805,6 +7923,11 @@ type DeleteWebhookResponse409Headers struct {
 	XRequestID string
 }
 
+// DeleteWebhookResponse415Headers the declared response headers of an HTTP 415 response for DeleteWebhook
+type DeleteWebhookResponse415Headers struct {
+	XRequestID string
+}
+
 // DeleteWebhookResponse429Headers the declared response headers of an HTTP 429 response for DeleteWebhook
 type DeleteWebhookResponse429Headers struct {
 	RetryAfter int
@@ -7840,6 +7963,8 @@ type DeleteWebhookResponse struct {
 	ApplicationProblemJSON404 *WebhookNotFound
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *WebhookConflict
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -7860,6 +7985,8 @@ type DeleteWebhookResponse struct {
 	Headers404 *DeleteWebhookResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *DeleteWebhookResponse409Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *DeleteWebhookResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteWebhookResponse429Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -7893,6 +8020,11 @@ func (r DeleteWebhookResponse) GetApplicationProblemJSON404() *WebhookNotFound {
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r DeleteWebhookResponse) GetApplicationProblemJSON409() *WebhookConflict {
 	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r DeleteWebhookResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -8296,6 +8428,11 @@ type ReplayDeadLetterResponse404Headers struct {
 	XRequestID string
 }
 
+// ReplayDeadLetterResponse415Headers the declared response headers of an HTTP 415 response for ReplayDeadLetter
+type ReplayDeadLetterResponse415Headers struct {
+	XRequestID string
+}
+
 // ReplayDeadLetterResponse429Headers the declared response headers of an HTTP 429 response for ReplayDeadLetter
 type ReplayDeadLetterResponse429Headers struct {
 	RetryAfter int
@@ -8331,6 +8468,8 @@ type ReplayDeadLetterResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *WebhookNotFound
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -8349,6 +8488,8 @@ type ReplayDeadLetterResponse struct {
 	Headers403 *ReplayDeadLetterResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ReplayDeadLetterResponse404Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ReplayDeadLetterResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReplayDeadLetterResponse429Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -8382,6 +8523,11 @@ func (r ReplayDeadLetterResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ReplayDeadLetterResponse) GetApplicationProblemJSON404() *WebhookNotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReplayDeadLetterResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -8459,6 +8605,11 @@ type PingWebhookResponse404Headers struct {
 	XRequestID string
 }
 
+// PingWebhookResponse415Headers the declared response headers of an HTTP 415 response for PingWebhook
+type PingWebhookResponse415Headers struct {
+	XRequestID string
+}
+
 // PingWebhookResponse429Headers the declared response headers of an HTTP 429 response for PingWebhook
 type PingWebhookResponse429Headers struct {
 	RetryAfter int
@@ -8494,6 +8645,8 @@ type PingWebhookResponse struct {
 	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *WebhookNotFound
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *RateLimited
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -8512,6 +8665,8 @@ type PingWebhookResponse struct {
 	Headers403 *PingWebhookResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PingWebhookResponse404Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PingWebhookResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *PingWebhookResponse429Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -8545,6 +8700,11 @@ func (r PingWebhookResponse) GetApplicationProblemJSON403() *Forbidden {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r PingWebhookResponse) GetApplicationProblemJSON404() *WebhookNotFound {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PingWebhookResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -9064,7 +9224,7 @@ func (c *ClientWithResponses) RenewLeaseWithResponse(ctx context.Context, name L
 
 // ListSessionsWithResponse List live sessions
 //
-// The live sessions by id: every principal's to an admin, the caller's own to anyone else.
+// The live sessions by id: to an admin, its own and every other principal's whose principal and locks its patterns all cover; the caller's own to anyone else.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9895,6 +10055,13 @@ func ParseReleaseLeasesResponse(rsp *http.Response) (*ReleaseLeasesResponse, err
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9966,6 +10133,16 @@ func ParseReleaseLeasesResponse(rsp *http.Response) (*ReleaseLeasesResponse, err
 			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 415:
+		var headers ReleaseLeasesResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseLeasesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -10490,6 +10667,13 @@ func ParseForceReleaseResponse(rsp *http.Response) (*ForceReleaseResponse, error
 		}
 		response.ApplicationProblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10561,6 +10745,16 @@ func ParseForceReleaseResponse(rsp *http.Response) (*ForceReleaseResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 415:
+		var headers ForceReleaseResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers ForceReleaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -11144,6 +11338,13 @@ func ParseReleaseLeaseResponse(rsp *http.Response) (*ReleaseLeaseResponse, error
 		}
 		response.ApplicationProblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11225,6 +11426,16 @@ func ParseReleaseLeaseResponse(rsp *http.Response) (*ReleaseLeaseResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 415:
+		var headers ReleaseLeaseResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseLeaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -12097,6 +12308,13 @@ func ParseDeleteSessionResponse(rsp *http.Response) (*DeleteSessionResponse, err
 		}
 		response.ApplicationProblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12195,6 +12413,16 @@ func ParseDeleteSessionResponse(rsp *http.Response) (*DeleteSessionResponse, err
 			headers.XRequestID = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 415:
+		var headers DeleteSessionResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteSessionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -13182,6 +13410,13 @@ func ParseDeleteWebhookResponse(rsp *http.Response) (*DeleteWebhookResponse, err
 		}
 		response.ApplicationProblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13280,6 +13515,16 @@ func ParseDeleteWebhookResponse(rsp *http.Response) (*DeleteWebhookResponse, err
 			headers.XRequestID = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 415:
+		var headers DeleteWebhookResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteWebhookResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -13780,6 +14025,13 @@ func ParseReplayDeadLetterResponse(rsp *http.Response) (*ReplayDeadLetterRespons
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13868,6 +14120,16 @@ func ParseReplayDeadLetterResponse(rsp *http.Response) (*ReplayDeadLetterRespons
 			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 415:
+		var headers ReplayDeadLetterResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReplayDeadLetterResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -13976,6 +14238,13 @@ func ParsePingWebhookResponse(rsp *http.Response) (*PingWebhookResponse, error) 
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14064,6 +14333,16 @@ func ParsePingWebhookResponse(rsp *http.Response) (*PingWebhookResponse, error) 
 			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 415:
+		var headers PingWebhookResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers PingWebhookResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -95,9 +95,24 @@ func clientHost(r *http.Request) string {
 
 // authorize checks that the caller has scope and, when name is not "", may
 // use that lock name, by the one rule every front door applies
-// (auth.Key.Allow): on an open server everything is allowed.
+// (auth.Key.Allow): on an open server everything is allowed, but for the
+// names lockapi keeps for itself (reserved), which nobody may use.
 func authorize(c caller, scope auth.Scope, name string) error {
+	if err := reserved(name); err != nil {
+		return err
+	}
 	return c.key.Allow(scope, name)
+}
+
+// reserved refuses a lock name, or a prefix of names, that lockapi keeps
+// for itself (lock.ReservedPrefix): to every caller, for every route but a
+// force release, which frees a name that something took in spite of the
+// rule (a webhook worker's lease; Webhook.WorkerLease).
+func reserved(name string) error {
+	if !lock.Reserved(name) {
+		return nil
+	}
+	return &httpError{kindReserved, fmt.Sprintf("%q is a reserved name: names that begin with %q are lockapi's own", name, lock.ReservedPrefix)}
 }
 
 // leaseRef names a lease on behalf of the caller: renew and release are

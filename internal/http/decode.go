@@ -24,21 +24,10 @@ import (
 const (
 	// MaxBodyBytes is the largest request body accepted (413 above).
 	MaxBodyBytes = 64 << 10
-	// bodyReadTimeout bounds reading a body, so that a client trickling
-	// bytes cannot hold a handler forever.
-	bodyReadTimeout = 30 * time.Second
+	// DefaultBodyTimeout is how long a client has to send a request's
+	// body (Config.BodyTimeout; body.go).
+	DefaultBodyTimeout = 30 * time.Second
 )
-
-// limitBody caps every request body at MaxBodyBytes. It must see net/http's
-// own ResponseWriter, so that an oversized body closes the connection.
-func limitBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		}
-		next.ServeHTTP(w, r)
-	})
-}
 
 // decodeBody decodes an optional JSON object body into v, a pointer to a
 // struct whose fields are all optional. An empty body leaves v untouched.
@@ -57,10 +46,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		return errTooLarge
 	}
 
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	data, err := readBody(r)
-	_ = rc.SetReadDeadline(time.Time{})
+	data, err := bodyBytes(r)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return errTooLarge

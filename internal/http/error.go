@@ -42,6 +42,7 @@ var (
 	kindMediaType    = problemKind{http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type"}
 	kindUnauthorized = problemKind{http.StatusUnauthorized, "unauthorized", "Unauthorized"}
 	kindForbidden    = problemKind{http.StatusForbidden, "forbidden", "Forbidden"}
+	kindReserved     = problemKind{http.StatusForbidden, "reserved-name", "Reserved name"}
 	kindRateLimited  = problemKind{http.StatusTooManyRequests, "rate-limited", "Too many requests"}
 	kindInternal     = problemKind{http.StatusInternalServerError, "internal", "Internal server error"}
 	kindUnavailable  = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}

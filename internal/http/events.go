@@ -56,7 +56,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := callerOf(r)
-	if err := authorize(c, auth.ScopeRead, filter.Lock); err != nil {
+	err = authorize(c, auth.ScopeRead, filter.Lock)
+	if err == nil {
+		err = reserved(filter.Prefix)
+	}
+	if err != nil {
 		Error(w, r, err)
 		return
 	}

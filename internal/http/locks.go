@@ -88,20 +88,27 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := callerOf(r)
-	if err := authorize(c, auth.ScopeAdmin, ""); err != nil {
+	err := authorize(c, auth.ScopeAdmin, "")
+	if err == nil {
+		err = reserved(prefix)
+	}
+	if err != nil {
 		Error(w, r, err)
 		return
 	}
 
-	page, err := s.store.List(r.Context(), lock.ListRequest{Prefix: prefix, Limit: int(limit), Cursor: cursor})
+	// A key sees only the names its patterns cover, and the store passes
+	// over the others before it counts a page: a page, and its cursor, are
+	// the same whether or not there are names the key may not see.
+	visible := func(name string) bool { return authorize(c, auth.ScopeAdmin, name) == nil }
+	page, err := s.store.List(r.Context(), lock.ListRequest{Prefix: prefix, Limit: int(limit), Cursor: cursor, Visible: visible})
 	if err != nil {
 		Error(w, r, err)
 		return
 	}
 	out := LockList{Locks: make([]LockState, 0, len(page.Locks))}
 	for _, st := range page.Locks {
-		// A key sees only the names its patterns cover.
-		if authorize(c, auth.ScopeAdmin, st.Lock) == nil {
+		if visible(st.Lock) { // again, for a store that ignores Visible
 			out.Locks = append(out.Locks, newLockState(st))
 		}
 	}

@@ -94,6 +94,10 @@ type Config struct {
 	// GET /metrics.
 	Metrics *metrics.Metrics
 
+	// BodyTimeout is how long a client has to send a request's body, from
+	// the end of its header (30s; body.go).
+	BodyTimeout time.Duration
+
 	// EventsHeartbeat is how often GET /v1/events writes a keep-alive
 	// comment to a stream with nothing to send (15s).
 	EventsHeartbeat time.Duration
@@ -166,6 +170,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.EventsHeartbeat <= 0 {
 		cfg.EventsHeartbeat = DefaultEventsHeartbeat
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
 	return cfg
 }
 
@@ -192,12 +199,12 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r := chi.NewRouter()
 	// HEAD is served wherever GET is (RFC 9110): chi's GetHead routes it to
 	// the GET handler, and net/http drops the body.
-	r.Use(routeEscaped, middleware.GetHead, limitBody, s.requestID, s.logRequests, s.recoverPanics)
+	r.Use(routeEscaped, middleware.GetHead, s.readBodies, s.requestID, s.logRequests, s.recoverPanics)
 	r.NotFound(s.handleNotFound)
 	r.MethodNotAllowed(s.handleMethodNotAllowed)
 
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate, s.rateLimit)
+		r.Use(refuseCrossSite, s.authenticate, s.rateLimit)
 		r.Post("/v1/locks/{name}/leases", s.handleAcquire)
 		r.Post("/v1/locks/{name}/leases/{lease_id}/renew", s.handleRenew)
 		r.Delete("/v1/locks/{name}/leases/{lease_id}", s.handleRelease)
@@ -225,6 +232,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 
 	if cfg.Metrics != nil {
 		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
+		if cfg.Webhooks != nil && store != nil {
+			cfg.Metrics.Gauge("lockapi_webhooks_blocked", "Webhooks whose worker lease something other than a webhook worker holds: they deliver nothing until it ends.", s.blockedWebhooks)
+		}
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}
 	r.Get("/healthz", s.handleHealth)

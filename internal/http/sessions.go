@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -83,13 +84,55 @@ func (s *Server) sessions() (lock.Sessions, error) {
 func sessionLocation(id string) string { return "/v1/sessions/" + id }
 
 // sessionRef names a session on behalf of the caller: another principal's
-// session is not found, unless the caller is an admin.
+// session is not found, unless the caller is an admin (whose reach
+// sessionVisible then bounds).
 func sessionRef(c caller, id string) lock.SessionRef {
 	ref := lock.SessionRef{ID: id}
 	if c.key != nil && !c.key.Has(auth.ScopeAdmin) {
 		ref.Principal = c.principal
 	}
 	return ref
+}
+
+// sessionVisible is the rule by which an admin sees and acts on another
+// principal's session (docs/SECURITY.md): the key's patterns must cover
+// the session's principal and every lock it holds, as they bound force
+// release, listing and webhooks. Its own sessions, and every session on an
+// open server, are always visible; a non-admin's reach the store bounds by
+// principal (sessionRef).
+func sessionVisible(c caller, sess lock.Session) bool {
+	if c.key == nil || sess.Principal == c.principal {
+		return true
+	}
+	if !c.key.Has(auth.ScopeAdmin) || !c.key.MayUse(sess.Principal) {
+		return false
+	}
+	for _, l := range sess.Leases {
+		if !c.key.MayUse(l.Lock) {
+			return false
+		}
+	}
+	return true
+}
+
+// visibleSession checks, for an admin, that the session ref names is one
+// sessionVisible lets it act on, and answers the same session-not-found
+// that a principal gets for another's session when it is not. The answer
+// then names the session's own principal, so the act that follows is
+// bound to it.
+func visibleSession(ctx context.Context, ss lock.Sessions, c caller, ref lock.SessionRef) (lock.SessionRef, error) {
+	if c.key == nil || ref.Principal != "" {
+		return ref, nil
+	}
+	sess, err := ss.GetSession(ctx, ref)
+	if err != nil {
+		return ref, err
+	}
+	if !sessionVisible(c, sess) {
+		return ref, lock.SessionNotFound(ref.ID)
+	}
+	ref.Principal = sess.Principal
+	return ref, nil
 }
 
 // checkSessionTTL checks a session's TTL against the domain's bounds, then
@@ -178,11 +221,14 @@ func (s *Server) sessionCall(w http.ResponseWriter, r *http.Request, fields []lo
 		Error(w, r, err)
 		return nil, ref, false
 	}
-	if ss, err = s.sessions(); err != nil {
+	if ss, err = s.sessions(); err == nil {
+		ref, err = visibleSession(r.Context(), ss, c, sessionRef(c, id))
+	}
+	if err != nil {
 		Error(w, r, err)
 		return nil, ref, false
 	}
-	return ss, sessionRef(c, id), true
+	return ss, ref, true
 }
 
 // handleRenewSession handles the "POST /v1/sessions/{id}/renew" route.
@@ -246,7 +292,8 @@ const (
 )
 
 // handleListSessions handles the "GET /v1/sessions" route: an admin sees
-// every principal's sessions, anyone else their own.
+// every principal's sessions that its patterns cover (sessionVisible),
+// anyone else their own.
 func (s *Server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 	q := parseQuery(r)
 	prefix, _ := q.str("owner_prefix")
@@ -268,7 +315,8 @@ func (s *Server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
-	f := lock.SessionFilter{OwnerPrefix: prefix, Limit: int(limit), Principal: sessionRef(c, "").Principal}
+	f := lock.SessionFilter{OwnerPrefix: prefix, Limit: int(limit), Principal: sessionRef(c, "").Principal,
+		Visible: func(sess lock.Session) bool { return sessionVisible(c, sess) }}
 	list, err := ss.ListSessions(r.Context(), f)
 	if err != nil {
 		Error(w, r, err)

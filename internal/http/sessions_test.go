@@ -169,6 +169,58 @@ func TestSessions_principals(t *testing.T) {
 	}
 }
 
+// An admin limited by patterns reaches another principal's session only
+// when its patterns cover that principal and every lock the session holds:
+// else the session is not found to it, as to any other principal, and
+// neither its lock nor its lock-delay can be turned against its owner.
+func TestSessions_patternLimitedAdmin(t *testing.T) {
+	keyB, lineB, err := auth.NewKey("team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"team-b:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyAdminA, lineAdminA, err := auth.NewKey("admin-a", []auth.Scope{auth.ScopeAdmin}, []string{"team-a:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyAdminB, lineAdminB, err := auth.NewKey("admin-b", []auth.Scope{auth.ScopeAdmin}, []string{"team-b*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := auth.ParseKeys(lineB + "\n" + lineAdminA + "\n" + lineAdminB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := MustOpenEnv(t, lockhttp.Config{Keys: keys})
+	as := func(key string) []string { return []string{"Authorization", "Bearer " + key} }
+
+	sess := e.CreateSession(`{"owner":"worker-b","lock_delay_ms":60000}`, as(keyB)...)
+	path := "/v1/sessions/" + sess.SessionID
+	if resp := e.Do("POST", "/v1/locks/team-b:secret-bound/leases", `{"session":"`+sess.SessionID+`"}`, as(keyB)...); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("bind: %d %s", resp.StatusCode, resp.Body)
+	}
+
+	WantProblem(t, e.Do("GET", path, "", as(keyAdminA)...), http.StatusNotFound, "session-not-found")
+	WantProblem(t, e.Do("POST", path+"/renew", `{"ttl_ms":100}`, as(keyAdminA)...), http.StatusNotFound, "session-not-found")
+	WantProblem(t, e.Do("DELETE", path, "", as(keyAdminA)...), http.StatusNotFound, "session-not-found")
+	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", as(keyAdminA)...)); len(list.Sessions) != 0 {
+		t.Fatalf("admin-a lists %+v", list)
+	}
+	if st := e.State("team-b:secret-bound"); !st.Held {
+		t.Fatalf("team-b's lock after admin-a's tries: %+v", st)
+	}
+	if got := Decode[lockhttp.Session](t, e.Do("GET", path, "", as(keyB)...)); got.TTLMs != sess.TTLMs {
+		t.Fatalf("admin-a changed the session's TTL: %+v", got)
+	}
+
+	// An admin whose patterns cover the principal and the lock reaches it.
+	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", as(keyAdminB)...)); len(list.Sessions) != 1 || list.Sessions[0].SessionID != sess.SessionID {
+		t.Fatalf("admin-b lists %+v", list)
+	}
+	if resp := e.Do("DELETE", path, "", as(keyAdminB)...); resp.StatusCode != http.StatusOK {
+		t.Fatalf("admin-b ends the session: %d %s", resp.StatusCode, resp.Body)
+	}
+}
+
 // A store that declares no sessions answers every session route, and an
 // acquire naming a session, 501 unsupported.
 func TestSessions_unsupported(t *testing.T) {

@@ -3,6 +3,7 @@ package http
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 
 	"github.com/lockapi/lockapi/event"
@@ -39,10 +40,68 @@ type Webhook struct {
 	Source webhook.Source   `json:"source"`
 	// CreatedAt is absent for the file's subscriptions.
 	CreatedAt string `json:"created_at,omitempty"`
+	// WorkerLease says who holds the lease that lets a worker deliver the
+	// subscription (webhook.LeaseName): a worker, nobody (one takes it at
+	// its next try), or something other than a worker, which stops every
+	// delivery until it ends (or an admin force-releases it).
+	WorkerLease WorkerLease `json:"worker_lease"`
+}
+
+// WorkerLease is the worker_lease of a Webhook.
+type WorkerLease string
+
+const (
+	WorkerLeaseWorker WorkerLease = "worker"
+	WorkerLeaseFree   WorkerLease = "free"
+	WorkerLeaseOther  WorkerLease = "other"
+	// WorkerLeaseUnknown: the store did not answer.
+	WorkerLeaseUnknown WorkerLease = "unknown"
+)
+
+// workerLease reads who holds the worker lease of subscription id.
+func (s *Server) workerLease(ctx context.Context, id string) WorkerLease {
+	st, err := s.store.Inspect(ctx, webhook.LeaseName(id))
+	switch {
+	case err != nil:
+		return WorkerLeaseUnknown
+	case !st.Held:
+		return WorkerLeaseFree
+	}
+	for _, h := range st.Holders {
+		if h.Principal != webhook.LeasePrincipal {
+			return WorkerLeaseOther
+		}
+	}
+	return WorkerLeaseWorker
+}
+
+// webhookView is the JSON form of sub, with its worker lease.
+func (s *Server) webhookView(ctx context.Context, sub webhook.Subscription) Webhook {
+	w := newWebhook(sub)
+	w.WorkerLease = s.workerLease(ctx, sub.ID)
+	return w
+}
+
+// blockedWebhooks counts the subscriptions whose worker lease something
+// other than a worker holds: the lockapi_webhooks_blocked gauge.
+func (s *Server) blockedWebhooks() float64 {
+	ctx, cancel := context.WithTimeout(s.closing, readyTimeout)
+	defer cancel()
+	subs, err := s.cfg.Webhooks.List(ctx)
+	if err != nil {
+		return math.NaN()
+	}
+	n := 0
+	for _, sub := range subs {
+		if s.workerLease(ctx, sub.ID) == WorkerLeaseOther {
+			n++
+		}
+	}
+	return float64(n)
 }
 
 func newWebhook(s webhook.Subscription) Webhook {
-	w := Webhook{ID: s.ID, URL: s.URL, Prefix: s.Prefix, Types: s.Types, Source: s.Source}
+	w := Webhook{ID: s.ID, URL: s.URL, Prefix: s.Prefix, Types: s.Types, Source: s.Source, WorkerLease: WorkerLeaseFree}
 	if w.Types == nil {
 		w.Types = []lock.EventType{}
 	}
@@ -164,7 +223,7 @@ func (s *Server) handleCreateWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/webhooks/"+sub.ID)
-	writeJSON(w, r, http.StatusCreated, NewWebhook{Webhook: newWebhook(sub), Secret: sub.Secrets[0]})
+	writeJSON(w, r, http.StatusCreated, NewWebhook{Webhook: s.webhookView(r.Context(), sub), Secret: sub.Secrets[0]})
 }
 
 // handleListWebhooks handles the "GET /v1/webhooks" route: every
@@ -191,7 +250,7 @@ func (s *Server) handleListWebhooks(w http.ResponseWriter, r *http.Request) {
 	out := WebhookList{Webhooks: make([]Webhook, 0, len(subs))}
 	for _, sub := range subs {
 		if webhookCaller(c, sub.Prefix) == nil {
-			out.Webhooks = append(out.Webhooks, newWebhook(sub))
+			out.Webhooks = append(out.Webhooks, s.webhookView(r.Context(), sub))
 		}
 	}
 	writeJSON(w, r, http.StatusOK, out)
@@ -203,7 +262,7 @@ func (s *Server) handleGetWebhook(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, r, http.StatusOK, newWebhook(sub))
+	writeJSON(w, r, http.StatusOK, s.webhookView(r.Context(), sub))
 }
 
 // handleDeleteWebhook handles the "DELETE /v1/webhooks/{id}" route: the

@@ -174,6 +174,16 @@ type ListRequest struct {
 	Prefix string
 	Limit  int
 	Cursor string // "" starts at the beginning
+	// Visible, when set, selects the names the caller may see: the others
+	// are passed over as if they were not held, before Limit counts, so
+	// that neither a page's length nor its cursor tells them apart from
+	// names that do not exist (docs/SECURITY.md).
+	Visible func(name string) bool
+}
+
+// Shows reports whether r's Visible selects name.
+func (r ListRequest) Shows(name string) bool {
+	return r.Visible == nil || r.Visible(name)
 }
 
 // ListPage is one page of held locks. NextCursor is "" on the last page.

@@ -53,11 +53,19 @@ type SessionRef struct {
 }
 
 // SessionFilter selects sessions to list: those of Principal ("" for every
-// principal's) whose owner starts with OwnerPrefix, at most Limit of them.
+// principal's) whose owner starts with OwnerPrefix and that Visible (nil:
+// every one) accepts, at most Limit of them. Visible is applied before
+// Limit, so a page is never cut short by sessions the caller may not see.
 type SessionFilter struct {
 	Principal   string
 	OwnerPrefix string
+	Visible     func(Session) bool
 	Limit       int
+}
+
+// Shows reports whether f selects s by its Visible rule.
+func (f SessionFilter) Shows(s Session) bool {
+	return f.Visible == nil || f.Visible(s)
 }
 
 // Sessions is the part of a store that keeps sessions. A store declares it

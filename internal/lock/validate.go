@@ -64,6 +64,15 @@ func CheckName(field, name string) *FieldError {
 	return &FieldError{Field: field, Detail: fmt.Sprintf("a lock name is 1-%d characters from A-Z a-z 0-9 . _ : @ ~ -, not only dots", MaxNameLen)}
 }
 
+// ReservedPrefix begins the names that lockapi uses for itself, such as a
+// webhook worker's lease (lockapi.webhook.<id>). The API refuses them to
+// every caller (docs/SECURITY.md): a client holding one could stop what
+// lockapi does with it.
+const ReservedPrefix = "lockapi."
+
+// Reserved reports whether name is one that lockapi keeps for itself.
+func Reserved(name string) bool { return strings.HasPrefix(name, ReservedPrefix) }
+
 // CheckPrefix returns a field error for an invalid name prefix ("" is valid).
 func CheckPrefix(field, prefix string) *FieldError {
 	if len(prefix) <= MaxNameLen && validNameChars(prefix) {

@@ -115,11 +115,14 @@ func (m *Metrics) Counter(name, help string, fn func() float64) {
 
 // Request records one HTTP request by route pattern, method and status.
 // What the request did to a lock is not read from these: the handler that
-// knows reports it (Grant, Conflict, LeaseLost, Release).
+// knows reports it (Grant, Conflict, LeaseLost, Release). A client chooses
+// the method, so a method not in RFC 9110 counts as "other": every label
+// value is one the server chose.
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	if m == nil {
 		return
 	}
+	method = methodLabel(method)
 	key := requestLabels{route, method, status}
 	s, ok := m.observers.Load(key)
 	if !ok {
@@ -132,6 +135,17 @@ func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	rs := s.(*requestSeries)
 	rs.count.Inc()
 	rs.duration.Observe(d.Seconds())
+}
+
+// methodLabel is method's label value: itself if RFC 9110 defines it (or
+// PATCH), else "other".
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "other"
 }
 
 // GrantKind is how a lease was granted, the kind label of

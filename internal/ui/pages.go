@@ -170,14 +170,16 @@ func (h *Handler) locksPage(r *http.Request, s session) (locksPage, error) {
 // by name.
 func (h *Handler) held(ctx context.Context, s session, prefix string) (locks []lockView, more bool, err error) {
 	cursor := ""
+	// As GET /v1/locks: the names a key may not see, and lockapi's own,
+	// are passed over before a page is counted.
+	visible := func(name string) bool { return s.may(auth.ScopeAdmin, name) && !lock.Reserved(name) }
 	for range maxListPages {
-		page, err := h.store.List(ctx, lock.ListRequest{Prefix: prefix, Limit: listPageSize, Cursor: cursor})
+		page, err := h.store.List(ctx, lock.ListRequest{Prefix: prefix, Limit: listPageSize, Cursor: cursor, Visible: visible})
 		if err != nil {
 			return nil, false, err
 		}
 		for _, st := range page.Locks {
-			// As GET /v1/locks: a key sees only the names its patterns cover.
-			if st.Held && s.may(auth.ScopeAdmin, st.Lock) {
+			if st.Held && visible(st.Lock) { // again, for a store that ignores Visible
 				locks = append(locks, newLockView(st))
 			}
 		}
@@ -286,10 +288,14 @@ func (h *Handler) lockPage(r *http.Request, s session, scope auth.Scope) (lockPa
 }
 
 // authorize checks a lock name and the session's right to use it with
-// scope, with the API's answers.
+// scope, with the API's answers: a name lockapi keeps for itself
+// (lock.Reserved) only an admin's force release may touch.
 func authorize(s session, scope auth.Scope, name string) error {
 	if fe := lock.CheckName("name", name); fe != nil {
 		return lock.Invalid(*fe)
+	}
+	if lock.Reserved(name) && scope != auth.ScopeAdmin {
+		return &lock.Error{Code: lock.CodeForbidden, Detail: fmt.Sprintf("%q is a reserved name: names that begin with %q are lockapi's own", name, lock.ReservedPrefix)}
 	}
 	return s.allow(scope, name)
 }

@@ -399,6 +399,26 @@ func TestOpenServer(t *testing.T) {
 	}
 }
 
+// The dashboard hides the names lockapi keeps for itself, as the API
+// does: not listed, and no lock page.
+func TestReservedNames(t *testing.T) {
+	store := memory.New()
+	h := New(Config{Store: store, API: http.NotFoundHandler(), Force: force.NewReleaser(store, nil)})
+	for _, name := range []string{"lockapi.webhook.x", "job:visible"} {
+		if _, err := store.TryAcquire(context.Background(), lock.AcquireRequest{Lock: name, Owner: "x", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := serve(h, "GET", "/ui/", "", nil)
+	if w.Code != http.StatusOK || strings.Contains(w.Body.String(), "lockapi.webhook.x") || !strings.Contains(w.Body.String(), "job:visible") {
+		t.Fatalf("%d\n%s", w.Code, w.Body)
+	}
+	cookie := w.Result().Cookies()[0].Value
+	if w := serve(h, "GET", "/ui/locks/lockapi.webhook.x", cookie, nil); w.Code != http.StatusForbidden {
+		t.Fatalf("the lock page of a reserved name: %d", w.Code)
+	}
+}
+
 func TestEventsStream(t *testing.T) {
 	d := newDash(t, memory.New())
 	cookie, _ := d.signIn(t, d.reader)

@@ -59,8 +59,16 @@ var specialPrefixes = []struct {
 	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol"},
 	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
 	{netip.MustParsePrefix("100::/64"), "discard-only"},
 	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},
+	// IPv4-compatible addresses (::a.b.c.d, RFC 4291, deprecated): a
+	// system may still route ::127.0.0.1 to 127.0.0.1.
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible (deprecated)"},
 }
 
 // Ranges that carry an IPv4 address inside an IPv6 one: the embedded

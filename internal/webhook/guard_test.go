@@ -37,6 +37,14 @@ func TestClassify(t *testing.T) {
 		"::ffff:10.1.2.3":  "private",
 		"64:ff9b::7f00:1":  "loopback (embedded in IPv6)", // NAT64 of 127.0.0.1
 		"2002:a00:1::1":    "private (embedded in IPv6)",  // 6to4 of 10.0.0.1
+		"::127.0.0.1":      "IPv4-compatible (deprecated)",
+		"::8.8.8.8":        "IPv4-compatible (deprecated)",
+		"2001:db8::1":      "documentation",
+		"2001:db8:ffff::1": "documentation",
+		"3fff::1":          "documentation",
+		"192.0.2.1":        "documentation",
+		"198.51.100.7":     "documentation",
+		"203.0.113.200":    "documentation",
 	}
 	for addr, want := range refused {
 		if got := webhook.Classify(netip.MustParseAddr(addr)); got != want {
@@ -80,7 +88,7 @@ func TestPolicy_Resolve(t *testing.T) {
 	if got, err := p.Resolve(ctx, "ip", "public.example"); err != nil || len(got) != 1 {
 		t.Fatalf("public: %v %v", got, err)
 	}
-	for _, host := range []string{"loop.example", "mixed.example", "private6.example", "localhost", "LOCALHOST.", "app.localhost", "127.0.0.1", "[::1]", "169.254.169.254"} {
+	for _, host := range []string{"loop.example", "mixed.example", "private6.example", "localhost", "LOCALHOST.", "app.localhost", "127.0.0.1", "[::1]", "169.254.169.254", "[::127.0.0.1]", "[2001:db8::1]"} {
 		_, err := p.Resolve(ctx, "ip", host)
 		if _, ok := errors.AsType[*webhook.RefusedError](err); !ok {
 			t.Errorf("Resolve(%s): %v, want a RefusedError", host, err)

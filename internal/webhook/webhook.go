@@ -104,8 +104,13 @@ func (s Subscription) DedupeKey() string {
 }
 
 // LeasePrefix prefixes the name of the lock whose lease lets a worker
-// deliver a subscription: lockapi.webhook.<id>.
-const LeasePrefix = "lockapi.webhook."
+// deliver a subscription: lockapi.webhook.<id>, a reserved name that the
+// API refuses to every caller.
+const LeasePrefix = lock.ReservedPrefix + "webhook."
+
+// LeasePrincipal is the principal of every worker's lease: a lease of
+// LeaseName(id) with another principal is not a worker's.
+const LeasePrincipal = leasePrincipal
 
 // LeaseName is the lock a worker holds while it delivers subscription id.
 func LeaseName(id string) string { return LeasePrefix + id }

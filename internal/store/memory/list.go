@@ -40,7 +40,7 @@ func (m *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	now := time.Now()
 	var names []string
 	for name := range m.names {
-		if !strings.HasPrefix(name, req.Prefix) || name <= after {
+		if !strings.HasPrefix(name, req.Prefix) || name <= after || !req.Shows(name) {
 			continue
 		}
 		if n := m.live(name, now); n != nil && n.held() {

@@ -200,7 +200,9 @@ func (m *Store) ListSessions(ctx context.Context, f lock.SessionFilter) ([]lock.
 	var out []lock.Session
 	for _, s := range m.sessions {
 		if s.live(now) && (f.Principal == "" || f.Principal == s.Principal) && strings.HasPrefix(s.Owner, f.OwnerPrefix) {
-			out = append(out, s.view())
+			if v := s.view(); f.Shows(v) {
+				out = append(out, v)
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b lock.Session) int { return cmp.Compare(a.ID, b.ID) })

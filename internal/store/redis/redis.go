@@ -635,7 +635,7 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 		}
 		for _, k := range keys {
 			name, kind, _ := strings.Cut(strings.TrimPrefix(k, s.prefix+"{"), "}:")
-			if (kind == "lock" || kind == "lock:shared") && lock.ValidName(name) && !seen[name] {
+			if (kind == "lock" || kind == "lock:shared") && lock.ValidName(name) && !seen[name] && req.Shows(name) {
 				seen[name] = true
 				names = append(names, name)
 			}

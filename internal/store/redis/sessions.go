@@ -230,7 +230,7 @@ func (ss *sessions) ListSessions(ctx context.Context, f lock.SessionFilter) ([]l
 		if err != nil {
 			return nil, err
 		}
-		if strings.HasPrefix(sess.Owner, f.OwnerPrefix) {
+		if strings.HasPrefix(sess.Owner, f.OwnerPrefix) && f.Shows(sess) {
 			out = append(out, sess)
 		}
 	}

@@ -201,7 +201,7 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	down := 0
 	for i < len(s.masters) && len(page.Locks) < limit {
 		p, err := call(ctx, s, i, func(ctx context.Context, m *redisstore.Store) (lock.ListPage, error) {
-			return m.List(ctx, lock.ListRequest{Prefix: req.Prefix, Limit: limit - len(page.Locks), Cursor: cursor})
+			return m.List(ctx, lock.ListRequest{Prefix: req.Prefix, Limit: limit - len(page.Locks), Cursor: cursor, Visible: req.Visible})
 		})
 		if lock.ErrorCode(err) == lock.CodeInvalid {
 			return lock.ListPage{}, err

@@ -350,6 +350,40 @@ var coreBehaviours = []behaviour{
 		_, err := s.List(ctx, lock.ListRequest{Cursor: "not a cursor"})
 		WantCode(t, err, lock.CodeInvalid)
 	}},
+	{"List_passes_over_names_not_visible", func(t *testing.T, backend Backend) {
+		s := backend.Open(t)
+		hidden := func(name string) bool { return !strings.HasPrefix(name, "vis:hidden") }
+		for i := range 3 {
+			Acquire(t, s, fmt.Sprintf("vis:hidden:%d", i), "w", time.Minute)
+		}
+		// Names that are not visible make a page neither shorter nor
+		// give it a cursor: it is the page of a prefix that has none.
+		for _, prefix := range []string{"vis:hidden", "vis:none"} {
+			page, err := s.List(ctx, lock.ListRequest{Prefix: prefix, Limit: 1, Visible: hidden})
+			if err != nil || len(page.Locks) != 0 || page.NextCursor != "" {
+				t.Fatalf("prefix %s: %+v, %v", prefix, page, err)
+			}
+		}
+		Acquire(t, s, "vis:shown:1", "w", time.Minute)
+		Acquire(t, s, "vis:shown:2", "w", time.Minute)
+		seen := map[string]bool{}
+		for cursor, pages := "", 0; pages == 0 || cursor != ""; pages++ {
+			if pages > 10 {
+				t.Fatal("listing does not end")
+			}
+			page, err := s.List(ctx, lock.ListRequest{Prefix: "vis:", Limit: 2, Cursor: cursor, Visible: hidden})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range page.Locks {
+				seen[st.Lock] = true
+			}
+			cursor = page.NextCursor
+		}
+		if fmt.Sprint(sortedKeys(seen)) != "[vis:shown:1 vis:shown:2]" {
+			t.Fatalf("listed %v", sortedKeys(seen))
+		}
+	}},
 	{"Tokens_strictly_increase", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
 		var last uint64

@@ -351,6 +351,13 @@ func sessionOfAnotherPrincipal(t *testing.T, b Backend) {
 	if err != nil || len(list) != 1 || list[0].ID != sess.ID {
 		t.Fatalf("every session with owner prefix work = %+v, %v", list, err)
 	}
+	// Visible is applied before Limit: a hidden session takes no place.
+	bobs := newSession(t, ss, lock.SessionRequest{Principal: "bob"})
+	isBob := func(s lock.Session) bool { return s.Principal == "bob" }
+	list, err = ss.ListSessions(ctx, lock.SessionFilter{Visible: isBob, Limit: 1})
+	if err != nil || len(list) != 1 || list[0].ID != bobs.ID {
+		t.Fatalf("the sessions Visible accepts, one of them = %+v, %v", list, err)
+	}
 }
 
 func acquireWithBadSession(t *testing.T, b Backend) {
