@@ -71,13 +71,13 @@ func (s *slots) take(ctx context.Context, host string, probation bool) (release 
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	release, err = s.takeHost(ctx, host)
+	releaseHost, err := s.takeHost(ctx, host)
 	if err != nil {
 		<-s.probation
 		return nil, err
 	}
 	return func() {
-		release()
+		releaseHost()
 		<-s.probation
 	}, nil
 }
