@@ -3,7 +3,10 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -134,4 +137,103 @@ func addWebhook(t *testing.T, f *fixture, spec webhook.Spec) webhook.Subscriptio
 		t.Fatal(err)
 	}
 	return sub
+}
+
+// loopbackDNS resolves every name under .test (RFC 6761) to 127.0.0.1:
+// many host names for one local receiver. Nothing leaves the machine.
+type loopbackDNS struct{}
+
+func (loopbackDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if !strings.HasSuffix(host, ".test") {
+		return nil, fmt.Errorf("loopbackDNS: unexpected look-up of %q", host)
+	}
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+// Receivers that resolve but never answer, each under its own host name,
+// time out and go on probation: together they hold at most a quarter of
+// the slots, and a live receiver's events keep their latency.
+func TestService_hanging_receivers_hold_the_probation_share(t *testing.T) {
+	const (
+		hangingHooks = 100
+		liveEvents   = 5
+		eventBound   = 2 * time.Second
+	)
+	stuck := newHangingReceiver(t)
+	port := stuck.URL[strings.LastIndex(stuck.URL, ":")+1:]
+	f := &fixture{t: t, store: memory.New(), state: memstate.New(), outcomes: map[webhook.Outcome]int{}}
+	t.Cleanup(func() { _ = f.store.Close() })
+	live := newReceiver(t)
+	sub := addWebhook(t, f, webhook.Spec{URL: live.URL, Prefix: "live:", Types: []string{"released"}})
+	live.setSecret(sub.Secrets[0])
+	for i := range hangingHooks {
+		addWebhook(t, f, webhook.Spec{URL: fmt.Sprintf("http://hang-%d.test:%s/h", i, port)})
+	}
+	f.svc, f.stop = f.start(f.store, func(c *webhook.Config) {
+		c.Policy.Resolver = loopbackDNS{}
+		c.Timeout = time.Second // each attempt of a hanging webhook fails after it
+		c.LeaseTTL = time.Minute
+		c.Logger = c.Logger.Level(zerolog.WarnLevel)
+	})
+	t.Cleanup(f.stop)
+
+	// The warm-up event: every hanging webhook's first attempt times out
+	// (a new webhook is not on probation yet) and puts it on probation.
+	began := time.Now()
+	f.cycle("warm")
+	// A webhook counts in the retry backlog once its first attempt failed,
+	// and makes one at a time: then none is making its first any more.
+	for f.svc.RetryBacklog() < hangingHooks {
+		if time.Since(began) > 6*promptly {
+			t.Fatalf("%d of %d hanging webhooks failed after %v", f.svc.RetryBacklog(), hangingHooks, time.Since(began))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%d hanging webhooks failed once after %v", hangingHooks, time.Since(began))
+	stuck.most.Store(stuck.now.Load())
+
+	var slowest time.Duration
+	for i := range liveEvents {
+		made := time.Now()
+		f.cycle(fmt.Sprintf("live:%d", i))
+		select {
+		case <-live.arrived:
+		case <-time.After(time.Until(made.Add(eventBound))):
+			t.Fatalf("event %d not delivered to the live receiver within %v of its making (%d attempts hanging)", i, eventBound, stuck.now.Load())
+		}
+		slowest = max(slowest, time.Since(made))
+	}
+	share := int32(webhook.ProbationDeliveries(webhook.DefaultMaxDeliveries))
+	if most := stuck.most.Load(); most > share {
+		t.Fatalf("the hanging receivers held %d requests at once on probation, want at most %d", most, share)
+	}
+	t.Logf("%d hanging webhooks: at most %d attempts at once on probation; slowest live delivery %v", hangingHooks, stuck.most.Load(), slowest)
+}
+
+// hangingReceiver never answers: each request waits until its client
+// gives up. It records how many it held at once.
+type hangingReceiver struct {
+	URL  string
+	now  atomic.Int32
+	most atomic.Int32
+}
+
+func newHangingReceiver(t *testing.T) *hangingReceiver {
+	r := &hangingReceiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
+		n := r.now.Add(1)
+		defer r.now.Add(-1)
+		for m := r.most.Load(); n > m && !r.most.CompareAndSwap(m, n); m = r.most.Load() {
+		}
+		// Read to the end, so that the server notices the client
+		// leave: the request's context ends with the connection.
+		_, _ = io.Copy(io.Discard, req.Body)
+		<-req.Context().Done()
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	r.URL = srv.URL
+	return r
 }
