@@ -82,6 +82,18 @@ func TestService_dead_webhooks_do_not_stall_a_live_one(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("%d dead webhooks at their first event after %v (%d look-ups)", f.svc.AtWork(), time.Since(began), dns.asked.Load())
+	// One event to the live receiver while the 500 workers are still
+	// busy starting their attempts (a burst of CPU under -race on a
+	// loaded machine): it must come, within the generous bound; the
+	// events after it are measured against the 2 s.
+	made := time.Now()
+	f.cycle("live:warm")
+	select {
+	case <-live.arrived:
+	case <-time.After(promptly):
+		t.Fatalf("the warm-up event did not reach the live receiver within %v (%d dead look-ups so far)", promptly, dns.asked.Load())
+	}
+	t.Logf("the warm-up event reached the live receiver after %v", time.Since(made))
 
 	var slowest, slowestPing time.Duration
 	for i := range liveEvents {
@@ -93,6 +105,7 @@ func TestService_dead_webhooks_do_not_stall_a_live_one(t *testing.T) {
 			t.Fatalf("event %d not delivered to the live receiver within %v of its making (%d dead look-ups so far)", i, eventBound, dns.asked.Load())
 		}
 		slowest = max(slowest, time.Since(made))
+		t.Logf("event %d delivered after %v", i, time.Since(made))
 		if got := live.payloads(); got[len(got)-1].Lock != fmt.Sprintf("live:%d", i) {
 			t.Fatalf("the live receiver got %v", locksOf(got))
 		}
@@ -114,8 +127,8 @@ func TestService_dead_webhooks_do_not_stall_a_live_one(t *testing.T) {
 		slowestPing = max(slowestPing, took)
 		<-live.arrived // the ping's, recorded before it was answered
 	}
-	if got := live.waitFor(liveEvents + liveEvents); len(got) != 2*liveEvents {
-		t.Fatalf("the live receiver got %d requests, want %d", len(got), 2*liveEvents)
+	if got := live.waitFor(1 + 2*liveEvents); len(got) != 1+2*liveEvents {
+		t.Fatalf("the live receiver got %d requests, want %d", len(got), 1+2*liveEvents)
 	}
 	t.Logf("%d dead webhooks (%d look-ups): slowest live delivery %v, slowest ping %v", deadHooks, dns.asked.Load(), slowest, slowestPing)
 }
