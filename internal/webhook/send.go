@@ -50,14 +50,33 @@ type Attempt struct {
 // OK reports whether the receiver took the message.
 func (a Attempt) OK() bool { return a.Outcome == OutcomeDelivered }
 
+// kind is what an attempt is to the slots: a ping, or a delivery by a
+// worker, which the webhook's last attempt classes.
+type kind int
+
+const (
+	// kindLive: the webhook's last attempt was delivered.
+	kindLive kind = iota
+	// kindNew: the worker has made no attempt yet.
+	kindNew
+	// kindFailing: the webhook's last attempt failed; it is on probation.
+	kindFailing
+	// kindPing: a ping asked over the API.
+	kindPing
+)
+
 // sender makes delivery attempts: each a signed POST through a transport
 // that dials only addresses the Policy allows, follows no redirect and
 // uses no proxy (a proxy would dial for us, unchecked). No more than
-// maxDeliveries attempts run at once (slots).
+// maxDeliveries background attempts run at once (slots), a quarter of
+// them at most for webhooks on probation; pings have slots of their own,
+// as many, so that no delivery holds one up.
 type sender struct {
 	client  *http.Client
+	policy  Policy
 	timeout time.Duration
 	slots   *slots
+	pings   *slots
 	now     func() time.Time
 }
 
@@ -84,27 +103,70 @@ func newSender(p Policy, timeout time.Duration, maxDeliveries int) *sender {
 			// private address: it is answered as a failure.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
+		policy:  p,
 		timeout: timeout,
 		slots:   slots,
+		pings:   newSlots(maxDeliveries),
 		now:     time.Now,
 	}
 }
 
 // send POSTs one signed message to sub's URL once a delivery slot is free.
-// The attempt's time limit starts with the slot: waiting for one is not the
-// receiver's time. It fails, unreachable, only when ctx ends first.
-func (s *sender) send(ctx context.Context, sub Subscription, id string, body []byte) Attempt {
-	release, err := s.slots.take(ctx, hostOf(sub.URL))
-	if err != nil {
-		return Attempt{Outcome: OutcomeUnreachable, Err: err}
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+// A worker's attempt gets its time limit with the slot: waiting for one is
+// not the receiver's time. A ping's time limit starts at once and covers
+// the wait, so that its asker gets an answer within it. Unless the
+// webhook's last attempt was delivered, its host is looked up before the
+// wait for a slot: a name that does not resolve, however slowly the DNS
+// says so, holds no slot. The Attempt's Duration counts from the call, waits included. It
+// fails, unreachable, when ctx ends first.
+func (s *sender) send(ctx context.Context, sub Subscription, id string, body []byte, k kind) Attempt {
 	start := s.now()
-	a := s.post(ctx, sub, id, body, start)
+	a := s.attempt(ctx, sub, id, body, k)
 	a.Duration = s.now().Sub(start)
 	return a
+}
+
+func (s *sender) attempt(ctx context.Context, sub Subscription, id string, body []byte, k kind) Attempt {
+	host := hostOf(sub.URL)
+	pool := s.slots
+	if k == kindPing {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		pool = s.pings
+	}
+	if k != kindLive {
+		if a, ok := s.lookUp(ctx, host); !ok {
+			return a
+		}
+	}
+	release, err := pool.take(ctx, host, k == kindFailing)
+	if err != nil {
+		return Attempt{Outcome: OutcomeUnreachable, Err: fmt.Errorf("no delivery slot was free: %w", err)}
+	}
+	defer release()
+	if k != kindPing {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	return s.post(ctx, sub, id, body, s.now())
+}
+
+// lookUp checks that host resolves to allowed addresses within the attempt
+// timeout; when it does not, the failed Attempt says why. The dial looks
+// the host up again and checks what it finds (DNS rebinding).
+func (s *sender) lookUp(ctx context.Context, host string) (Attempt, bool) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_, err := s.policy.Resolve(ctx, "ip", host)
+	if err == nil {
+		return Attempt{}, true
+	}
+	if re, ok := errors.AsType[*RefusedError](err); ok {
+		return Attempt{Outcome: OutcomeRefused, Err: re}, false
+	}
+	return Attempt{Outcome: OutcomeUnreachable, Err: err}, false
 }
 
 func (s *sender) post(ctx context.Context, sub Subscription, id string, body []byte, at time.Time) Attempt {

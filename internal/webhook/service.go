@@ -347,14 +347,16 @@ func readOnly(id string) *lock.Error {
 }
 
 // Ping delivers a ping to the subscription now, once, from this instance,
-// and says how it went.
+// and says how it went, within the attempt timeout (Config.Timeout) from
+// the call whatever the other webhooks do: pings have delivery slots of
+// their own. The Attempt's Duration includes any wait for one.
 func (s *Service) Ping(ctx context.Context, id string) (Attempt, Ping, error) {
 	sub, err := s.Get(ctx, id)
 	if err != nil {
 		return Attempt{}, Ping{}, err
 	}
 	p := newPing(id, time.Now())
-	a := s.send.send(ctx, sub, p.ID, encode(p))
+	a := s.send.send(ctx, sub, p.ID, encode(p), kindPing)
 	s.observe(a.Outcome)
 	return a, p, nil
 }

@@ -50,6 +50,25 @@ type worker struct {
 	// while there is none. Read by the metrics.
 	retrying atomic.Bool
 	head     atomic.Int64
+
+	// tried is whether the worker made an attempt yet, and streak how
+	// many of the last attempts failed in a row, over every event: the
+	// slots an attempt may take (kind) and the backoff after a failure
+	// are the webhook's, not the event's. Only the delivering goroutine
+	// uses them.
+	tried  bool
+	streak int
+}
+
+// kind classes the worker's next attempt for the sender.
+func (w *worker) kind() kind {
+	switch {
+	case !w.tried:
+		return kindNew
+	case w.streak > 0:
+		return kindFailing
+	}
+	return kindLive
 }
 
 func startWorker(ctx context.Context, svc *Service, sub Subscription) *worker {
@@ -382,17 +401,20 @@ func (w *worker) deliverOne(ctx context.Context, id string, body []byte, since t
 	deadline := since.Add(w.svc.cfg.RetryFor)
 	failures := 0
 	for {
-		a := w.svc.send.send(ctx, w.sub, id, body)
+		a := w.svc.send.send(ctx, w.sub, id, body, w.kind())
 		if ctx.Err() != nil {
 			// Cut short by shutdown or a lost lease: not the
 			// receiver's failure.
 			return false
 		}
 		w.svc.observe(a.Outcome)
+		w.tried = true
 		if a.OK() {
+			w.streak = 0
 			return true
 		}
 		failures++
+		w.streak++
 		ev := w.log.Info()
 		if failures > 1 {
 			ev = w.log.Debug()
@@ -403,7 +425,10 @@ func (w *worker) deliverOne(ctx context.Context, id string, body []byte, since t
 				LastStatus: a.Status, LastError: errText(a.Err), FailedAt: time.Now().UTC()})
 		}
 		w.retrying.Store(true)
-		wait := max(w.svc.cfg.Backoff.Delay(failures), min(a.RetryAfter, w.svc.cfg.Backoff.Max))
+		// The webhook's streak, not the event's failures: a receiver
+		// that failed the events before this one is not tried every
+		// Backoff.Min again.
+		wait := max(w.svc.cfg.Backoff.Delay(w.streak), min(a.RetryAfter, w.svc.cfg.Backoff.Max))
 		// The last attempt is made when the period ends, not after.
 		wait = min(wait, max(time.Until(deadline), 0))
 		if !clock.Sleep(ctx, wait) {
