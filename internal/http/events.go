@@ -100,8 +100,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	s.stream(ctx, st, sub, c, zerolog.Ctx(r.Context()))
+}
+
+// stream writes the events of sub that c may read to st, with a keep-alive
+// comment when nothing was written for a heartbeat, until ctx ends or a
+// write fails.
+func (s *Server) stream(ctx context.Context, st *eventStream, sub *events.Subscription, c caller, logger *zerolog.Logger) {
 	admin := authorize(c, auth.ScopeAdmin, "") == nil
-	logger := zerolog.Ctx(r.Context())
 	for {
 		// A keep-alive is due when nothing was written for a heartbeat,
 		// also while events the key may not read go by.
