@@ -253,6 +253,9 @@ func (p *parkedAcquire) respond(resp *parkedResponse) {
 		_ = p.conn.Close()
 		return
 	}
+	// Answered: no longer parked while the connection waits for its next
+	// request, as net/http's idle connections are not requests either.
+	p.s.parked.remove(p)
 	p.s.parkLn.handBack(p.conn, p.pending)
 }
 
@@ -344,7 +347,7 @@ func (ps *parkedSet) wakeUp(p *parkedAcquire) {
 	}
 }
 
-// remove counts p out, once answered.
+// remove counts p out, once answered; again is harmless.
 func (ps *parkedSet) remove(p *parkedAcquire) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
