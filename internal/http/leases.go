@@ -106,7 +106,7 @@ func (s *Server) acquiring(w http.ResponseWriter, r *http.Request, c caller, wai
 	start := time.Now()
 	err = waitError(ctx, acquire(ctx))
 	if wait > 0 {
-		s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+		s.waitEnded(start, err)
 	}
 	return true, err
 }

@@ -2,6 +2,7 @@ package http
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"runtime/debug"
 	"time"
@@ -165,15 +166,34 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			pe := &panicError{value: v, stack: debug.Stack()}
 			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
 				// Too late for a problem: log the panic and abort the
 				// response, so the client sees it broken, not truncated.
-				zerolog.Ctx(r.Context()).Error().Err(pe).Str("stack", string(pe.stack)).Msg("internal error")
+				s.panics.Add(1)
+				pe := &lock.PanicError{Value: v, Stack: debug.Stack()}
+				zerolog.Ctx(r.Context()).Error().Err(pe).Str("stack", string(pe.Stack)).Msg("internal error")
 				panic(http.ErrAbortHandler)
 			}
-			Error(w, r, &lock.Error{Code: lock.CodeInternal, Detail: "handler panicked", Err: pe})
+			s.answerPanic(w, r, &lock.PanicError{Value: v, Stack: debug.Stack()})
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// answerPanic answers a request whose handling panicked with pe, a 500
+// internal problem, and counts it: for a handler (recoverPanics) and for a
+// parked wait (park.go) alike. Error logs the panic with its stack.
+func (s *Server) answerPanic(w http.ResponseWriter, r *http.Request, pe *lock.PanicError) {
+	s.panics.Add(1)
+	Error(w, r, &lock.Error{Code: lock.CodeInternal, Detail: "handler panicked", Err: pe})
+}
+
+// waitEnded records a wait's end, on either waiting path: the wait
+// histogram, and a wait that panicked (lock.PanicError) as a panic.
+func (s *Server) waitEnded(start time.Time, err error) {
+	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	var pe *lock.PanicError
+	if errors.As(err, &pe) {
+		s.panics.Add(1)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
@@ -102,6 +103,16 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
+	parked := false
+	defer func() {
+		// Given back once more (each is idempotent), for a panic in
+		// begin or Wait, which recoverPanics answers.
+		if !parked {
+			stop()
+			cancel(nil)
+			leave()
+		}
+	}()
 	start := time.Now()
 	v, wt, err := begin(ctx)
 	if wt != nil {
@@ -112,7 +123,7 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 				})
 			})
 		}
-		if s.park(w, r, leave, start, parkWait) {
+		if parked = s.park(w, r, leave, start, parkWait); parked {
 			stop()
 			cancel(nil)
 			return
@@ -123,7 +134,7 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	stop()
 	cancel(nil)
 	leave()
-	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	s.waitEnded(start, err)
 	answer(w, r, v, err)
 }
 
@@ -207,34 +218,59 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), wait
 
 // answer answers the parked request with the wait's answer: err, and what
 // write writes as the handler would have (err as waitError explains it).
-// It then hands the connection back.
+// It then hands the connection back. It runs on the wait's goroutine, not
+// net/http's: a panic in write is answered 500 as recoverPanics answers a
+// handler's, and a panic after it closes the connection, logged.
 func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *http.Request, err error)) {
 	defer p.s.parked.remove(p)
-	err = waitError(p.ctx, err)
-	p.leave()
-	p.s.cfg.Metrics.Wait(time.Since(p.waitStart), waitOutcome(err))
-	p.pending = append(p.pending, p.stopWatch()...)
-
 	// The request's logger, as requestID made it: kept as its id while
 	// parked, which costs less.
 	logger := p.s.log.With().Str("request_id", p.requestID).Logger()
-	resp := &parkedResponse{header: p.header}
-	if resp.header == nil {
-		resp.header = http.Header{"X-Request-Id": {p.requestID}}
-	}
+	defer func() {
+		if v := recover(); v != nil {
+			p.s.panics.Add(1)
+			logger.Error().Err(&lock.PanicError{Value: v}).Str("stack", string(debug.Stack())).Msg("internal error")
+			_ = p.conn.Close()
+		}
+	}()
+	err = waitError(p.ctx, err)
+	p.leave()
+	p.s.waitEnded(p.waitStart, err)
+	p.pending = append(p.pending, p.stopWatch()...)
+
 	u := &url.URL{Path: p.path, RawPath: p.path}
 	if path, err := url.PathUnescape(p.path); err == nil {
 		u.Path = path
 	}
 	r := (&http.Request{Method: p.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
 		WithContext(logger.WithContext(p.ctx))
-	write(resp, r, err)
+	resp := p.written(r, func(w http.ResponseWriter, r *http.Request) { write(w, r, err) })
 	p.cancel(nil)
 
 	// Logged before the answer leaves, as the middleware logs a request
 	// before net/http flushes its answer.
 	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, int64(resp.body.Len()), time.Since(p.start))
 	p.respond(resp)
+}
+
+// written is the answer write writes, or a 500 internal problem if write
+// panics, as recoverPanics answers a handler that panics.
+func (p *parkedAcquire) written(r *http.Request, write func(w http.ResponseWriter, r *http.Request)) *parkedResponse {
+	resp := p.newResponse()
+	if pe := recovered(func() { write(resp, r) }); pe != nil {
+		resp = p.newResponse()
+		p.s.answerPanic(resp, r, pe)
+	}
+	return resp
+}
+
+// newResponse is an empty answer to the parked request.
+func (p *parkedAcquire) newResponse() *parkedResponse {
+	resp := &parkedResponse{header: p.header.Clone()}
+	if resp.header == nil {
+		resp.header = http.Header{"X-Request-Id": {p.requestID}}
+	}
+	return resp
 }
 
 // respond writes resp to the connection and hands the connection back to
@@ -514,4 +550,15 @@ func (c *replayConn) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(b)
+}
+
+// recovered runs f and returns its panic, if any.
+func recovered(f func()) (pe *lock.PanicError) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe = &lock.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	f()
+	return nil
 }

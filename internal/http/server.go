@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -143,6 +144,9 @@ type Server struct {
 	parkLn *parkListener
 	parked parkedSet
 	burst  burstCollector
+
+	// panics counts the panics recovered: of handlers, and of waits.
+	panics atomic.Int64
 }
 
 // withDefaults fills in the zero fields of cfg.
@@ -224,6 +228,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
 
 	if cfg.Metrics != nil {
+		cfg.Metrics.Counter("lockapi_panics_total", "Panics recovered and answered 500, of handlers and of waits on either waiting path.", func() float64 { return float64(s.panics.Load()) })
 		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}

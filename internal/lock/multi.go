@@ -215,8 +215,9 @@ func (mwt *MultiWaiting) refused(ctx context.Context, err error) ([]Grant, error
 // Park is Wait for a caller that keeps no goroutine while the wait sleeps,
 // as Waiting.Park is.
 func (mwt *MultiWaiting) Park(ctx context.Context, answer func([]Grant, error)) (wake func()) {
-	mwt.answer = answer
-	return park(ctx, mwt, mwt.deadline)
+	p := newParking(ctx, mwt, mwt.deadline)
+	mwt.answer = answering(p, answer)
+	return p.start()
 }
 
 // sleeping implements parkable. A pause after a wake-up looks at no
@@ -275,6 +276,14 @@ func (mwt *MultiWaiting) answering(grants []Grant, err error) func() {
 	return func() {
 		mwt.mw.drop()
 		mwt.answer(grants, err)
+	}
+}
+
+// abort implements parkable, as Waiting's does.
+func (mwt *MultiWaiting) abort(_ context.Context, err error) func() {
+	return func() {
+		_ = recovered(mwt.mw.drop)
+		mwt.answer(nil, err)
 	}
 }
 

@@ -145,8 +145,9 @@ func (wt *Waiting) finish(ctx context.Context) {
 // knows when, and a context.AfterFunc would cost every parked wait a few
 // hundred bytes more). wake may be called any time, from any goroutine.
 func (wt *Waiting) Park(ctx context.Context, answer func(Grant, error)) (wake func()) {
-	wt.answer = answer
-	return park(ctx, wt, wt.deadline)
+	p := newParking(ctx, wt, wt.deadline)
+	wt.answer = answering(p, answer)
+	return p.start()
 }
 
 // sleeping implements parkable.
@@ -177,6 +178,16 @@ func (wt *Waiting) answering(ctx context.Context, g Grant, err error) func() {
 	return func() {
 		wt.finish(ctx)
 		wt.answer(g, err)
+	}
+}
+
+// abort implements parkable: the wait's end with err. What it set up is
+// undone as far as it can be: a second panic there is dropped, the first
+// is the one answered.
+func (wt *Waiting) abort(ctx context.Context, err error) func() {
+	return func() {
+		_ = recovered(func() { wt.finish(ctx) })
+		wt.answer(Grant{}, err)
 	}
 }
 
