@@ -229,6 +229,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 
 	if cfg.Metrics != nil {
 		cfg.Metrics.Counter("lockapi_panics_total", "Panics recovered and answered 500, of handlers and of waits on either waiting path.", func() float64 { return float64(s.panics.Load()) })
+		cfg.Metrics.Counter("lockapi_hangup_watch_failures_total", "Failures of the epoll wait that watches parked connections for their clients hanging up; each restarts the watch.", func() float64 { return float64(hangups.failures.Load()) })
 		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}
@@ -294,6 +295,7 @@ func (s *Server) Open(addr string) (err error) {
 	ln := s.ln
 	if s.cfg.TLS == nil {
 		s.parkLn = newParkListener(s.ln, idleTimeout, s.closing)
+		hangups.setLogger(&s.log)
 		ln = s.parkLn
 	}
 	go func(srv *http.Server, ln net.Listener) {
