@@ -68,6 +68,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answerAcquire(w, r, req.Lock, g, err)
+	if wait > 0 && err == nil {
+		s.deliverGrants(w, r, []lock.Grant{g})
+	}
 }
 
 // answerAcquire answers a single acquire: its lease, or its error.

@@ -67,7 +67,7 @@ func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller
 		return g, wt, err
 	}, func(w http.ResponseWriter, r *http.Request, g lock.Grant, err error) {
 		s.answerAcquire(w, r, req.Lock, g, err)
-	})
+	}, func(g lock.Grant) []lock.Grant { return []lock.Grant{g} })
 }
 
 // acquireAllParking runs a waiting multi-lock as acquiring and
@@ -79,7 +79,7 @@ func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c cal
 			return grants, nil, err
 		}
 		return grants, mwt, err
-	}, s.answerAcquireAll)
+	}, s.answerAcquireAll, func(grants []lock.Grant) []lock.Grant { return grants })
 }
 
 // parkableWait is a wait that made its tries and must sleep: a single
@@ -92,10 +92,13 @@ type parkableWait[T any] interface {
 // waitParking runs a waiting acquire under the waiter limits, as acquiring
 // does: begin makes its tries up to the first sleep (its wait is nil when
 // they settled it), and the wait is then parked off net/http, or waited
-// here where the request cannot be parked. answer writes the outcome.
+// here where the request cannot be parked. answer writes the outcome;
+// grantsOf are the grants of a granted outcome, given back when the answer
+// is known not to have reached the client (giveBack).
 func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c caller,
 	begin func(ctx context.Context) (T, parkableWait[T], error),
-	answer func(w http.ResponseWriter, r *http.Request, v T, err error)) {
+	answer func(w http.ResponseWriter, r *http.Request, v T, err error),
+	grantsOf func(T) []lock.Grant) {
 	leave, err := s.waiters.enter(c.limitKey(r))
 	if err != nil {
 		Error(w, r, err)
@@ -120,7 +123,7 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 			return wt.Park(p.ctx, func(v T, err error) {
 				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
 					answer(w, r, v, err)
-				})
+				}, func() []lock.Grant { return grantsOf(v) })
 			})
 		}
 		if parked = s.park(w, r, leave, start, parkWait); parked {
@@ -136,6 +139,9 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	leave()
 	s.waitEnded(start, err)
 	answer(w, r, v, err)
+	if err == nil {
+		s.deliverGrants(w, r, grantsOf(v))
+	}
 }
 
 // parkedAcquire is a waiting acquire parked off net/http. It is kept small:
@@ -218,10 +224,11 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), wait
 
 // answer answers the parked request with the wait's answer: err, and what
 // write writes as the handler would have (err as waitError explains it).
-// It then hands the connection back. It runs on the wait's goroutine, not
+// It then hands the connection back, or gives back the grants (grants)
+// of an answer that did not reach the client. It runs on the wait's goroutine, not
 // net/http's: a panic in write is answered 500 as recoverPanics answers a
 // handler's, and a panic after it closes the connection, logged.
-func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *http.Request, err error)) {
+func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *http.Request, err error), grants func() []lock.Grant) {
 	defer p.s.parked.remove(p)
 	// The request's logger, as requestID made it: kept as its id while
 	// parked, which costs less.
@@ -245,12 +252,20 @@ func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *h
 	r := (&http.Request{Method: p.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
 		WithContext(logger.WithContext(p.ctx))
 	resp := p.written(r, func(w http.ResponseWriter, r *http.Request) { write(w, r, err) })
+	// The client hung up (the watch cancelled ctx), not the server.
+	gone := p.ctx.Err() != nil && !errors.Is(context.Cause(p.ctx), errShuttingDown)
 	p.cancel(nil)
 
 	// Logged before the answer leaves, as the middleware logs a request
 	// before net/http flushes its answer.
 	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, int64(resp.body.Len()), time.Since(p.start))
-	p.respond(resp)
+	why := p.respond(resp)
+	if why == nil && gone {
+		why = errClientGone
+	}
+	if why != nil && err == nil {
+		p.s.giveBack(&logger, grants(), why)
+	}
 }
 
 // written is the answer write writes, or a 500 internal problem if write
@@ -275,11 +290,11 @@ func (p *parkedAcquire) newResponse() *parkedResponse {
 
 // respond writes resp to the connection and hands the connection back to
 // the server, or closes it: when the client left, the server is closing or
-// the write failed.
-func (p *parkedAcquire) respond(resp *parkedResponse) {
+// the write failed (the write's error).
+func (p *parkedAcquire) respond(resp *parkedResponse) error {
 	if resp.status == StatusClientClosedRequest {
 		_ = p.conn.Close()
-		return
+		return nil
 	}
 	closing := p.s.closing.Err() != nil
 	_ = p.conn.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
@@ -287,12 +302,13 @@ func (p *parkedAcquire) respond(resp *parkedResponse) {
 	_ = p.conn.SetWriteDeadline(time.Time{})
 	if err != nil || closing {
 		_ = p.conn.Close()
-		return
+		return err
 	}
 	// Answered: no longer parked while the connection waits for its next
 	// request, as net/http's idle connections are not requests either.
 	p.s.parked.remove(p)
 	p.s.parkLn.handBack(p.conn, p.pending)
+	return nil
 }
 
 // parkedResponse is a parked request's answer, written into memory by the

@@ -1,15 +1,22 @@
 package http_test
 
 import (
+	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
+	"github.com/lockapi/lockapi/internal/store/memory"
 )
 
 // TestWait_PanickingStore runs a wait whose store panics on the try after
@@ -72,5 +79,61 @@ func TestWait_PanickingStore(t *testing.T) {
 				t.Fatalf("lease = %+v", l)
 			}
 		})
+	}
+}
+
+// logGate holds up the access-log line of one request until release is
+// closed: the parked path logs a request just before it writes the answer.
+type logGate struct {
+	*syncBuffer
+	line             []byte
+	reached, release chan struct{}
+	once             sync.Once
+}
+
+func (g *logGate) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"message":"request"`)) && bytes.Contains(p, g.line) {
+		g.once.Do(func() {
+			close(g.reached)
+			<-g.release
+		})
+	}
+	return g.syncBuffer.Write(p)
+}
+
+// TestPark_UndeliveredGrantGivenBack: a parked acquire is granted, and its
+// client resets the connection just before the answer is written. The
+// write fails, and the server releases the grant rather than leave it held
+// until its TTL.
+func TestPark_UndeliveredGrantGivenBack(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	hooks := &HookStore{Store: mem, Watching: make(chan lock.WatchKind, 16), Unwatched: make(chan struct{}, 16)}
+	logs := &syncBuffer{}
+	gate := &logGate{syncBuffer: logs, line: []byte(`"request_id":"undelivered"`),
+		reached: make(chan struct{}), release: make(chan struct{})}
+	srv := mustOpenServer(t, hooks, lockhttp.Config{Logger: zerolog.New(gate), Metrics: metrics.New()})
+	e := (&Env{Mem: mem, Hooks: hooks, Server: srv, URL: srv.URL(), Logs: logs, validateRequests: true}).For(t)
+
+	holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+	c := dialRaw(t, e)
+	c.send(request("POST", "/v1/locks/q/leases", `{"owner":"b","ttl_ms":600000,"wait_ms":60000}`, "X-Request-ID", "undelivered"))
+	waitParked(t, e, 1)
+	e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+
+	Within(t, gate.reached, "the grant answered")
+	if err := c.conn.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.conn.Close() // a reset: the server's write fails
+	close(gate.release)
+
+	for deadline := time.Now().Add(promptly); scrapeMetrics(t, e)["lockapi_grants_returned_total"] != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("grants returned: %v, want 1", scrapeMetrics(t, e)["lockapi_grants_returned_total"])
+		}
+	}
+	if st := e.State("q"); st.Held {
+		t.Fatalf("q held by %q after its answer could not be written", st.Holder.Owner)
 	}
 }

@@ -147,6 +147,9 @@ type Server struct {
 
 	// panics counts the panics recovered: of handlers, and of waits.
 	panics atomic.Int64
+	// grantsReturned counts the waited grants given back because their
+	// answer did not reach the client (giveBack).
+	grantsReturned atomic.Int64
 }
 
 // withDefaults fills in the zero fields of cfg.
@@ -230,6 +233,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.Metrics != nil {
 		cfg.Metrics.Counter("lockapi_panics_total", "Panics recovered and answered 500, of handlers and of waits on either waiting path.", func() float64 { return float64(s.panics.Load()) })
 		cfg.Metrics.Counter("lockapi_hangup_watch_failures_total", "Failures of the epoll wait that watches parked connections for their clients hanging up; each restarts the watch.", func() float64 { return float64(hangups.failures.Load()) })
+		cfg.Metrics.Counter("lockapi_grants_returned_total", "Waited grants released because their answer could not be delivered: the write failed, or the client had hung up.", func() float64 { return float64(s.grantsReturned.Load()) })
 		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}
