@@ -218,7 +218,6 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), wait
 		s.parked.wakeUp(p)
 	})
 	s.parked.setWake(p, parkWait(p))
-	s.burst.parked()
 	return true
 }
 

@@ -143,7 +143,6 @@ type Server struct {
 	// parked requests, counted in parked (park.go); nil under TLS.
 	parkLn *parkListener
 	parked parkedSet
-	burst  burstCollector
 
 	// panics counts the panics recovered: of handlers, and of waits.
 	panics atomic.Int64
