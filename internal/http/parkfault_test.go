@@ -35,17 +35,25 @@ func TestWait_PanickingStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
 			var panicking atomic.Bool
+			var tries atomic.Int32
+			asleep := make(chan struct{})
 			e.Hooks.OnTryAcquire = func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 				if panicking.Load() {
 					panic("store fault")
 				}
-				return e.Mem.TryAcquire(ctx, req)
+				g, err := e.Mem.TryAcquire(ctx, req)
+				// The waiter's second try, made once it watches, is its
+				// last before it sleeps.
+				if req.Owner == "b" && tries.Add(1) == 2 {
+					close(asleep)
+				}
+				return g, err
 			}
 			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
 			c := dialRaw(t, e)
 			id := "panic-" + strings.ToLower(tc.name)
 			c.send(request("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, append([]string{"X-Request-ID", id}, tc.header...)...))
-			Within(t, e.Hooks.Watching, "waiter registered")
+			Within(t, asleep, "waiter asleep")
 			if tc.header == nil {
 				waitParked(t, e, 1)
 			}

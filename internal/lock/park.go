@@ -67,6 +67,23 @@ type parking struct {
 	retry         *time.Timer
 }
 
+// waitFor is a parked wait's answer for a caller that blocks for it: the
+// goroutine path of the one wait state machine (parking and the wait's
+// step), which the parked path drives with no goroutine. ctx's end wakes
+// the wait, as internal/http's watch wakes a parked one.
+func waitFor[T any](ctx context.Context, park func(context.Context, func(T, error)) (wake func())) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	wake := park(ctx, func(v T, err error) { done <- result{v, err} })
+	stop := context.AfterFunc(ctx, wake)
+	r := <-done
+	stop()
+	return r.v, r.err
+}
+
 // newParking is a parking for wait until deadline, started by start.
 func newParking(ctx context.Context, wait parkable, deadline time.Time) *parking {
 	return &parking{ctx: ctx, wait: wait, deadline: deadline}
