@@ -120,17 +120,36 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w, start: time.Now()}
 		// Deferred so that a response aborted by a panic is logged too.
 		defer func() {
-			if sw.parked {
-				return
+			if !sw.parked {
+				a := newAccessEntry(r, sw.start)
+				s.logAccess(zerolog.Ctx(r.Context()), &a, sw.status, sw.bytes)
 			}
-			route := ""
-			if rctx := chi.RouteContext(r.Context()); rctx != nil {
-				route = rctx.RoutePattern()
-			}
-			s.logRequest(zerolog.Ctx(r.Context()), r.Method, route, r.RemoteAddr, sw.status, sw.bytes, time.Since(sw.start))
 		}()
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// accessEntry is what a request's access-log line says of it besides its
+// answer: taken from the request in net/http, and kept by a parked request
+// (park.go) until it answers. Both paths write it with logAccess.
+type accessEntry struct {
+	method, route, remote string
+	start                 time.Time
+}
+
+// newAccessEntry is r's entry, for a request that began at start.
+func newAccessEntry(r *http.Request, start time.Time) accessEntry {
+	a := accessEntry{method: r.Method, remote: r.RemoteAddr, start: start}
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		a.route = rctx.RoutePattern()
+	}
+	return a
+}
+
+// logAccess writes a's access-log line and request metrics, for its
+// answer's status and bytes: the one access-log writer of both paths.
+func (s *Server) logAccess(logger *zerolog.Logger, a *accessEntry, status int, bytes int64) {
+	s.logRequest(logger, a.method, a.route, a.remote, status, bytes, time.Since(a.start))
 }
 
 // logRequest writes a request's access-log line and request metrics; status

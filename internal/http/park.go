@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -172,11 +170,8 @@ type parkedAcquire struct {
 	// middleware sets more.
 	header    http.Header
 	requestID string
-	method    string
-	route     string
-	remote    string
 	path      string // escaped
-	start     time.Time
+	access    accessEntry
 }
 
 // park hijacks r's connection and parks a wait on it with parkWait, which
@@ -187,15 +182,11 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), wait
 	sw := w.(*statusWriter) // canPark checked
 	p := &parkedAcquire{
 		s: s, leave: leave, waitStart: waitStart,
-		requestID: RequestID(r.Context()),
-		method:    r.Method, remote: r.RemoteAddr, path: r.URL.EscapedPath(),
-		start: sw.start,
+		requestID: RequestID(r.Context()), path: r.URL.EscapedPath(),
+		access: newAccessEntry(r, sw.start),
 	}
 	if h := w.Header(); len(h) != 1 || h.Get("X-Request-ID") != p.requestID {
 		p.header = h.Clone()
-	}
-	if rctx := chi.RouteContext(r.Context()); rctx != nil {
-		p.route = rctx.RoutePattern()
 	}
 	if !s.parked.add(p) {
 		return false // the server is closing
@@ -248,7 +239,7 @@ func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *h
 	if path, err := url.PathUnescape(p.path); err == nil {
 		u.Path = path
 	}
-	r := (&http.Request{Method: p.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
+	r := (&http.Request{Method: p.access.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.access.remote}).
 		WithContext(logger.WithContext(p.ctx))
 	resp := p.written(r, func(w http.ResponseWriter, r *http.Request) { write(w, r, err) })
 	// The client hung up (the watch cancelled ctx), not the server.
@@ -257,7 +248,7 @@ func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *h
 
 	// Logged before the answer leaves, as the middleware logs a request
 	// before net/http flushes its answer.
-	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, int64(resp.body.Len()), time.Since(p.start))
+	p.s.logAccess(&logger, &p.access, resp.status, int64(resp.body.Len()))
 	why := p.respond(resp)
 	if why == nil && gone {
 		why = errClientGone
