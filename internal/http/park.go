@@ -227,7 +227,9 @@ func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *h
 		if v := recover(); v != nil {
 			p.s.panics.Add(1)
 			logger.Error().Err(&lock.PanicError{Value: v}).Str("stack", string(debug.Stack())).Msg("internal error")
-			_ = p.conn.Close()
+			p.leave() // again is harmless
+			p.cancel(nil)
+			_ = p.conn.Close() // the watch sees it, and lets go
 		}
 	}()
 	err = waitError(p.ctx, err)
