@@ -26,11 +26,15 @@ import (
 // gives back the waiter's place and the watch, and lives on.
 func TestWait_PanickingStore(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		header []string
+		name, path, body string
+		header           []string
+		// tries is the waiter's last try before it sleeps.
+		tries int32
 	}{
-		{"Parked", nil},
-		{"NetHTTP", []string{"Connection", "close"}},
+		{"Parked", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, nil, 2},
+		{"NetHTTP", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, []string{"Connection", "close"}, 2},
+		// m:a, then q in the way; again once q is watched.
+		{"ParkedMulti", "/v1/leases", `{"locks":["q","m:a"],"owner":"b","wait_ms":60000}`, nil, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
@@ -42,9 +46,7 @@ func TestWait_PanickingStore(t *testing.T) {
 					panic("store fault")
 				}
 				g, err := e.Mem.TryAcquire(ctx, req)
-				// The waiter's second try, made once it watches, is its
-				// last before it sleeps.
-				if req.Owner == "b" && tries.Add(1) == 2 {
+				if req.Owner == "b" && tries.Add(1) == tc.tries {
 					close(asleep)
 				}
 				return g, err
@@ -52,7 +54,7 @@ func TestWait_PanickingStore(t *testing.T) {
 			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
 			c := dialRaw(t, e)
 			id := "panic-" + strings.ToLower(tc.name)
-			c.send(request("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, append([]string{"X-Request-ID", id}, tc.header...)...))
+			c.send(request("POST", tc.path, tc.body, append([]string{"X-Request-ID", id}, tc.header...)...))
 			Within(t, asleep, "waiter asleep")
 			if tc.header == nil {
 				waitParked(t, e, 1)
@@ -83,6 +85,9 @@ func TestWait_PanickingStore(t *testing.T) {
 
 			// The server lives on, and so do its locks.
 			panicking.Store(false)
+			if st := e.State("m:a"); st.Held {
+				t.Errorf("m:a held by %q", st.Holder.Owner)
+			}
 			if l := e.Acquire("q", `{"owner":"c"}`); l.Owner != "c" {
 				t.Fatalf("lease = %+v", l)
 			}
