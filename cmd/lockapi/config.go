@@ -45,6 +45,8 @@ type serveConfig struct {
 	MaxWaitersPerCaller int
 	RateLimit           float64
 	RateBurst           int
+	// MemoryLimit is Go's soft memory limit in bytes; -1: not given.
+	MemoryLimit int64
 
 	Metrics      bool
 	AdminAddr    string
@@ -151,6 +153,7 @@ func (c *serveConfig) settings() []setting {
 		{"max-waiters-per-caller", limits, "most waiting requests of one principal (or client address on an open server)", intValue(&c.MaxWaitersPerCaller, lockhttp.DefaultMaxWaitersPerCaller, positive)},
 		{"rate-limit", limits, "requests per second per principal (or client address); 0: no limit", rateValue(&c.RateLimit, 0)},
 		{"rate-burst", limits, "burst of the rate limit; 0: one second's worth", intValue(&c.RateBurst, 0, notNegative)},
+		{"memory-limit", limits, "Go's soft memory limit (debug.SetMemoryLimit), such as 512MiB; empty: GOMEMLIMIT's, or none", memoryLimitValue(&c.MemoryLimit)},
 
 		{"events", events, "record every lock change in the event log", boolValue(&c.Events, true)},
 		{"events-max", events, "about how many events the event log keeps at most", intValue(&c.EventsMax, redisstore.DefaultEventsMax, positive)},

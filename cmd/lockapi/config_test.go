@@ -27,6 +27,7 @@ var badTexts = map[string]string{
 	"TEXT":                            "{ci}:",
 	"DURATION":                        "30",
 	"N":                               "-1",
+	"BYTES":                           "512MB",
 	"RATE":                            "fast",
 	"FILE":                            "/nonexistent/lockapi",
 	"LINES":                           "lka_pasted_the_key_itself",

@@ -18,12 +18,6 @@ import (
 )
 
 func main() {
-	// lockapi's heap is small and its garbage short-lived: collecting less
-	// often buys throughput for a few MB, and no more than that once the
-	// heap grows (tuneGC). GOGC, when set, still decides.
-	if os.Getenv("GOGC") == "" {
-		tuneGC()
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

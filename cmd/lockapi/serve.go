@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -121,6 +122,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	for _, line := range unknown {
 		log.Warn().Msg(line)
+	}
+	if limit := applyMemoryLimit(c.MemoryLimit); limit != math.MaxInt64 {
+		from := "GOMEMLIMIT"
+		if c.MemoryLimit >= 0 {
+			from = c.source("memory-limit")
+		}
+		log.Info().Int64("bytes", limit).Str("setting", from).Msg("soft memory limit")
 	}
 	keys, signer, tlsConfig, err := loadSecurity(c, log)
 	if err != nil {

@@ -209,9 +209,9 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 			retryAfterSecs = 1
 		case kindInternal:
 			ev := logger.Error().Err(e.Err).Str("code", string(e.Code)).Str("detail", e.Detail)
-			var pe *panicError
+			var pe *lock.PanicError
 			if errors.As(e.Err, &pe) {
-				ev = ev.Str("stack", string(pe.stack))
+				ev = ev.Str("stack", string(pe.Stack))
 			}
 			ev.Msg("internal error")
 			kind, p.Detail = kindInternal, "internal error"
@@ -248,11 +248,3 @@ func retryAfter(e *lock.Error) int64 {
 	secs := int64((e.HeldBy.ExpiresIn + time.Second - 1) / time.Second)
 	return max(secs, 1)
 }
-
-// panicError carries a recovered panic to Error, which logs it.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }

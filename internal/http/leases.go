@@ -68,6 +68,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answerAcquire(w, r, req.Lock, g, err)
+	if wait > 0 && err == nil {
+		s.deliverGrants(w, r, []lock.Grant{g})
+	}
 }
 
 // answerAcquire answers a single acquire: its lease, or its error.
@@ -106,7 +109,7 @@ func (s *Server) acquiring(w http.ResponseWriter, r *http.Request, c caller, wai
 	start := time.Now()
 	err = waitError(ctx, acquire(ctx))
 	if wait > 0 {
-		s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+		s.waitEnded(start, err)
 	}
 	return true, err
 }

@@ -2,6 +2,7 @@ package http
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"runtime/debug"
 	"time"
@@ -119,17 +120,36 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w, start: time.Now()}
 		// Deferred so that a response aborted by a panic is logged too.
 		defer func() {
-			if sw.parked {
-				return
+			if !sw.parked {
+				a := newAccessEntry(r, sw.start)
+				s.logAccess(zerolog.Ctx(r.Context()), &a, sw.status, sw.bytes)
 			}
-			route := ""
-			if rctx := chi.RouteContext(r.Context()); rctx != nil {
-				route = rctx.RoutePattern()
-			}
-			s.logRequest(zerolog.Ctx(r.Context()), r.Method, route, r.RemoteAddr, sw.status, sw.bytes, time.Since(sw.start))
 		}()
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// accessEntry is what a request's access-log line says of it besides its
+// answer: taken from the request in net/http, and kept by a parked request
+// (park.go) until it answers. Both paths write it with logAccess.
+type accessEntry struct {
+	method, route, remote string
+	start                 time.Time
+}
+
+// newAccessEntry is r's entry, for a request that began at start.
+func newAccessEntry(r *http.Request, start time.Time) accessEntry {
+	a := accessEntry{method: r.Method, remote: r.RemoteAddr, start: start}
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		a.route = rctx.RoutePattern()
+	}
+	return a
+}
+
+// logAccess writes a's access-log line and request metrics, for its
+// answer's status and bytes: the one access-log writer of both paths.
+func (s *Server) logAccess(logger *zerolog.Logger, a *accessEntry, status int, bytes int64) {
+	s.logRequest(logger, a.method, a.route, a.remote, status, bytes, time.Since(a.start))
 }
 
 // logRequest writes a request's access-log line and request metrics; status
@@ -165,15 +185,34 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			pe := &panicError{value: v, stack: debug.Stack()}
 			if sw, ok := w.(*statusWriter); ok && sw.status != 0 {
 				// Too late for a problem: log the panic and abort the
 				// response, so the client sees it broken, not truncated.
-				zerolog.Ctx(r.Context()).Error().Err(pe).Str("stack", string(pe.stack)).Msg("internal error")
+				s.panics.Add(1)
+				pe := &lock.PanicError{Value: v, Stack: debug.Stack()}
+				zerolog.Ctx(r.Context()).Error().Err(pe).Str("stack", string(pe.Stack)).Msg("internal error")
 				panic(http.ErrAbortHandler)
 			}
-			Error(w, r, &lock.Error{Code: lock.CodeInternal, Detail: "handler panicked", Err: pe})
+			s.answerPanic(w, r, &lock.PanicError{Value: v, Stack: debug.Stack()})
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// answerPanic answers a request whose handling panicked with pe, a 500
+// internal problem, and counts it: for a handler (recoverPanics) and for a
+// parked wait (park.go) alike. Error logs the panic with its stack.
+func (s *Server) answerPanic(w http.ResponseWriter, r *http.Request, pe *lock.PanicError) {
+	s.panics.Add(1)
+	Error(w, r, &lock.Error{Code: lock.CodeInternal, Detail: "handler panicked", Err: pe})
+}
+
+// waitEnded records a wait's end, on either waiting path: the wait
+// histogram, and a wait that panicked (lock.PanicError) as a panic.
+func (s *Server) waitEnded(start time.Time, err error) {
+	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	var pe *lock.PanicError
+	if errors.As(err, &pe) {
+		s.panics.Add(1)
+	}
 }

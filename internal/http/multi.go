@@ -62,6 +62,9 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answerAcquireAll(w, r, grants, err)
+	if wait > 0 && err == nil {
+		s.deliverGrants(w, r, grants)
+	}
 }
 
 // answerAcquireAll answers a multi-lock: its leases, in the order of its

@@ -7,12 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/lockapi/lockapi/internal/lock"
 )
@@ -66,7 +65,7 @@ func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller
 		return g, wt, err
 	}, func(w http.ResponseWriter, r *http.Request, g lock.Grant, err error) {
 		s.answerAcquire(w, r, req.Lock, g, err)
-	})
+	}, func(g lock.Grant) []lock.Grant { return []lock.Grant{g} })
 }
 
 // acquireAllParking runs a waiting multi-lock as acquiring and
@@ -78,7 +77,7 @@ func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c cal
 			return grants, nil, err
 		}
 		return grants, mwt, err
-	}, s.answerAcquireAll)
+	}, s.answerAcquireAll, func(grants []lock.Grant) []lock.Grant { return grants })
 }
 
 // parkableWait is a wait that made its tries and must sleep: a single
@@ -91,10 +90,13 @@ type parkableWait[T any] interface {
 // waitParking runs a waiting acquire under the waiter limits, as acquiring
 // does: begin makes its tries up to the first sleep (its wait is nil when
 // they settled it), and the wait is then parked off net/http, or waited
-// here where the request cannot be parked. answer writes the outcome.
+// here where the request cannot be parked. answer writes the outcome;
+// grantsOf are the grants of a granted outcome, given back when the answer
+// is known not to have reached the client (giveBack).
 func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c caller,
 	begin func(ctx context.Context) (T, parkableWait[T], error),
-	answer func(w http.ResponseWriter, r *http.Request, v T, err error)) {
+	answer func(w http.ResponseWriter, r *http.Request, v T, err error),
+	grantsOf func(T) []lock.Grant) {
 	leave, err := s.waiters.enter(c.limitKey(r))
 	if err != nil {
 		Error(w, r, err)
@@ -102,6 +104,16 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
+	parked := false
+	defer func() {
+		// Given back once more (each is idempotent), for a panic in
+		// begin or Wait, which recoverPanics answers.
+		if !parked {
+			stop()
+			cancel(nil)
+			leave()
+		}
+	}()
 	start := time.Now()
 	v, wt, err := begin(ctx)
 	if wt != nil {
@@ -109,10 +121,10 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 			return wt.Park(p.ctx, func(v T, err error) {
 				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
 					answer(w, r, v, err)
-				})
+				}, func() []lock.Grant { return grantsOf(v) })
 			})
 		}
-		if s.park(w, r, leave, start, parkWait) {
+		if parked = s.park(w, r, leave, start, parkWait); parked {
 			stop()
 			cancel(nil)
 			return
@@ -123,8 +135,11 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	stop()
 	cancel(nil)
 	leave()
-	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
+	s.waitEnded(start, err)
 	answer(w, r, v, err)
+	if err == nil {
+		s.deliverGrants(w, r, grantsOf(v))
+	}
 }
 
 // parkedAcquire is a waiting acquire parked off net/http. It is kept small:
@@ -155,11 +170,8 @@ type parkedAcquire struct {
 	// middleware sets more.
 	header    http.Header
 	requestID string
-	method    string
-	route     string
-	remote    string
 	path      string // escaped
-	start     time.Time
+	access    accessEntry
 }
 
 // park hijacks r's connection and parks a wait on it with parkWait, which
@@ -170,15 +182,11 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), wait
 	sw := w.(*statusWriter) // canPark checked
 	p := &parkedAcquire{
 		s: s, leave: leave, waitStart: waitStart,
-		requestID: RequestID(r.Context()),
-		method:    r.Method, remote: r.RemoteAddr, path: r.URL.EscapedPath(),
-		start: sw.start,
+		requestID: RequestID(r.Context()), path: r.URL.EscapedPath(),
+		access: newAccessEntry(r, sw.start),
 	}
 	if h := w.Header(); len(h) != 1 || h.Get("X-Request-ID") != p.requestID {
 		p.header = h.Clone()
-	}
-	if rctx := chi.RouteContext(r.Context()); rctx != nil {
-		p.route = rctx.RoutePattern()
 	}
 	if !s.parked.add(p) {
 		return false // the server is closing
@@ -201,49 +209,84 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), wait
 		s.parked.wakeUp(p)
 	})
 	s.parked.setWake(p, parkWait(p))
-	s.burst.parked()
 	return true
 }
 
 // answer answers the parked request with the wait's answer: err, and what
 // write writes as the handler would have (err as waitError explains it).
-// It then hands the connection back.
-func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *http.Request, err error)) {
+// It then hands the connection back, or gives back the grants (grants)
+// of an answer that did not reach the client. It runs on the wait's goroutine, not
+// net/http's: a panic in write is answered 500 as recoverPanics answers a
+// handler's, and a panic after it closes the connection, logged.
+func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *http.Request, err error), grants func() []lock.Grant) {
 	defer p.s.parked.remove(p)
-	err = waitError(p.ctx, err)
-	p.leave()
-	p.s.cfg.Metrics.Wait(time.Since(p.waitStart), waitOutcome(err))
-	p.pending = append(p.pending, p.stopWatch()...)
-
 	// The request's logger, as requestID made it: kept as its id while
 	// parked, which costs less.
 	logger := p.s.log.With().Str("request_id", p.requestID).Logger()
-	resp := &parkedResponse{header: p.header}
-	if resp.header == nil {
-		resp.header = http.Header{"X-Request-Id": {p.requestID}}
-	}
+	defer func() {
+		if v := recover(); v != nil {
+			p.s.panics.Add(1)
+			logger.Error().Err(&lock.PanicError{Value: v}).Str("stack", string(debug.Stack())).Msg("internal error")
+			p.leave() // again is harmless
+			p.cancel(nil)
+			_ = p.conn.Close() // the watch sees it, and lets go
+		}
+	}()
+	err = waitError(p.ctx, err)
+	p.leave()
+	p.s.waitEnded(p.waitStart, err)
+	p.pending = append(p.pending, p.stopWatch()...)
+
 	u := &url.URL{Path: p.path, RawPath: p.path}
 	if path, err := url.PathUnescape(p.path); err == nil {
 		u.Path = path
 	}
-	r := (&http.Request{Method: p.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.remote}).
+	r := (&http.Request{Method: p.access.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: p.access.remote}).
 		WithContext(logger.WithContext(p.ctx))
-	write(resp, r, err)
+	resp := p.written(r, func(w http.ResponseWriter, r *http.Request) { write(w, r, err) })
+	// The client hung up (the watch cancelled ctx), not the server.
+	gone := p.ctx.Err() != nil && !errors.Is(context.Cause(p.ctx), errShuttingDown)
 	p.cancel(nil)
 
 	// Logged before the answer leaves, as the middleware logs a request
 	// before net/http flushes its answer.
-	p.s.logRequest(&logger, p.method, p.route, p.remote, resp.status, int64(resp.body.Len()), time.Since(p.start))
-	p.respond(resp)
+	p.s.logAccess(&logger, &p.access, resp.status, int64(resp.body.Len()))
+	why := p.respond(resp)
+	if why == nil && gone {
+		why = errClientGone
+	}
+	if why != nil && err == nil {
+		p.s.giveBack(&logger, grants(), why)
+	}
+}
+
+// written is the answer write writes, or a 500 internal problem if write
+// panics, as recoverPanics answers a handler that panics.
+func (p *parkedAcquire) written(r *http.Request, write func(w http.ResponseWriter, r *http.Request)) *parkedResponse {
+	resp := p.newResponse()
+	if pe := recovered(func() { write(resp, r) }); pe != nil {
+		resp = p.newResponse()
+		p.s.answerPanic(resp, r, pe)
+	}
+	return resp
+}
+
+// newResponse is an empty answer to the parked request.
+func (p *parkedAcquire) newResponse() *parkedResponse {
+	resp := &parkedResponse{header: p.header.Clone()}
+	if resp.header == nil {
+		resp.header = http.Header{"X-Request-Id": {p.requestID}}
+	}
+	return resp
 }
 
 // respond writes resp to the connection and hands the connection back to
 // the server, or closes it: when the client left, the server is closing or
-// the write failed.
-func (p *parkedAcquire) respond(resp *parkedResponse) {
+// the write failed (the write's error).
+func (p *parkedAcquire) respond(resp *parkedResponse) error {
 	if resp.status == StatusClientClosedRequest {
 		_ = p.conn.Close()
-		return
+		return nil
 	}
 	closing := p.s.closing.Err() != nil
 	_ = p.conn.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
@@ -251,9 +294,13 @@ func (p *parkedAcquire) respond(resp *parkedResponse) {
 	_ = p.conn.SetWriteDeadline(time.Time{})
 	if err != nil || closing {
 		_ = p.conn.Close()
-		return
+		return err
 	}
+	// Answered: no longer parked while the connection waits for its next
+	// request, as net/http's idle connections are not requests either.
+	p.s.parked.remove(p)
 	p.s.parkLn.handBack(p.conn, p.pending)
+	return nil
 }
 
 // parkedResponse is a parked request's answer, written into memory by the
@@ -344,7 +391,7 @@ func (ps *parkedSet) wakeUp(p *parkedAcquire) {
 	}
 }
 
-// remove counts p out, once answered.
+// remove counts p out, once answered; again is harmless.
 func (ps *parkedSet) remove(p *parkedAcquire) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -511,4 +558,15 @@ func (c *replayConn) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(b)
+}
+
+// recovered runs f and returns its panic, if any.
+func recovered(f func()) (pe *lock.PanicError) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe = &lock.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	f()
+	return nil
 }

@@ -109,6 +109,9 @@ func TestPark(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated || resp.Close {
 			t.Fatalf("status %d, close %v: %s", resp.StatusCode, resp.Close, resp.Body)
 		}
+		// Answered, the request is parked no longer, although its
+		// connection waits for the next.
+		waitParked(t, e, 0)
 		l := Decode[lockhttp.Lease](t, resp)
 		if l.Owner != "b" || l.FencingToken <= holder.FencingToken {
 			t.Errorf("lease = %+v", l)

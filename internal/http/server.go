@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -146,7 +147,12 @@ type Server struct {
 	// parked requests, counted in parked (park.go); nil under TLS.
 	parkLn *parkListener
 	parked parkedSet
-	burst  burstCollector
+
+	// panics counts the panics recovered: of handlers, and of waits.
+	panics atomic.Int64
+	// grantsReturned counts the waited grants given back because their
+	// answer did not reach the client (giveBack).
+	grantsReturned atomic.Int64
 }
 
 // withDefaults fills in the zero fields of cfg.
@@ -231,6 +237,9 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	r.With(s.rateLimit).Post(signedReleaseRoute, s.handleSignedRelease)
 
 	if cfg.Metrics != nil {
+		cfg.Metrics.Counter("lockapi_panics_total", "Panics recovered and answered 500, of handlers and of waits on either waiting path.", func() float64 { return float64(s.panics.Load()) })
+		cfg.Metrics.Counter("lockapi_hangup_watch_failures_total", "Failures of the epoll wait that watches parked connections for their clients hanging up; each restarts the watch.", func() float64 { return float64(hangups.failures.Load()) })
+		cfg.Metrics.Counter("lockapi_grants_returned_total", "Waited grants released because their answer could not be delivered: the write failed, or the client had hung up.", func() float64 { return float64(s.grantsReturned.Load()) })
 		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
 		if cfg.Webhooks != nil && store != nil {
 			cfg.Metrics.Gauge("lockapi_webhooks_blocked", "Webhooks whose worker lease something other than a webhook worker holds: they deliver nothing until it ends.", s.blockedWebhooks)
@@ -299,6 +308,7 @@ func (s *Server) Open(addr string) (err error) {
 	ln := s.ln
 	if s.cfg.TLS == nil {
 		s.parkLn = newParkListener(s.ln, idleTimeout, s.closing)
+		hangups.setLogger(&s.log)
 		ln = s.parkLn
 	}
 	go func(srv *http.Server, ln net.Listener) {

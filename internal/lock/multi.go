@@ -150,7 +150,15 @@ func BeginAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Dur
 	}
 	mwt := &MultiWaiting{s: s, reqs: reqs, order: order, deadline: time.Now().Add(wait),
 		mw: multiWait{s: s, backoff: minUnavailableBackoff}}
-	if grants, err, done := mwt.refused(ctx, err); done {
+	tried := false
+	defer func() {
+		if !tried { // a try panicked: the watch goes
+			mwt.mw.drop()
+		}
+	}()
+	grants, err, done := mwt.refused(ctx, err)
+	tried = true
+	if done {
 		mwt.mw.drop()
 		return grants, nil, err
 	}
@@ -158,23 +166,10 @@ func BeginAll(ctx context.Context, s Store, reqs []AcquireRequest, wait time.Dur
 }
 
 // Wait sleeps until a wake-up, a retry, the deadline or ctx's end, and tries
-// again, until the call is answered: AcquireAll's answer.
+// again, until the call is answered: AcquireAll's answer. As Waiting's, it
+// is Park with the caller's goroutine blocked for the answer.
 func (mwt *MultiWaiting) Wait(ctx context.Context) ([]Grant, error) {
-	defer mwt.mw.drop()
-	deadline := time.NewTimer(time.Until(mwt.deadline))
-	defer deadline.Stop()
-	for {
-		var retry <-chan time.Time
-		if !mwt.retryAt.IsZero() {
-			retry = time.After(time.Until(mwt.retryAt))
-		}
-		if err := mwt.mw.sleep(ctx, deadline.C, retry, mwt.last); err != nil {
-			return nil, err
-		}
-		if grants, err, done := mwt.try(ctx); done {
-			return grants, err
-		}
-	}
+	return waitFor(ctx, mwt.Park)
 }
 
 // try tries the whole set and takes in the answer: done when it is the
@@ -215,8 +210,9 @@ func (mwt *MultiWaiting) refused(ctx context.Context, err error) ([]Grant, error
 // Park is Wait for a caller that keeps no goroutine while the wait sleeps,
 // as Waiting.Park is.
 func (mwt *MultiWaiting) Park(ctx context.Context, answer func([]Grant, error)) (wake func()) {
-	mwt.answer = answer
-	return park(ctx, mwt, mwt.deadline)
+	p := newParking(ctx, mwt, mwt.deadline)
+	mwt.answer = answering(p, answer)
+	return p.start()
 }
 
 // sleeping implements parkable. A pause after a wake-up looks at no
@@ -275,6 +271,14 @@ func (mwt *MultiWaiting) answering(grants []Grant, err error) func() {
 	return func() {
 		mwt.mw.drop()
 		mwt.answer(grants, err)
+	}
+}
+
+// abort implements parkable, as Waiting's does.
+func (mwt *MultiWaiting) abort(_ context.Context, err error) func() {
+	return func() {
+		_ = recovered(mwt.mw.drop)
+		mwt.answer(nil, err)
 	}
 }
 
@@ -352,30 +356,6 @@ func (mw *multiWait) next(ctx context.Context, err error) (retry time.Duration, 
 	}
 }
 
-// sleep waits for the next try: a wake-up of the watch, followed by a
-// jitter that spreads out multi-locks woken together, or retry. It returns
-// the error to leave with when the wait or ctx ends first (last is the
-// last try's), and nil to try again.
-func (mw *multiWait) sleep(ctx context.Context, deadline <-chan time.Time, retry <-chan time.Time, last error) error {
-	var woken <-chan struct{} // nil, never ready, before a name is watched (a lock-delay)
-	if mw.w != nil {
-		woken = mw.w.C()
-	}
-	select {
-	case <-woken:
-		mw.woken = true
-		if !pause(ctx, deadline, rand.N(maxRetryJitter)) {
-			return leaveErr(ctx, last)
-		}
-	case <-retry:
-	case <-deadline:
-		return last
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
 // granted passes on the wake-up that led to grants when the release that
 // woke this waiter may admit more than one: another reader, another
 // permit.
@@ -404,21 +384,6 @@ func leaveErr(ctx context.Context, last error) error {
 		return err
 	}
 	return last
-}
-
-// pause sleeps for d unless ctx is cancelled or deadline fires first,
-// which it reports as false.
-func pause(ctx context.Context, deadline <-chan time.Time, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-deadline:
-		return false
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // passesOn reports whether the grant of name admits others after it too.

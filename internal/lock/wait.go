@@ -85,7 +85,15 @@ func BeginWait(ctx context.Context, s Store, req AcquireRequest, wait time.Durat
 	}
 	w.Join(req.WaiterID)
 	wt.sw.w = w
-	if g, err, done := wt.try(ctx); done {
+	tried := false
+	defer func() {
+		if !tried { // the try panicked: the watch and queue place go
+			wt.finish(ctx)
+		}
+	}()
+	g, err, done := wt.try(ctx)
+	tried = true
+	if done {
 		wt.finish(ctx)
 		return g, nil, err
 	}
@@ -93,23 +101,11 @@ func BeginWait(ctx context.Context, s Store, req AcquireRequest, wait time.Durat
 }
 
 // Wait sleeps until a wake-up, a retry, the deadline or ctx's end, and tries
-// again, until the call is answered: AcquireWait's answer.
+// again, until the call is answered: AcquireWait's answer. It is Park with
+// the caller's goroutine blocked for the answer: one state machine (step)
+// serves both.
 func (wt *Waiting) Wait(ctx context.Context) (Grant, error) {
-	defer wt.finish(ctx)
-	deadline := time.NewTimer(time.Until(wt.deadline))
-	defer deadline.Stop()
-	for {
-		var retry <-chan time.Time
-		if !wt.retryAt.IsZero() {
-			retry = time.After(time.Until(wt.retryAt))
-		}
-		if err := wt.sw.sleep(ctx, wt.req.Mode, deadline.C, retry, wt.last); err != nil {
-			return Grant{}, err
-		}
-		if g, err, done := wt.try(ctx); done {
-			return g, err
-		}
-	}
+	return waitFor(ctx, wt.Park)
 }
 
 // try makes one try and takes in its answer: done when it is the call's.
@@ -145,8 +141,9 @@ func (wt *Waiting) finish(ctx context.Context) {
 // knows when, and a context.AfterFunc would cost every parked wait a few
 // hundred bytes more). wake may be called any time, from any goroutine.
 func (wt *Waiting) Park(ctx context.Context, answer func(Grant, error)) (wake func()) {
-	wt.answer = answer
-	return park(ctx, wt, wt.deadline)
+	p := newParking(ctx, wt, wt.deadline)
+	wt.answer = answering(p, answer)
+	return p.start()
 }
 
 // sleeping implements parkable.
@@ -177,6 +174,16 @@ func (wt *Waiting) answering(ctx context.Context, g Grant, err error) func() {
 	return func() {
 		wt.finish(ctx)
 		wt.answer(g, err)
+	}
+}
+
+// abort implements parkable: the wait's end with err. What it set up is
+// undone as far as it can be: a second panic there is dropped, the first
+// is the one answered.
+func (wt *Waiting) abort(ctx context.Context, err error) func() {
+	return func() {
+		_ = recovered(func() { wt.finish(ctx) })
+		wt.answer(Grant{}, err)
 	}
 }
 

@@ -1,0 +1,36 @@
+package http_test
+
+import (
+	"testing"
+
+	lockhttp "github.com/lockapi/lockapi/internal/http"
+)
+
+// TestHangupWatch_FailureRestarts breaks the epoll wait that watches parked
+// connections: the failure is logged and counted, and hang-ups are seen
+// after it as before.
+func TestHangupWatch_FailureRestarts(t *testing.T) {
+	e := MustOpenHookedEnv(t, lockhttp.Config{})
+	e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+	before := lockhttp.FailHangupWatch()
+	// The wait fails at once, or after this hang-up if it was asleep.
+	for _, id := range []string{"hangup-1", "hangup-2"} {
+		c := dialRaw(t, e)
+		c.send(request("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, "X-Request-ID", id))
+		Within(t, e.Hooks.Watching, "waiter registered")
+		waitParked(t, e, 1)
+		c.conn.Close()
+		Within(t, e.Hooks.Unwatched, "hang-up of "+id+" seen")
+		waitParked(t, e, 0)
+	}
+	if n := lockhttp.HangupWatchFailures(); n <= before {
+		t.Errorf("failures counted: %d, want more than %d", n, before)
+	}
+	logged := false
+	for _, line := range e.Logs.Lines(t) {
+		logged = logged || line["message"] == "hang-up watch failed; restarted"
+	}
+	if !logged {
+		t.Error("the failure was not logged")
+	}
+}
