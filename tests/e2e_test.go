@@ -376,7 +376,11 @@ func TestE2E_shutdown_answers_waiters(t *testing.T) {
 	}()
 	waitForWaiters(t, a, 1)
 	stopped := time.Now()
-	go s.stop()
+	// The test waits for its own stop before it ends: a stop still running
+	// then would report on a finished test, and outlive it.
+	exited := make(chan error, 1)
+	go func() { exited <- s.stop() }()
+	defer func() { <-exited }()
 	select {
 	case r := <-got:
 		if r.Status != 503 || r.Header.Get("Retry-After") == "" {

@@ -78,6 +78,10 @@ func (r *fanoutReceiver) count() (distinct, dups int) {
 
 // latencyProbe times the requests a busy server must still answer at once:
 // an acquire and a release every interval, and the start of an event stream.
+//
+// Its requests are never cancelled: the test stops the probe and waits for
+// the request in flight to be answered (stop), so every failure it records
+// is the server's, never the test's own shutdown cutting a request short.
 type latencyProbe struct {
 	base string
 	c    *http.Client
@@ -100,17 +104,13 @@ func (p *latencyProbe) record(what string, took time.Duration, status, want int)
 }
 
 // lockOnce acquires and releases probe:<i>, timing each.
-func (p *latencyProbe) lockOnce(ctx context.Context, i int) {
+func (p *latencyProbe) lockOnce(i int) {
 	name := fmt.Sprintf("probe:%d", i)
 	body := []byte(`{"owner":"probe","ttl_ms":10000}`)
 	start := time.Now()
-	req, _ := http.NewRequestWithContext(ctx, "POST", p.base+"/v1/locks/"+name+"/leases", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.c.Do(req)
+	resp, err := p.c.Post(p.base+"/v1/locks/"+name+"/leases", "application/json", bytes.NewReader(body))
 	if err != nil {
-		if ctx.Err() == nil {
-			p.record("acquire "+name+": "+err.Error(), time.Since(start), 0, 201)
-		}
+		p.record("acquire "+name+": "+err.Error(), time.Since(start), 0, http.StatusCreated)
 		return
 	}
 	var l Lease
@@ -124,48 +124,57 @@ func (p *latencyProbe) lockOnce(ctx context.Context, i int) {
 		return
 	}
 	start = time.Now()
-	req, _ = http.NewRequestWithContext(ctx, "DELETE", p.base+"/v1/locks/"+name+"/leases/"+l.LeaseID, nil)
-	if resp, err = p.c.Do(req); err == nil {
-		resp.Body.Close()
-		p.record("release "+name, time.Since(start), resp.StatusCode, http.StatusOK)
+	req, _ := http.NewRequest("DELETE", p.base+"/v1/locks/"+name+"/leases/"+l.LeaseID, nil)
+	resp, err = p.c.Do(req)
+	if err != nil {
+		p.record("release "+name+": "+err.Error(), time.Since(start), 0, http.StatusOK)
+		return
 	}
+	resp.Body.Close()
+	p.record("release "+name, time.Since(start), resp.StatusCode, http.StatusOK)
 }
 
-// streamStart opens GET /v1/events and times its answer's headers.
-func (p *latencyProbe) streamStart(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// streamStart opens GET /v1/events and times its answer's headers; a
+// stream whose headers take 10 s fails.
+func (p *latencyProbe) streamStart() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", p.base+"/v1/events", nil)
 	start := time.Now()
 	resp, err := p.c.Do(req)
 	if err != nil {
-		p.record("GET /v1/events: "+err.Error(), time.Since(start), 0, 200)
+		p.record("GET /v1/events: "+err.Error(), time.Since(start), 0, http.StatusOK)
 		return
 	}
 	resp.Body.Close()
 	p.record("GET /v1/events", time.Since(start), resp.StatusCode, http.StatusOK)
 }
 
-// run probes every interval until ctx ends; done is closed after.
-func (p *latencyProbe) run(ctx context.Context, every time.Duration) (done <-chan struct{}) {
-	d := make(chan struct{})
+// run probes every interval until stop is called; stop returns once the
+// probe in flight has been answered and recorded, and may be called again.
+func (p *latencyProbe) run(every time.Duration) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(d)
+		defer close(done)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for i := 0; ; i++ {
-			p.lockOnce(ctx, i%10)
+			p.lockOnce(i % 10)
 			if i%5 == 0 {
-				p.streamStart(ctx)
+				p.streamStart()
 			}
 			select {
-			case <-ctx.Done():
+			case <-quit:
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	return d
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
 }
 
 // TestWebhooks_e2e_100_subscriptions is issue 21's webhooks at scale: one
@@ -187,9 +196,8 @@ func TestWebhooks_e2e_100_subscriptions(t *testing.T) {
 	s := startServer(t, []string{"LOCKAPI_REDIS_URL=" + rs.URL, "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true", "LOCKAPI_LOG_LEVEL=info"})
 	r := newFanoutReceiver(t, hooks*events)
 	p := &latencyProbe{base: s.URL, c: &http.Client{Timeout: 30 * time.Second}}
-	ctx, cancel := context.WithCancel(context.Background())
-	probed := p.run(ctx, 100*time.Millisecond)
-	defer func() { cancel(); <-probed }()
+	stopProbe := p.run(100 * time.Millisecond)
+	defer stopProbe() // on a t.Fatal below
 
 	for n := range hooks {
 		body, _ := json.Marshal(map[string]any{"url": r.hookURL(n), "prefix": "scale:"})
@@ -223,8 +231,7 @@ func TestWebhooks_e2e_100_subscriptions(t *testing.T) {
 	}
 	took := time.Since(start)
 	got, dups := r.count()
-	cancel()
-	<-probed
+	stopProbe()
 	t.Logf("%d of %d deliveries in %v (%d duplicates); %d probe acquires, the slowest request took %v",
 		got, hooks*events, took.Round(time.Millisecond), dups, p.acquires, p.slowest.Round(time.Millisecond))
 	if got < hooks*events {

@@ -477,6 +477,10 @@ func TestEvents_Resume(t *testing.T) {
 	e.Acquire("a", `{"owner":"o"}`)
 	ctx, stop := context.WithCancel(context.Background())
 	writerDone := make(chan struct{})
+	// Stopped and drained before the server closes, on a failure too: a
+	// request cut short by the test's own shutdown is not the server's
+	// failure, and must not be reported as one.
+	defer func() { stop(); <-writerDone }()
 	go func() {
 		defer close(writerDone)
 		for i := 0; ctx.Err() == nil; i++ {

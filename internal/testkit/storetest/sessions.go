@@ -164,13 +164,16 @@ func sessionExpiryEndsAll(t *testing.T, b Backend) {
 	for _, n := range names {
 		tokens[n] = tryAcquire(t, s, lock.AcquireRequest{Lock: n, Owner: "w", Session: sess.ID}).Lease.Token
 	}
-	waited := make(chan lock.Grant, 1)
+	// The waiter's outcome comes back on a channel, never through t: a
+	// test that fails first ends (and closes the store) while it waits.
+	type outcome struct {
+		g   lock.Grant
+		err error
+	}
+	waited := make(chan outcome, 1)
 	go func() {
 		g, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "se:a", Owner: "next", TTL: time.Minute}, 10*time.Second)
-		if err != nil {
-			t.Error(err)
-		}
-		waited <- g
+		waited <- outcome{g, err}
 	}()
 
 	if log := s.Events(); log != nil {
@@ -201,9 +204,12 @@ func sessionExpiryEndsAll(t *testing.T, b Backend) {
 			}
 		}
 	}
-	g := <-waited
-	if g.Lease.Token <= tokens["se:a"] {
-		t.Fatalf("the waiter's token %d is not above the bound lease's %d", g.Lease.Token, tokens["se:a"])
+	w := <-waited
+	if w.err != nil {
+		t.Fatalf("the waiter for se:a: %v", w.err)
+	}
+	if w.g.Lease.Token <= tokens["se:a"] {
+		t.Fatalf("the waiter's token %d is not above the bound lease's %d", w.g.Lease.Token, tokens["se:a"])
 	}
 	for _, n := range names[1:] {
 		if st := Inspect(t, s, n); st.Held {
