@@ -182,6 +182,24 @@ func TestAccessLog(t *testing.T) {
 	}
 }
 
+// A client chooses the method, and net/http takes any token up to its
+// header limit: the access log keeps a bounded prefix of it.
+func TestAccessLog_LongMethodClipped(t *testing.T) {
+	e := MustOpenEnv(t, lockhttp.Config{})
+	method := strings.Repeat("X", 30<<10)
+	e.Do(method, "/v1/locks/logged", "", "X-Request-ID", "long-method")
+	for _, line := range e.Logs.Lines(t) {
+		if line["message"] != "request" || line["request_id"] != "long-method" {
+			continue
+		}
+		if m, _ := line["method"].(string); len(m) > 32 || !strings.HasPrefix(m, "XXXX") {
+			t.Errorf("logged method of %d bytes: %.40q", len(m), m)
+		}
+		return
+	}
+	t.Fatal("no access-log line for the request")
+}
+
 func TestClose(t *testing.T) {
 	t.Run("WaitingAcquire503Promptly", func(t *testing.T) {
 		e := MustOpenHookedEnv(t, lockhttp.Config{})
