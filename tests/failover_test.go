@@ -1,8 +1,6 @@
 package tests
 
 import (
-	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -56,7 +54,7 @@ func TestFaults_planned_failover_unseen(t *testing.T) {
 	sen := redistest.StartSentinel(t, redistest.WithFailoverTimeout(plannedFailoverTimeout))
 	env := []string{fmt.Sprintf("LOCKAPI_REDIS_TIMEOUT=%dms", redisTimeoutMs), "LOCKAPI_MAX_WAIT=10s",
 		"LOCKAPI_REDIS_URL=" + sen.URL(), "LOCKAPI_REDIS_MODE=sentinel", "LOCKAPI_MIN_REPLICAS=0"}
-	f := &faultRun{t: t, http: &http.Client{Timeout: 15 * time.Second}, ttl: plannedTTL, wait: plannedWait}
+	f := &faultRun{t: t, http: &http.Client{Timeout: 15 * time.Second}, ttl: plannedTTL, wait: plannedWait, sessionTTL: plannedTTL}
 	for range 2 {
 		f.servers = append(f.servers, startServer(t, env, "--log-level", "info"))
 	}
@@ -150,13 +148,22 @@ func (p *plannedRun) longestGapPerLock() (gap time.Duration, lock string, at tim
 }
 
 // client loops: acquire a hot lock (waiting), write to the fenced resource
-// for 5-20 ms, release it, with at most plannedReleaseRetries retries.
+// for 5-20 ms, release it, with at most plannedReleaseRetries retries. Half
+// the clients hold their leases through a session, as in every row of the
+// fault suite (faultRun.client).
 func (p *plannedRun) client(i int, stop <-chan struct{}) {
 	f := p.faultRun
 	lock := f.locks[i%faultLocks]
 	srv := i % len(f.servers)
+	var sess *faultSession
+	if f.sessionBound(i) {
+		if sess = f.openSession(i, srv, stop); sess == nil {
+			return
+		}
+		defer func() { f.closeSession(sess, srv) }()
+	}
 	for n := 0; ; n++ {
-		lease, ok := p.acquire(&srv, lock, fmt.Sprintf("c%d-%d", i, n), stop)
+		lease, ok := f.acquire(i, &srv, &sess, lock, fmt.Sprintf("c%d-%d", i, n), stop)
 		if !ok {
 			return
 		}
@@ -168,53 +175,21 @@ func (p *plannedRun) client(i int, stop <-chan struct{}) {
 		f.mu.Lock()
 		f.sections = append(f.sections, sectionRec{lock: lock, token: lease.FencingToken, start: start, end: end})
 		f.mu.Unlock()
-		p.release(&srv, lock, lease.LeaseID)
-	}
-}
-
-// acquire asks for lock until it is granted (a 503 or a refused connection
-// is asked again with the same idempotency key); ok is false once stop is
-// closed.
-func (p *plannedRun) acquire(srv *int, lock, owner string, stop <-chan struct{}) (lease leaseAnswer, ok bool) {
-	f := p.faultRun
-	key := rand.Text()
-	asked := time.Now()
-	var failed time.Time
-	for {
-		select {
-		case <-stop:
-			return lease, false
-		default:
+		switch status := p.release(&srv, lock, lease.LeaseID); {
+		case sess == nil:
+		case status == http.StatusOK:
+			sess.released(lease.LeaseID)
+		case status == http.StatusGone:
+			sess.tell(time.Now(), "release")
 		}
-		sent := time.Now()
-		status, body, err := f.call(srv, "POST", "/v1/locks/"+lock+"/leases",
-			map[string]any{"owner": owner, "ttl_ms": f.ttl.Milliseconds(), "wait_ms": f.wait.Milliseconds()}, "Idempotency-Key", key)
-		switch {
-		case err != nil || status >= 500:
-			failed = time.Now()
-			time.Sleep(10 * time.Millisecond)
-			continue
-		case status == http.StatusConflict:
-			continue
-		case status != http.StatusCreated && status != http.StatusOK:
-			f.t.Errorf("acquire: %d %s", status, body)
-			return lease, false
-		}
-		if err := json.Unmarshal(body, &lease); err != nil {
-			f.t.Errorf("acquire: %v in %s", err, body)
-			return lease, false
-		}
-		f.mu.Lock()
-		f.grants = append(f.grants, grantRec{lock: lock, token: lease.FencingToken, asked: asked, sent: sent, recv: time.Now(), failed: failed})
-		f.mu.Unlock()
-		return lease, true
 	}
 }
 
 // release frees the lease, retrying a 503 or a refused connection at most
 // plannedReleaseRetries times, plannedReleaseInterval apart; then it gives
-// up, and the lock stays held until its TTL.
-func (p *plannedRun) release(srv *int, lock, id string) {
+// up, and the lock stays held until its TTL. It returns the answer's
+// status, 0 when it gave up.
+func (p *plannedRun) release(srv *int, lock, id string) int {
 	f := p.faultRun
 	for try := 0; try <= plannedReleaseRetries; try++ {
 		if try > 0 {
@@ -235,9 +210,10 @@ func (p *plannedRun) release(srv *int, lock, id string) {
 		default:
 			f.t.Errorf("release: %d", status)
 		}
-		return
+		return status
 	}
 	f.mu.Lock()
 	p.gaveUp++
 	f.mu.Unlock()
+	return 0
 }
