@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -156,8 +157,7 @@ func TestSessions_on_cluster(t *testing.T) {
 	t.Run("renewal_costs_one_script_and_one_per_master", func(t *testing.T) {
 		s := openStore(t, cfg, false)
 		ss := s.Sessions()
-		type cost struct{ scripts, commands int64 }
-		var costs []cost
+		var costs []sessionCost
 		for _, n := range []int{30, 300} {
 			sess, err := ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", TTL: time.Minute})
 			if err != nil {
@@ -166,25 +166,14 @@ func TestSessions_on_cluster(t *testing.T) {
 			bind(t, s, sess, n)
 			// The log's trim runs a second after the last event: let it.
 			time.Sleep(1500 * time.Millisecond)
-			before := make([]map[string]int64, len(masters))
-			for i, m := range masters {
-				before[i] = commandCalls(t, m.Client(t))
-			}
-			renewed, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, 0)
-			if err != nil || len(renewed.Leases) != n {
-				t.Fatalf("renew = %d leases, %v; want %d", len(renewed.Leases), err, n)
-			}
-			var c cost
-			for i, m := range masters {
-				for name, calls := range commandsSince(t, m.Client(t), before[i]) {
-					// Pub/sub pings, the client's slot map and the test's
-					// own connections run beside.
-					if name != "ping" && name != "hello" && !strings.HasPrefix(name, "cluster") {
-						c.commands += calls
-					}
-					if name == "fcall" {
-						c.scripts += calls
-					}
+			// The counts are the masters' own, so the sweepers' and the
+			// trim's work beside a renewal is counted with it on a loaded
+			// machine. That work only adds: the least of three renewals is
+			// a renewal's own cost.
+			c := sessionCost{scripts: -1, commands: -1}
+			for range 3 {
+				if r := renewalCost(t, ss, masters, sess.ID, n); c.commands < 0 || r.commands < c.commands {
+					c = r
 				}
 			}
 			costs = append(costs, c)
@@ -307,4 +296,35 @@ func TestSessions_min_replicas(t *testing.T) {
 	if _, err := one.GetSession(ctx, ref); lock.ErrorCode(err) != lock.CodeSessionLost {
 		t.Fatalf("after the unconfirmed end: %v, want session-lost", err)
 	}
+}
+
+// sessionCost is what one renewal cost the masters: the scripts it ran and
+// the Redis commands, less those that run beside any call (pub/sub pings,
+// the client's slot map, the test's own connections).
+type sessionCost struct{ scripts, commands int64 }
+
+// renewalCost renews session id, which holds n leases, and returns what
+// the masters counted meanwhile.
+func renewalCost(t *testing.T, ss lock.Sessions, masters []*redistest.Node, id string, n int) sessionCost {
+	t.Helper()
+	before := make([]map[string]int64, len(masters))
+	for i, m := range masters {
+		before[i] = commandCalls(t, m.Client(t))
+	}
+	renewed, err := ss.RenewSession(context.Background(), lock.SessionRef{ID: id}, 0)
+	if err != nil || len(renewed.Leases) != n {
+		t.Fatalf("renew = %d leases, %v; want %d", len(renewed.Leases), err, n)
+	}
+	var c sessionCost
+	for i, m := range masters {
+		for name, calls := range commandsSince(t, m.Client(t), before[i]) {
+			if name != "ping" && name != "hello" && !strings.HasPrefix(name, "cluster") {
+				c.commands += calls
+			}
+			if name == "fcall" {
+				c.scripts += calls
+			}
+		}
+	}
+	return c
 }
