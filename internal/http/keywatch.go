@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/lockapi/lockapi/internal/lock"
 )
 
 // errKeyRevoked ends what a caller's key keeps open once the key is no
@@ -48,4 +50,18 @@ func (s *Server) whileKeyValid(ctx context.Context, c caller, log *zerolog.Logge
 		}
 	}()
 	return ctx, stop
+}
+
+// keyGone is the check a waited grant passes before it is answered: the
+// caller's key, checked once when the request arrived, may have been
+// removed or may have expired while it waited. Then the grants are given
+// back, as an undelivered answer's are (giveBack), and the error to answer
+// instead is returned: 401, as authenticate answers a key no longer in
+// force. It is nil on an open server, and while the key is in force.
+func (s *Server) keyGone(logger *zerolog.Logger, c caller, grants []lock.Grant) error {
+	if c.key == nil || s.cfg.Keys.Valid(c.key, time.Now()) {
+		return nil
+	}
+	s.giveBack(logger, grants, errKeyRevoked)
+	return &httpError{kindUnauthorized, errKeyRevoked.Error() + " while the acquire waited: its grant was given back"}
 }
