@@ -95,16 +95,30 @@ func MemoryRevocations() Revocations { return &memRevocations{ids: map[string]ti
 type memRevocations struct {
 	mu  sync.Mutex
 	ids map[string]time.Time
+	// kept is how many records the last sweep kept; sweeps counts the
+	// sweeps, for the test of their bound.
+	kept, sweeps int
 }
+
+// minSweep is the fewest records a sweep waits for.
+const minSweep = 64
 
 func (m *memRevocations) Revoke(_ context.Context, id string, until time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
-	for k, u := range m.ids { // drop the records that ran out
-		if now.After(u) {
-			delete(m.ids, k)
+	// Drop the records that ran out, once the records have doubled since
+	// the last sweep: a sweep of n records follows n/2 sign-outs at least,
+	// so that each costs O(1) amortized, and the records that ran out are
+	// never more than the live ones and minSweep.
+	if len(m.ids) >= max(2*m.kept, minSweep) {
+		now := time.Now()
+		for k, u := range m.ids {
+			if now.After(u) {
+				delete(m.ids, k)
+			}
 		}
+		m.kept = len(m.ids)
+		m.sweeps++
 	}
 	m.ids[id] = until
 	return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -66,6 +67,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	})
 	if !admitted {
 		return
+	}
+	if wait > 0 && err == nil {
+		err = s.keyGone(zerolog.Ctx(r.Context()), c, []lock.Grant{g})
 	}
 	s.answerAcquire(w, r, req.Lock, g, err)
 	if wait > 0 && err == nil {

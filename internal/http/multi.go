@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
@@ -60,6 +62,9 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 	})
 	if !admitted {
 		return
+	}
+	if wait > 0 && err == nil {
+		err = s.keyGone(zerolog.Ctx(r.Context()), c, grants)
 	}
 	s.answerAcquireAll(w, r, grants, err)
 	if wait > 0 && err == nil {

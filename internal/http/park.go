@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -119,6 +121,9 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	if wt != nil {
 		parkWait := func(p *parkedAcquire) func() {
 			return wt.Park(p.ctx, func(v T, err error) {
+				if err == nil {
+					err = s.keyGone(&s.log, c, grantsOf(v))
+				}
 				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
 					answer(w, r, v, err)
 				}, func() []lock.Grant { return grantsOf(v) })
@@ -136,6 +141,9 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	cancel(nil)
 	leave()
 	s.waitEnded(start, err)
+	if err == nil {
+		err = s.keyGone(zerolog.Ctx(r.Context()), c, grantsOf(v))
+	}
 	answer(w, r, v, err)
 	if err == nil {
 		s.deliverGrants(w, r, grantsOf(v))

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -125,7 +128,7 @@ func errDetail(err error) string {
 // which the script shows as unavailable).
 func (h *Handler) handleEvents(w http.ResponseWriter, r *http.Request, s session) {
 	// A request of its own, not a clone: the API routes it afresh.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := h.feedContext(r, s)
 	defer cancel()
 	defer context.AfterFunc(r.Context(), cancel)()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/events?"+r.URL.RawQuery, nil)
@@ -144,4 +147,43 @@ func (h *Handler) handleEvents(w http.ResponseWriter, r *http.Request, s session
 		req = req.WithContext(auth.WithKey(req.Context(), s.key))
 	}
 	h.api.ServeHTTP(w, req)
+}
+
+// feedContext is the context of s's live feed: the API's stream outlives
+// neither the session's expiry nor its sign-out, which is checked every
+// h.feedCheck (on every instance alike: a sign-out on another instance
+// ends this one's feeds too). A check that fails ends the feed, as a
+// session that cannot be checked is none (session).
+func (h *Handler) feedContext(r *http.Request, s session) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if !s.expires.IsZero() {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, s.expires)
+		end := cancel
+		cancel = func() { stop(); end() }
+	}
+	if s.id == "" {
+		return ctx, cancel
+	}
+	log := zerolog.Ctx(r.Context())
+	go func() {
+		t := time.NewTicker(h.feedCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			revoked, err := h.revoked.Revoked(ctx, s.id)
+			if err != nil && ctx.Err() == nil {
+				log.Error().Err(err).Msg("ui: cannot read session revocations: the live feed ends")
+			}
+			if revoked || err != nil {
+				cancel()
+				return
+			}
+		}
+	}()
+	return ctx, cancel
 }

@@ -60,7 +60,14 @@ type Handler struct {
 	secrets    *auth.ReleaseSigner
 	sessionTTL time.Duration
 	revoked    auth.Revocations
+	// feedCheck is how often a live feed checks that its session was not
+	// signed out (feedContext); tests shorten it.
+	feedCheck time.Duration
 }
+
+// defaultFeedCheck is how often a live feed checks that its session was
+// not signed out.
+const defaultFeedCheck = 5 * time.Second
 
 // Config is what the dashboard is a client of. Store, API and Force are
 // required.
@@ -95,7 +102,7 @@ func New(cfg Config) *Handler {
 		panic("ui: Config needs Store, API and Force")
 	}
 	h := &Handler{store: cfg.Store, keys: cfg.Keys, api: cfg.API, force: cfg.Force, webhooks: cfg.Webhooks, pages: map[string]*template.Template{},
-		secrets: cfg.Secrets, sessionTTL: cfg.SessionTTL, revoked: cfg.Revocations}
+		secrets: cfg.Secrets, sessionTTL: cfg.SessionTTL, revoked: cfg.Revocations, feedCheck: defaultFeedCheck}
 	if h.secrets == nil {
 		h.secrets, _ = auth.NewReleaseSigner(auth.RandomSecret())
 	}
