@@ -38,6 +38,12 @@ var otherNames = map[string]string{
 	"LOCKAPI_E2E_SESSION_HOLDER": "test",
 }
 
+// clientKeyOnServer is the warning of a server with no keys started with
+// LOCKAPI_API_KEY set: a known name, the clients', so no unknown variable,
+// yet most likely a misspelling of LOCKAPI_API_KEYS that leaves the
+// server open.
+const clientKeyOnServer = "LOCKAPI_API_KEY is read by clients; the server's keys are LOCKAPI_API_KEYS or LOCKAPI_API_KEYS_FILE"
+
 // testPrefix begins the variables of the test suites that name a service
 // to test against (LOCKAPI_TEST_REDIS_URL and the like).
 const testPrefix = "LOCKAPI_TEST_"

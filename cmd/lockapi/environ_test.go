@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lockapi/lockapi/internal/auth"
 )
 
 // misspelt are the names the docs misspell on purpose (this file's own
@@ -45,13 +47,43 @@ func TestEnviron_unknown_variable_is_a_warning(t *testing.T) {
 			t.Errorf("not a warning: %s", line)
 		}
 	}
-	for _, known := range []string{"LOCKAPI_SERVER", "LOCKAPI_API_KEY ", "LOCKAPI_TEST_", "LOCKAPI_LINEARIZE_OPS", "LOCKAPI_ADDR"} {
+	for _, known := range []string{"LOCKAPI_SERVER", "LOCKAPI_API_KEY is not", "LOCKAPI_TEST_", "LOCKAPI_LINEARIZE_OPS", "LOCKAPI_ADDR"} {
 		if strings.Contains(r.Stderr, known) {
 			t.Errorf("%s is lockapi's, yet named:\n%s", known, r.Stderr)
 		}
 	}
 	if strings.Count(r.Stderr, "is not a lockapi setting") != 3 {
 		t.Errorf("want 3 unknown variables named:\n%s", r.Stderr)
+	}
+}
+
+// A server with no keys started with LOCKAPI_API_KEY (the clients' name,
+// most likely a misspelling of LOCKAPI_API_KEYS) says so, as a warning, once;
+// with keys of its own it does not.
+func TestEnviron_client_key_on_a_server_without_keys(t *testing.T) {
+	const want = "LOCKAPI_API_KEY is read by clients; the server's keys are LOCKAPI_API_KEYS or LOCKAPI_API_KEYS_FILE"
+	clearEnvironment(t)
+	t.Setenv("LOCKAPI_API_KEY", "lka_client_side")
+	r := serveOnce(t, "serve", "--addr", "127.0.0.1:0")
+	if r.Code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr: %s", r.Code, r.Stderr)
+	}
+	if n := strings.Count(r.Stderr, want); n != 1 {
+		t.Fatalf("%q logged %d times, want once:\n%s", want, n, r.Stderr)
+	}
+	for line := range strings.Lines(r.Stderr) {
+		if strings.Contains(line, want) && !strings.Contains(line, `"level":"warn"`) {
+			t.Errorf("not a warning: %s", line)
+		}
+	}
+
+	_, line, err := auth.NewKey("svc", []auth.Scope{auth.ScopeAdmin}, []string{"*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LOCKAPI_API_KEYS", line)
+	if r := serveOnce(t, "serve", "--addr", "127.0.0.1:0"); r.Code != 0 || strings.Contains(r.Stderr, want) {
+		t.Fatalf("with keys: exit %d, stderr:\n%s", r.Code, r.Stderr)
 	}
 }
 

@@ -281,6 +281,9 @@ func loadSecurity(c serveConfig, log zerolog.Logger) (*auth.Keyring, *auth.Relea
 	}
 	if keys.Len() == 0 {
 		log.Warn().Msg("NO API KEYS CONFIGURED: the server runs open; any client can acquire, release and force-release any lock. Set LOCKAPI_API_KEYS or LOCKAPI_API_KEYS_FILE (see `lockapi keys new`)")
+		if os.Getenv("LOCKAPI_API_KEY") != "" {
+			log.Warn().Msg(clientKeyOnServer)
+		}
 	} else {
 		log.Info().Int("keys", keys.Len()).Msg("API keys required on /v1 routes")
 	}

@@ -112,7 +112,11 @@ func TestWebhooks_workerLeaseHeldByAnother(t *testing.T) {
 		}
 		return got.WorkerLease
 	}
-	blocked := func() float64 { t.Helper(); return scrapeMetrics(t, e)["lockapi_webhooks_blocked"] }
+	blocked := func() float64 {
+		t.Helper()
+		e.Server.AdvanceGaugeClock(15 * time.Second) // past the cached value
+		return scrapeMetrics(t, e)["lockapi_webhooks_blocked"]
+	}
 
 	if got := status(); got != lockhttp.WorkerLeaseFree || blocked() != 0 {
 		t.Fatalf("worker_lease %q, blocked %v with no lease", got, blocked())

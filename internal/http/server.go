@@ -134,6 +134,8 @@ type Server struct {
 	ownEvents bool
 	// force serves DELETE /v1/locks/{name}.
 	force *force.Releaser
+	// blockedGauge caches lockapi_webhooks_blocked (blockedWebhooks).
+	blockedGauge *cachedGauge
 
 	// closing is cancelled, with errShuttingDown, when Close begins, which
 	// ends every wait.
@@ -195,6 +197,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 	if cfg.RateLimit > 0 {
 		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
 	}
+	s.blockedGauge = newCachedGauge(blockedWebhooksEvery, s.blockedWebhooks)
 	closing, cancel := context.WithCancelCause(context.Background())
 	s.closing, s.stopWaits = closing, func() { cancel(errShuttingDown) }
 	s.events = cfg.Events
@@ -242,7 +245,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		cfg.Metrics.Counter("lockapi_grants_returned_total", "Waited grants released because their answer could not be delivered: the write failed, or the client had hung up.", func() float64 { return float64(s.grantsReturned.Load()) })
 		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
 		if cfg.Webhooks != nil && store != nil {
-			cfg.Metrics.Gauge("lockapi_webhooks_blocked", "Webhooks whose worker lease something other than a webhook worker holds: they deliver nothing until it ends.", s.blockedWebhooks)
+			cfg.Metrics.Gauge("lockapi_webhooks_blocked", "Webhooks whose worker lease something other than a webhook worker holds: they deliver nothing until it ends. Computed at most every 15 s.", s.blockedGauge.value)
 		}
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics.Handler())
 	}

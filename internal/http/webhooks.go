@@ -209,7 +209,13 @@ func (s *Server) handleCreateWebhook(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
-	if err := webhookCaller(callerOf(r), req.Prefix); err != nil {
+	err := webhookCaller(callerOf(r), req.Prefix)
+	if err == nil {
+		// The reserved names are lockapi's own (webhook worker leases
+		// among them): their events are no one's to subscribe to.
+		err = reserved(req.Prefix)
+	}
+	if err != nil {
 		Error(w, r, err)
 		return
 	}

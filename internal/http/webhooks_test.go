@@ -326,3 +326,16 @@ func TestWebhooks_disabled(t *testing.T) {
 	WantProblem(t, e.Do("GET", "/v1/webhooks", ""), http.StatusNotImplemented, "webhooks-disabled")
 	WantProblem(t, e.Do("POST", "/v1/webhooks/abc/ping", ""), http.StatusNotImplemented, "webhooks-disabled")
 }
+
+// A webhook's prefix may not be under the reserved lockapi.: the events of
+// lockapi's own names (webhook worker leases among them) are no one's.
+func TestWebhooks_reservedPrefixRefused(t *testing.T) {
+	e := mustOpenWebhookEnv(t, lockhttp.Config{}, nil)
+	for _, prefix := range []string{"lockapi.", "lockapi.webhook."} {
+		WantProblem(t, e.Do("POST", "/v1/webhooks", `{"url": "https://ci.example/hooks", "prefix": "`+prefix+`"}`), http.StatusForbidden, "reserved-name")
+	}
+	if list := Decode[lockhttp.WebhookList](t, e.Do("GET", "/v1/webhooks", "")); len(list.Webhooks) != 0 {
+		t.Fatalf("a refused webhook was created: %+v", list)
+	}
+	e.createWebhook(`{"url": "https://ci.example/hooks", "prefix": "lockapi"}`) // not under lockapi.
+}

@@ -69,6 +69,11 @@ var specialPrefixes = []struct {
 	// IPv4-compatible addresses (::a.b.c.d, RFC 4291, deprecated): a
 	// system may still route ::127.0.0.1 to 127.0.0.1.
 	{netip.MustParsePrefix("::/96"), "IPv4-compatible (deprecated)"},
+	// IPv4-translated addresses (::ffff:0:a.b.c.d, RFC 2765, SIIT): a
+	// translator may carry ::ffff:0:7f00:1 to 127.0.0.1. Their prefix is
+	// ::ffff:0:0:0/96; ::ffff:0:0/96 is IPv4-mapped, which Unmap reads
+	// as the IPv4 address it is.
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated"},
 }
 
 // Ranges that carry an IPv4 address inside an IPv6 one: the embedded

@@ -39,6 +39,8 @@ func TestClassify(t *testing.T) {
 		"2002:a00:1::1":    "private (embedded in IPv6)",  // 6to4 of 10.0.0.1
 		"::127.0.0.1":      "IPv4-compatible (deprecated)",
 		"::8.8.8.8":        "IPv4-compatible (deprecated)",
+		"::ffff:0:7f00:1":  "IPv4-translated", // SIIT of 127.0.0.1
+		"::ffff:0:808:808": "IPv4-translated",
 		"2001:db8::1":      "documentation",
 		"2001:db8:ffff::1": "documentation",
 		"3fff::1":          "documentation",

@@ -65,3 +65,7 @@ func (g *Gate) Promoted(to string) { g.g.switched(to) }
 
 // Waiting counts the writes waiting for the gate to open.
 func (g *Gate) Waiting() int64 { return g.g.waiting.Load() }
+
+// SetListBatches sets how many SCAN batches one page of s.List walks at
+// most.
+func SetListBatches(s *Store, n int) { s.listBatches = n }

@@ -46,6 +46,8 @@ type Store struct {
 	// sessions keeps sessions (sessions.go, clustersessions.go); nil on a
 	// redlock master, and on a Redis Cluster without events.
 	sessions *sessions
+	// listBatches, when above 0, overrides the const listBatches (tests).
+	listBatches int
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -599,12 +601,19 @@ func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 	return n == 1, nil
 }
 
+// listBatches is how many SCAN batches one page of List walks at most
+// (Store.listBatches overrides it in tests).
+const listBatches = 32
+
 // List implements lock.Store with SCAN: a page holds the held locks of as
 // many SCAN batches as it takes to reach Limit, so it may hold a few more
 // than Limit, and a lock that is acquired or released during the listing may
-// or may not appear. On Redis Cluster it walks every master in turn, in the
-// order of the slots they serve; the cursor names the shard (by its first
-// slot) and the cursor within it.
+// or may not appear. A page walks at most listBatches batches: then it ends
+// with what it found and the cursor where it stopped, so a page may be short
+// or empty while it has a next cursor (for a caller whose Visible passes over
+// most names, or a prefix few keys match). On Redis Cluster it walks every
+// master in turn, in the order of the slots they serve; the cursor names the
+// shard (by its first slot) and the cursor within it.
 func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 	defer cancel()
@@ -621,34 +630,10 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	if err != nil {
 		return lock.ListPage{}, err
 	}
-	// The exclusive lease ({name}:lock) or the shared leases and permits
-	// ({name}:lock:shared, beside {name}:lock:expiry) exist while a name is
-	// held. A name held both ways (a downgrade) may show up on two pages.
-	match := s.prefix + "{" + req.Prefix + "*}:lock*"
-	var names []string
-	seen := make(map[string]bool)
-	for shard < len(shards) {
-		keys, next, err := shards[shard].client.Scan(ctx, cursor, match, int64(max(limit, 100))).Result()
-		if err != nil {
-			s.noteFailure(err)
-			return lock.ListPage{}, storeError(err)
-		}
-		for _, k := range keys {
-			name, kind, _ := strings.Cut(strings.TrimPrefix(k, s.prefix+"{"), "}:")
-			if (kind == "lock" || kind == "lock:shared") && lock.ValidName(name) && !seen[name] && req.Shows(name) {
-				seen[name] = true
-				names = append(names, name)
-			}
-		}
-		cursor = next
-		if cursor == 0 {
-			shard++
-		}
-		if len(names) >= limit {
-			break
-		}
+	names, shard, cursor, err := s.scanNames(ctx, req, limit, shards, shard, cursor)
+	if err != nil {
+		return lock.ListPage{}, err
 	}
-
 	page := lock.ListPage{Locks: make([]lock.State, 0, len(names))}
 	if shard < len(shards) {
 		page.NextCursor = formatListCursor(shards, shard, cursor)
@@ -679,6 +664,49 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 		}
 	}
 	return page, nil
+}
+
+// scanNames walks shards from (shard, cursor) and returns the names of
+// held locks it found that req shows, and where it stopped: once it has
+// limit names, or has run its budget of SCAN batches, or at the end.
+//
+// Where it stops tells nothing of the names req does not show: the MATCH
+// pattern is made of req.Prefix alone, never of Visible, and SCAN's cursor
+// moves by COUNT (made of limit alone) over the keyspace whatever MATCH
+// keeps. So a page stops on its budget, after the same batches and on the
+// same cursor, whether the names it walked were hidden or did not match;
+// only the names it shows (which the caller sees anyway) can stop it
+// sooner.
+func (s *Store) scanNames(ctx context.Context, req lock.ListRequest, limit int, shards []shard, shard int, cursor uint64) ([]string, int, uint64, error) {
+	// The exclusive lease ({name}:lock) or the shared leases and permits
+	// ({name}:lock:shared, beside {name}:lock:expiry) exist while a name is
+	// held. A name held both ways (a downgrade) may show up on two pages.
+	match := s.prefix + "{" + req.Prefix + "*}:lock*"
+	budget := s.listBatches
+	if budget <= 0 {
+		budget = listBatches
+	}
+	var names []string
+	seen := make(map[string]bool)
+	for batch := 0; shard < len(shards) && batch < budget && len(names) < limit; batch++ {
+		keys, next, err := shards[shard].client.Scan(ctx, cursor, match, int64(max(limit, 100))).Result()
+		if err != nil {
+			s.noteFailure(err)
+			return nil, 0, 0, storeError(err)
+		}
+		for _, k := range keys {
+			name, kind, _ := strings.Cut(strings.TrimPrefix(k, s.prefix+"{"), "}:")
+			if (kind == "lock" || kind == "lock:shared") && lock.ValidName(name) && !seen[name] && req.Shows(name) {
+				seen[name] = true
+				names = append(names, name)
+			}
+		}
+		cursor = next
+		if cursor == 0 {
+			shard++
+		}
+	}
+	return names, shard, cursor, nil
 }
 
 // shard is one master to SCAN, named by the first slot it serves (0 outside

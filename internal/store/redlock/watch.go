@@ -179,7 +179,9 @@ func (w *watcher) Close() {
 // order) that holds it, and only when a majority holds it. The cursor is
 // "<master>.<that master's cursor>". A master that does not answer is
 // passed over, so a listing while masters fail may show a name twice or
-// miss one that changed during it, as a listing on one Redis may.
+// miss one that changed during it, as a listing on one Redis may. A page
+// ends where a master's page ends with a cursor, so, as on one Redis, it
+// may be short or empty while it has a next cursor.
 func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, error) {
 	limit := req.Limit
 	if limit <= 0 {
@@ -229,10 +231,13 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 			}
 		}
 		if p.NextCursor != "" {
+			// The master's page ended on its limit or on its budget of
+			// SCAN batches: so does this one, short or not, so that a
+			// page's work stays bounded (redis.Store.List).
 			cursor = p.NextCursor
-		} else {
-			i, cursor = i+1, ""
+			break
 		}
+		i, cursor = i+1, ""
 	}
 	if i < len(s.masters) {
 		if cursor == "" {
