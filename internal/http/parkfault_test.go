@@ -150,3 +150,49 @@ func TestPark_UndeliveredGrantGivenBack(t *testing.T) {
 		t.Fatalf("q held by %q after its answer could not be written", st.Holder.Owner)
 	}
 }
+
+// TestWait_NotifyPanics: the store's Notify panics as a wait parks, on
+// both waiting paths. The wait ends as a look's panic ends it: answered
+// 500 on the connection, no longer parked, its watch closed; and the next
+// waiter is woken by a release (no leaked watch swallows the wake-up).
+func TestWait_NotifyPanics(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header []string
+	}{
+		{"Parked", nil},
+		{"NetHTTP", []string{"Connection", "close"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+			var panicking atomic.Bool
+			e.Hooks.OnNotify = func(f func()) {
+				if f != nil && panicking.Load() {
+					panic("notify fault")
+				}
+			}
+			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+			panicking.Store(true)
+			c := dialRaw(t, e)
+			_ = c.conn.SetReadDeadline(time.Now().Add(promptly))
+			c.send(request("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, tc.header...))
+
+			WantProblem(t, c.read(), http.StatusInternalServerError, "internal")
+			Within(t, e.Hooks.Unwatched, "watch closed")
+			waitParked(t, e, 0)
+
+			panicking.Store(false)
+			next := dialRaw(t, e)
+			_ = next.conn.SetReadDeadline(time.Now().Add(promptly))
+			next.send(request("POST", "/v1/locks/q/leases", `{"owner":"c","wait_ms":60000}`))
+			waitParked(t, e, 1)
+			e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+			if resp := next.read(); resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+				t.Fatalf("next waiter: %d %s", resp.StatusCode, resp.Body)
+			}
+			if st := e.State("q"); !st.Held || st.Holder.Owner != "c" {
+				t.Fatalf("q = %+v, want held by c", st)
+			}
+		})
+	}
+}
