@@ -196,3 +196,21 @@ func TestWait_NotifyPanics(t *testing.T) {
 		})
 	}
 }
+
+// TestAcquireAll_PanicGivesBackEarlierNames: the store panics on the
+// second name of a multi-lock. The server answers 500, and the first name,
+// already taken, is given back rather than held until its TTL.
+func TestAcquireAll_PanicGivesBackEarlierNames(t *testing.T) {
+	e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+	e.Hooks.OnTryAcquire = func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+		if req.Lock == "m:b" {
+			panic("store fault")
+		}
+		return e.Mem.TryAcquire(ctx, req)
+	}
+	resp := e.Do("POST", "/v1/leases", `{"locks":["m:b","m:a"],"owner":"x","ttl_ms":600000}`)
+	WantProblem(t, resp, http.StatusInternalServerError, "internal")
+	if st := e.State("m:a"); st.Held {
+		t.Fatalf("m:a held by %q after the multi-lock panicked", st.Holder.Owner)
+	}
+}

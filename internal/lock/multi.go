@@ -399,11 +399,21 @@ func passesOn(grants []Grant, reqs []AcquireRequest, name string) bool {
 // takeAll makes one pass over the names in order. On a refusal it gives
 // back exactly the holds it took and answers the refusal as a *LockError;
 // a caller whose ctx is cancelled keeps nothing.
+//
+// A try that panics gives back the holds taken before it, then panics on.
 func takeAll(ctx context.Context, s Store, reqs []AcquireRequest, order []int) ([]Grant, error) {
 	grants := make([]Grant, len(reqs))
+	taken := 0 // the holds order[:taken] are taken, and not given back
+	defer func() {
+		if v := recover(); v != nil {
+			_ = recovered(func() { giveBack(ctx, s, reqs, grants, order[:taken]) })
+			panic(v)
+		}
+	}()
 	for n, i := range order {
 		g, err := tryAcquire(ctx, s, reqs[i])
 		if err != nil {
+			taken = 0
 			giveBack(ctx, s, reqs, grants, order[:n])
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -411,8 +421,10 @@ func takeAll(ctx context.Context, s Store, reqs []AcquireRequest, order []int) (
 			return nil, &LockError{Lock: reqs[i].Lock, Err: err}
 		}
 		grants[i] = g
+		taken = n + 1
 	}
 	if err := ctx.Err(); err != nil {
+		taken = 0
 		giveBack(ctx, s, reqs, grants, order)
 		return nil, err
 	}
