@@ -214,3 +214,42 @@ func TestAcquireAll_PanicGivesBackEarlierNames(t *testing.T) {
 		t.Fatalf("m:a held by %q after the multi-lock panicked", st.Holder.Owner)
 	}
 }
+
+// TestAcquire_AnswerPanicGivesBackGrant: writing a granted acquire's answer
+// panics, on the parked path, the net/http waiting path and a multi-lock.
+// The client is answered 500 and never learns its lease: the server gives
+// the grant back (counted) rather than keep it until its TTL.
+func TestAcquire_AnswerPanicGivesBackGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		header           []string
+	}{
+		{"Parked", "/v1/locks/q/leases", `{"owner":"b","ttl_ms":600000,"wait_ms":60000}`, nil},
+		{"NetHTTP", "/v1/locks/q/leases", `{"owner":"b","ttl_ms":600000,"wait_ms":60000}`, []string{"Connection", "close"}},
+		{"ParkedMulti", "/v1/leases", `{"locks":["q","m:a"],"owner":"b","ttl_ms":600000,"wait_ms":60000}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+			c := dialRaw(t, e)
+			_ = c.conn.SetReadDeadline(time.Now().Add(promptly))
+			c.send(request("POST", tc.path, tc.body, tc.header...))
+			Within(t, e.Hooks.Watching, "waiter watching")
+			if tc.header == nil {
+				waitParked(t, e, 1)
+			}
+			lockhttp.FailNextGrantAnswer()
+			e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+
+			WantProblem(t, c.read(), http.StatusInternalServerError, "internal")
+			for _, name := range []string{"q", "m:a"} {
+				if st := e.State(name); st.Held {
+					t.Errorf("%s held by %q after its answer panicked", name, st.Holder.Owner)
+				}
+			}
+			if got := scrapeMetrics(t, e)["lockapi_grants_returned_total"]; got == 0 {
+				t.Errorf("grants returned: %v", got)
+			}
+		})
+	}
+}
