@@ -244,6 +244,8 @@ type HookStore struct {
 	// OnNotify, when set, runs before each watcher's Notify (a fault may
 	// panic there).
 	OnNotify func(f func())
+	// OnClose, when set, runs before each watcher's Close.
+	OnClose func()
 	// NoSessions makes the store declare no sessions, as redlock (and a
 	// Redis Cluster without events) does, and refuse an acquire that
 	// names one.
@@ -305,7 +307,7 @@ func (h *HookStore) Watch(ctx context.Context, name string, kind lock.WatchKind)
 	if h.Watching != nil {
 		h.Watching <- kind
 	}
-	return &hookWatcher{Watcher: w, closed: h.Unwatched, onNotify: h.OnNotify}, nil
+	return &hookWatcher{Watcher: w, closed: h.Unwatched, onNotify: h.OnNotify, onClose: h.OnClose}, nil
 }
 
 func (h *HookStore) Inspect(ctx context.Context, name string) (lock.State, error) {
@@ -327,6 +329,7 @@ type hookWatcher struct {
 	closed   chan struct{}
 	once     sync.Once
 	onNotify func(f func())
+	onClose  func()
 }
 
 func (w *hookWatcher) Notify(f func()) {
@@ -337,6 +340,9 @@ func (w *hookWatcher) Notify(f func()) {
 }
 
 func (w *hookWatcher) Close() {
+	if w.onClose != nil {
+		w.onClose()
+	}
 	w.Watcher.Close()
 	w.once.Do(func() {
 		if w.closed != nil {

@@ -253,3 +253,53 @@ func TestAcquire_AnswerPanicGivesBackGrant(t *testing.T) {
 		})
 	}
 }
+
+// TestWait_CleanupPanicKeepsGrant: a waiter is granted, and the store
+// panics as the wait lets go of its watch (Notify(nil), or Close). The
+// grant is answered all the same: a cleanup's panic must not turn it into
+// a 500 that leaves the lock held by a lease nobody knows.
+func TestWait_CleanupPanicKeepsGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		header           []string
+		notify           bool // panic in Notify(nil), else in Close
+	}{
+		{"ParkedNotify", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, nil, true},
+		{"ParkedClose", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, nil, false},
+		{"NetHTTPClose", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, []string{"Connection", "close"}, false},
+		{"ParkedMultiClose", "/v1/leases", `{"locks":["q","m:a"],"owner":"b","wait_ms":60000}`, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+			var panicking atomic.Bool
+			e.Hooks.OnNotify = func(f func()) {
+				if f == nil && tc.notify && panicking.Load() {
+					panic("notify fault")
+				}
+			}
+			e.Hooks.OnClose = func() {
+				if !tc.notify && panicking.Load() {
+					panic("close fault")
+				}
+			}
+			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+			c := dialRaw(t, e)
+			_ = c.conn.SetReadDeadline(time.Now().Add(promptly))
+			c.send(request("POST", tc.path, tc.body, tc.header...))
+			Within(t, e.Hooks.Watching, "waiter watching")
+			if tc.header == nil {
+				waitParked(t, e, 1)
+			}
+			panicking.Store(true)
+			e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+
+			if resp := c.read(); resp.StatusCode != http.StatusCreated {
+				t.Fatalf("answer %d %s, want 201", resp.StatusCode, resp.Body)
+			}
+			panicking.Store(false)
+			if st := e.State("q"); !st.Held || st.Holder.Owner != "b" {
+				t.Fatalf("q = %+v, want held by b", st)
+			}
+		})
+	}
+}

@@ -266,10 +266,11 @@ func (mwt *MultiWaiting) step(ctx context.Context) (answer func()) {
 	return nil
 }
 
-// answering is a parked wait's end: the watch closed, then the answer.
+// answering is a parked wait's end: the watch closed, then the answer. The
+// answer stands, grants above all: a panic in drop does not replace it.
 func (mwt *MultiWaiting) answering(grants []Grant, err error) func() {
 	return func() {
-		mwt.mw.drop()
+		_ = recovered(mwt.mw.drop)
 		mwt.answer(grants, err)
 	}
 }
@@ -361,7 +362,7 @@ func (mw *multiWait) next(ctx context.Context, err error) (retry time.Duration, 
 // permit.
 func (mw *multiWait) granted(grants []Grant, reqs []AcquireRequest) {
 	if mw.woken && passesOn(grants, reqs, mw.watching) {
-		mw.w.PassOn()
+		_ = recovered(mw.w.PassOn) // a panic there must not lose the grants
 	}
 	mw.woken = false
 }

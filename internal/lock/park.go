@@ -151,7 +151,9 @@ func (p *parking) look() {
 	for {
 		if p.due(w, retryAt) {
 			if answer := p.wait.step(p.ctx); answer != nil {
-				p.stop()
+				// The answer stands, a grant above all: a panic while
+				// the wait lets go of its wake-ups does not replace it.
+				_ = recovered(p.stop)
 				answer() // looking stays set: no more looks
 				return
 			}
