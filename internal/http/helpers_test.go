@@ -246,6 +246,8 @@ type HookStore struct {
 	OnNotify func(f func())
 	// OnClose, when set, runs before each watcher's Close.
 	OnClose func()
+	// OnJoin, when set, runs before each watcher's Join.
+	OnJoin func()
 	// NoSessions makes the store declare no sessions, as redlock (and a
 	// Redis Cluster without events) does, and refuse an acquire that
 	// names one.
@@ -307,7 +309,7 @@ func (h *HookStore) Watch(ctx context.Context, name string, kind lock.WatchKind)
 	if h.Watching != nil {
 		h.Watching <- kind
 	}
-	return &hookWatcher{Watcher: w, closed: h.Unwatched, onNotify: h.OnNotify, onClose: h.OnClose}, nil
+	return &hookWatcher{Watcher: w, closed: h.Unwatched, onNotify: h.OnNotify, onClose: h.OnClose, onJoin: h.OnJoin}, nil
 }
 
 func (h *HookStore) Inspect(ctx context.Context, name string) (lock.State, error) {
@@ -330,6 +332,14 @@ type hookWatcher struct {
 	once     sync.Once
 	onNotify func(f func())
 	onClose  func()
+	onJoin   func()
+}
+
+func (w *hookWatcher) Join(waiterID string) {
+	if w.onJoin != nil {
+		w.onJoin()
+	}
+	w.Watcher.Join(waiterID)
 }
 
 func (w *hookWatcher) Notify(f func()) {

@@ -303,3 +303,14 @@ func TestWait_CleanupPanicKeepsGrant(t *testing.T) {
 		})
 	}
 }
+
+// TestWait_JoinPanicClosesWatch: the store panics as a waiter joins its
+// watch. The server answers 500, and the watch is closed, not leaked.
+func TestWait_JoinPanicClosesWatch(t *testing.T) {
+	e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+	e.Hooks.OnJoin = func() { panic("join fault") }
+	e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+	resp := e.Do("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`)
+	WantProblem(t, resp, http.StatusInternalServerError, "internal")
+	Within(t, e.Hooks.Unwatched, "watch closed")
+}

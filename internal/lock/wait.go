@@ -83,14 +83,14 @@ func BeginWait(ctx context.Context, s Store, req AcquireRequest, wait time.Durat
 		wt.finish(ctx)
 		return Grant{}, nil, err
 	}
-	w.Join(req.WaiterID)
 	wt.sw.w = w
 	tried := false
 	defer func() {
-		if !tried { // the try panicked: the watch and queue place go
+		if !tried { // Join or the try panicked: the watch and queue place go
 			wt.finish(ctx)
 		}
 	}()
+	w.Join(req.WaiterID)
 	g, err, done := wt.try(ctx)
 	tried = true
 	if done {
