@@ -9,3 +9,13 @@ func FailHangupWatch() int64 {
 
 // HangupWatchFailures returns the hang-up watch's failures counted.
 func HangupWatchFailures() int64 { return hangups.failures.Load() }
+
+// HangupsWatched returns the number of connections the hang-up watch holds.
+func HangupsWatched() int {
+	hangups.mu.Lock()
+	defer hangups.mu.Unlock()
+	return len(hangups.watched)
+}
+
+// FailNextWaitEnd makes the next wait's end panic before its answer.
+func FailNextWaitEnd() { waitEndFault.Store(true) }
