@@ -43,14 +43,19 @@ func TestHangupWatch_FailureRestarts(t *testing.T) {
 func TestPark_AnswerPanicStopsHangupWatch(t *testing.T) {
 	e := MustOpenHookedEnv(t, lockhttp.Config{})
 	holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
-	before := lockhttp.HangupsWatched()
+	_, last := lockhttp.HangupsWatchedSince(0) // earlier tests' are let go of in their own time
 	c := dialRaw(t, e)
 	_ = c.conn.SetReadDeadline(time.Now().Add(promptly))
 	c.send(request("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`))
 	Within(t, e.Hooks.Watching, "waiter watching")
 	waitParked(t, e, 1)
-	if n := lockhttp.HangupsWatched(); n != before+1 {
-		t.Fatalf("hang-up watch holds %d, want %d", n, before+1)
+	// Parked (counted) a moment before its hang-up watch starts.
+	for deadline := time.Now().Add(promptly); ; time.Sleep(time.Millisecond) {
+		if n, _ := lockhttp.HangupsWatchedSince(last); n == 1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("hang-up watch holds %d of this test's, want 1", n)
+		}
 	}
 	lockhttp.FailNextWaitEnd()
 	e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
@@ -59,7 +64,7 @@ func TestPark_AnswerPanicStopsHangupWatch(t *testing.T) {
 		t.Fatalf("connection not closed: %v", err)
 	}
 	waitParked(t, e, 0)
-	if n := lockhttp.HangupsWatched(); n != before {
-		t.Fatalf("hang-up watch holds %d after the answer, want %d", n, before)
+	if n, _ := lockhttp.HangupsWatchedSince(last); n != 0 {
+		t.Fatalf("hang-up watch holds %d of this test's after the answer, want 0", n)
 	}
 }
