@@ -14,3 +14,6 @@ func (s *Server) AdvanceGaugeClock(d time.Duration) {
 	now := g.now
 	g.now = func() time.Time { return now().Add(d) }
 }
+
+// FailNextGrantAnswer makes the next grant's answer panic as it is written.
+func FailNextGrantAnswer() { grantAnswerFault.Store(true) }

@@ -241,6 +241,13 @@ type HookStore struct {
 	OnPing       func(ctx context.Context) error
 	OnTryAcquire func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error)
 	OnReadEvents func(ctx context.Context, after string, limit int) ([]lock.Event, error)
+	// OnNotify, when set, runs before each watcher's Notify (a fault may
+	// panic there).
+	OnNotify func(f func())
+	// OnClose, when set, runs before each watcher's Close.
+	OnClose func()
+	// OnJoin, when set, runs before each watcher's Join.
+	OnJoin func()
 	// NoSessions makes the store declare no sessions, as redlock (and a
 	// Redis Cluster without events) does, and refuse an acquire that
 	// names one.
@@ -302,7 +309,7 @@ func (h *HookStore) Watch(ctx context.Context, name string, kind lock.WatchKind)
 	if h.Watching != nil {
 		h.Watching <- kind
 	}
-	return &hookWatcher{Watcher: w, closed: h.Unwatched}, nil
+	return &hookWatcher{Watcher: w, closed: h.Unwatched, onNotify: h.OnNotify, onClose: h.OnClose, onJoin: h.OnJoin}, nil
 }
 
 func (h *HookStore) Inspect(ctx context.Context, name string) (lock.State, error) {
@@ -321,11 +328,31 @@ func (h *HookStore) Ping(ctx context.Context) error {
 
 type hookWatcher struct {
 	lock.Watcher
-	closed chan struct{}
-	once   sync.Once
+	closed   chan struct{}
+	once     sync.Once
+	onNotify func(f func())
+	onClose  func()
+	onJoin   func()
+}
+
+func (w *hookWatcher) Join(waiterID string) {
+	if w.onJoin != nil {
+		w.onJoin()
+	}
+	w.Watcher.Join(waiterID)
+}
+
+func (w *hookWatcher) Notify(f func()) {
+	if w.onNotify != nil {
+		w.onNotify(f)
+	}
+	w.Watcher.Notify(f)
 }
 
 func (w *hookWatcher) Close() {
+	if w.onClose != nil {
+		w.onClose()
+	}
 	w.Watcher.Close()
 	w.once.Do(func() {
 		if w.closed != nil {

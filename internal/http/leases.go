@@ -79,6 +79,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 
 // answerAcquire answers a single acquire: its lease, or its error.
 func (s *Server) answerAcquire(w http.ResponseWriter, r *http.Request, name string, g lock.Grant, err error) {
+	defer s.giveBackOnPanic(r, []lock.Grant{g}, err)
 	s.reportAcquire([]lock.Grant{g}, err)
 	if err != nil {
 		Error(w, r, &lock.LockError{Lock: name, Err: err})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -214,9 +215,15 @@ func (s *Server) answerPanic(w http.ResponseWriter, r *http.Request, pe *lock.Pa
 	Error(w, r, &lock.Error{Code: lock.CodeInternal, Detail: "handler panicked", Err: pe})
 }
 
+// waitEndFault, set by a test, makes the next waitEnded panic.
+var waitEndFault atomic.Bool
+
 // waitEnded records a wait's end, on either waiting path: the wait
 // histogram, and a wait that panicked (lock.PanicError) as a panic.
 func (s *Server) waitEnded(start time.Time, err error) {
+	if waitEndFault.CompareAndSwap(true, false) {
+		panic("wait end fault")
+	}
 	s.cfg.Metrics.Wait(time.Since(start), waitOutcome(err))
 	var pe *lock.PanicError
 	if errors.As(err, &pe) {

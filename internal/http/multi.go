@@ -75,6 +75,7 @@ func (s *Server) handleAcquireAll(w http.ResponseWriter, r *http.Request) {
 // answerAcquireAll answers a multi-lock: its leases, in the order of its
 // locks, or its error.
 func (s *Server) answerAcquireAll(w http.ResponseWriter, r *http.Request, grants []lock.Grant, err error) {
+	defer s.giveBackOnPanic(r, grants, err)
 	s.reportAcquire(grants, err)
 	if err != nil {
 		Error(w, r, err)

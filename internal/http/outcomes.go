@@ -1,6 +1,8 @@
 package http
 
 import (
+	"sync/atomic"
+
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 )
@@ -10,10 +12,17 @@ import (
 // on a status code, so renaming a route or adding a 409 cannot silently
 // move or zero one.
 
+// grantAnswerFault, set by a test, makes the next grant's answer panic, as
+// a fault while an acquire's answer is written would.
+var grantAnswerFault atomic.Bool
+
 // reportAcquire reports an acquire that granted grants, or failed with err:
 // each grant by kind, or a conflict when another owner held a lock. A
 // replayed grant was counted when it was made.
 func (s *Server) reportAcquire(grants []lock.Grant, err error) {
+	if err == nil && grantAnswerFault.CompareAndSwap(true, false) {
+		panic("grant answer fault")
+	}
 	if err != nil {
 		if lock.ErrorCode(err) == lock.CodeHeld {
 			s.cfg.Metrics.Conflict()

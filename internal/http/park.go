@@ -237,13 +237,19 @@ func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *h
 			logger.Error().Err(&lock.PanicError{Value: v}).Str("stack", string(debug.Stack())).Msg("internal error")
 			p.leave() // again is harmless
 			p.cancel(nil)
-			_ = p.conn.Close() // the watch sees it, and lets go
+			if stop := p.stopWatch; stop != nil { // once: a second stop may block
+				p.stopWatch = nil
+				_ = recovered(func() { stop() })
+			}
+			_ = p.conn.Close()
 		}
 	}()
 	err = waitError(p.ctx, err)
 	p.leave()
 	p.s.waitEnded(p.waitStart, err)
-	p.pending = append(p.pending, p.stopWatch()...)
+	stop := p.stopWatch
+	p.stopWatch = nil
+	p.pending = append(p.pending, stop()...)
 
 	u := &url.URL{Path: p.path, RawPath: p.path}
 	if path, err := url.PathUnescape(p.path); err == nil {

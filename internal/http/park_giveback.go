@@ -42,6 +42,26 @@ func (s *Server) giveBack(logger *zerolog.Logger, grants []lock.Grant, why error
 	}
 }
 
+// giveBackOnPanic, deferred by an acquire's answer (answerAcquire,
+// answerAcquireAll), gives back its grants (err nil) when writing the
+// answer panics: the client is answered 500 (recoverPanics, or written on
+// the parked path) and never learns its leases. The panic goes on, to be
+// answered so.
+func (s *Server) giveBackOnPanic(r *http.Request, grants []lock.Grant, err error) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if err == nil {
+		_ = recovered(func() { s.giveBack(zerolog.Ctx(r.Context()), grants, errAnswerPanicked) })
+	}
+	panic(v)
+}
+
+// errAnswerPanicked is why a grant is given back when writing its answer
+// panicked.
+var errAnswerPanicked = errors.New("the answer panicked: the client was answered 500")
+
 // errClientGone is why a grant is given back when its client hung up
 // before the answer was written.
 var errClientGone = errors.New("the client hung up before the answer was written")

@@ -150,3 +150,167 @@ func TestPark_UndeliveredGrantGivenBack(t *testing.T) {
 		t.Fatalf("q held by %q after its answer could not be written", st.Holder.Owner)
 	}
 }
+
+// TestWait_NotifyPanics: the store's Notify panics as a wait parks, on
+// both waiting paths. The wait ends as a look's panic ends it: answered
+// 500 on the connection, no longer parked, its watch closed; and the next
+// waiter is woken by a release (no leaked watch swallows the wake-up).
+func TestWait_NotifyPanics(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header []string
+	}{
+		{"Parked", nil},
+		{"NetHTTP", []string{"Connection", "close"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+			var panicking atomic.Bool
+			e.Hooks.OnNotify = func(f func()) {
+				if f != nil && panicking.Load() {
+					panic("notify fault")
+				}
+			}
+			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+			panicking.Store(true)
+			c := dialRaw(t, e)
+			_ = c.conn.SetReadDeadline(time.Now().Add(promptly))
+			c.send(request("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, tc.header...))
+
+			WantProblem(t, c.read(), http.StatusInternalServerError, "internal")
+			Within(t, e.Hooks.Unwatched, "watch closed")
+			waitParked(t, e, 0)
+
+			panicking.Store(false)
+			next := dialRaw(t, e)
+			_ = next.conn.SetReadDeadline(time.Now().Add(promptly))
+			next.send(request("POST", "/v1/locks/q/leases", `{"owner":"c","wait_ms":60000}`))
+			waitParked(t, e, 1)
+			e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+			if resp := next.read(); resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+				t.Fatalf("next waiter: %d %s", resp.StatusCode, resp.Body)
+			}
+			if st := e.State("q"); !st.Held || st.Holder.Owner != "c" {
+				t.Fatalf("q = %+v, want held by c", st)
+			}
+		})
+	}
+}
+
+// TestAcquireAll_PanicGivesBackEarlierNames: the store panics on the
+// second name of a multi-lock. The server answers 500, and the first name,
+// already taken, is given back rather than held until its TTL.
+func TestAcquireAll_PanicGivesBackEarlierNames(t *testing.T) {
+	e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+	e.Hooks.OnTryAcquire = func(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+		if req.Lock == "m:b" {
+			panic("store fault")
+		}
+		return e.Mem.TryAcquire(ctx, req)
+	}
+	resp := e.Do("POST", "/v1/leases", `{"locks":["m:b","m:a"],"owner":"x","ttl_ms":600000}`)
+	WantProblem(t, resp, http.StatusInternalServerError, "internal")
+	if st := e.State("m:a"); st.Held {
+		t.Fatalf("m:a held by %q after the multi-lock panicked", st.Holder.Owner)
+	}
+}
+
+// TestAcquire_AnswerPanicGivesBackGrant: writing a granted acquire's answer
+// panics, on the parked path, the net/http waiting path and a multi-lock.
+// The client is answered 500 and never learns its lease: the server gives
+// the grant back (counted) rather than keep it until its TTL.
+func TestAcquire_AnswerPanicGivesBackGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		header           []string
+	}{
+		{"Parked", "/v1/locks/q/leases", `{"owner":"b","ttl_ms":600000,"wait_ms":60000}`, nil},
+		{"NetHTTP", "/v1/locks/q/leases", `{"owner":"b","ttl_ms":600000,"wait_ms":60000}`, []string{"Connection", "close"}},
+		{"ParkedMulti", "/v1/leases", `{"locks":["q","m:a"],"owner":"b","ttl_ms":600000,"wait_ms":60000}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+			c := dialRaw(t, e)
+			_ = c.conn.SetReadDeadline(time.Now().Add(promptly))
+			c.send(request("POST", tc.path, tc.body, tc.header...))
+			Within(t, e.Hooks.Watching, "waiter watching")
+			if tc.header == nil {
+				waitParked(t, e, 1)
+			}
+			lockhttp.FailNextGrantAnswer()
+			e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+
+			WantProblem(t, c.read(), http.StatusInternalServerError, "internal")
+			for _, name := range []string{"q", "m:a"} {
+				if st := e.State(name); st.Held {
+					t.Errorf("%s held by %q after its answer panicked", name, st.Holder.Owner)
+				}
+			}
+			if got := scrapeMetrics(t, e)["lockapi_grants_returned_total"]; got == 0 {
+				t.Errorf("grants returned: %v", got)
+			}
+		})
+	}
+}
+
+// TestWait_CleanupPanicKeepsGrant: a waiter is granted, and the store
+// panics as the wait lets go of its watch (Notify(nil), or Close). The
+// grant is answered all the same: a cleanup's panic must not turn it into
+// a 500 that leaves the lock held by a lease nobody knows.
+func TestWait_CleanupPanicKeepsGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		header           []string
+		notify           bool // panic in Notify(nil), else in Close
+	}{
+		{"ParkedNotify", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, nil, true},
+		{"ParkedClose", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, nil, false},
+		{"NetHTTPClose", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`, []string{"Connection", "close"}, false},
+		{"ParkedMultiClose", "/v1/leases", `{"locks":["q","m:a"],"owner":"b","wait_ms":60000}`, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+			var panicking atomic.Bool
+			e.Hooks.OnNotify = func(f func()) {
+				if f == nil && tc.notify && panicking.Load() {
+					panic("notify fault")
+				}
+			}
+			e.Hooks.OnClose = func() {
+				if !tc.notify && panicking.Load() {
+					panic("close fault")
+				}
+			}
+			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+			c := dialRaw(t, e)
+			_ = c.conn.SetReadDeadline(time.Now().Add(promptly))
+			c.send(request("POST", tc.path, tc.body, tc.header...))
+			Within(t, e.Hooks.Watching, "waiter watching")
+			if tc.header == nil {
+				waitParked(t, e, 1)
+			}
+			panicking.Store(true)
+			e.Do("DELETE", "/v1/locks/q/leases/"+holder.LeaseID, "")
+
+			if resp := c.read(); resp.StatusCode != http.StatusCreated {
+				t.Fatalf("answer %d %s, want 201", resp.StatusCode, resp.Body)
+			}
+			panicking.Store(false)
+			if st := e.State("q"); !st.Held || st.Holder.Owner != "b" {
+				t.Fatalf("q = %+v, want held by b", st)
+			}
+		})
+	}
+}
+
+// TestWait_JoinPanicClosesWatch: the store panics as a waiter joins its
+// watch. The server answers 500, and the watch is closed, not leaked.
+func TestWait_JoinPanicClosesWatch(t *testing.T) {
+	e := MustOpenHookedEnv(t, lockhttp.Config{Metrics: metrics.New()})
+	e.Hooks.OnJoin = func() { panic("join fault") }
+	e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
+	resp := e.Do("POST", "/v1/locks/q/leases", `{"owner":"b","wait_ms":60000}`)
+	WantProblem(t, resp, http.StatusInternalServerError, "internal")
+	Within(t, e.Hooks.Unwatched, "watch closed")
+}

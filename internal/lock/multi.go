@@ -266,10 +266,11 @@ func (mwt *MultiWaiting) step(ctx context.Context) (answer func()) {
 	return nil
 }
 
-// answering is a parked wait's end: the watch closed, then the answer.
+// answering is a parked wait's end: the watch closed, then the answer. The
+// answer stands, grants above all: a panic in drop does not replace it.
 func (mwt *MultiWaiting) answering(grants []Grant, err error) func() {
 	return func() {
-		mwt.mw.drop()
+		_ = recovered(mwt.mw.drop)
 		mwt.answer(grants, err)
 	}
 }
@@ -361,7 +362,7 @@ func (mw *multiWait) next(ctx context.Context, err error) (retry time.Duration, 
 // permit.
 func (mw *multiWait) granted(grants []Grant, reqs []AcquireRequest) {
 	if mw.woken && passesOn(grants, reqs, mw.watching) {
-		mw.w.PassOn()
+		_ = recovered(mw.w.PassOn) // a panic there must not lose the grants
 	}
 	mw.woken = false
 }
@@ -399,11 +400,21 @@ func passesOn(grants []Grant, reqs []AcquireRequest, name string) bool {
 // takeAll makes one pass over the names in order. On a refusal it gives
 // back exactly the holds it took and answers the refusal as a *LockError;
 // a caller whose ctx is cancelled keeps nothing.
+//
+// A try that panics gives back the holds taken before it, then panics on.
 func takeAll(ctx context.Context, s Store, reqs []AcquireRequest, order []int) ([]Grant, error) {
 	grants := make([]Grant, len(reqs))
+	taken := 0 // the holds order[:taken] are taken, and not given back
+	defer func() {
+		if v := recover(); v != nil {
+			_ = recovered(func() { giveBack(ctx, s, reqs, grants, order[:taken]) })
+			panic(v)
+		}
+	}()
 	for n, i := range order {
 		g, err := tryAcquire(ctx, s, reqs[i])
 		if err != nil {
+			taken = 0
 			giveBack(ctx, s, reqs, grants, order[:n])
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -411,8 +422,10 @@ func takeAll(ctx context.Context, s Store, reqs []AcquireRequest, order []int) (
 			return nil, &LockError{Lock: reqs[i].Lock, Err: err}
 		}
 		grants[i] = g
+		taken = n + 1
 	}
 	if err := ctx.Err(); err != nil {
+		taken = 0
 		giveBack(ctx, s, reqs, grants, order)
 		return nil, err
 	}

@@ -99,13 +99,23 @@ func answering[T any](p *parking, answer func(T, error)) func(T, error) {
 }
 
 // start parks the wait, and returns its wake (see Waiting.Park).
+//
+// A panic while it sets up (a store's Notify) ends the wait as a look's
+// panic does: what it set up is undone and the caller answered the
+// *PanicError, on a goroutine of its own; looking stays set.
 func (p *parking) start() (wake func()) {
-	wait := p.wait
 	p.looking.Store(true) // until set up
-	w, retryAt := wait.sleeping()
-	p.notify(w)
-	p.deadlineTimer = time.AfterFunc(time.Until(p.deadline), p.wake)
-	p.armRetry(retryAt)
+	var w Watcher
+	var retryAt time.Time
+	if pe := recovered(func() {
+		w, retryAt = p.wait.sleeping()
+		p.notify(w)
+		p.deadlineTimer = time.AfterFunc(time.Until(p.deadline), p.wake)
+		p.armRetry(retryAt)
+	}); pe != nil {
+		go p.fail(pe)
+		return p.wake
+	}
 	p.looking.Store(false)
 	if p.due(w, retryAt) {
 		p.wake()
@@ -141,7 +151,9 @@ func (p *parking) look() {
 	for {
 		if p.due(w, retryAt) {
 			if answer := p.wait.step(p.ctx); answer != nil {
-				p.stop()
+				// The answer stands, a grant above all: a panic while
+				// the wait lets go of its wake-ups does not replace it.
+				_ = recovered(p.stop)
 				answer() // looking stays set: no more looks
 				return
 			}
@@ -159,7 +171,9 @@ func (p *parking) look() {
 
 // stop ends the timers and the wake-ups of an answered wait.
 func (p *parking) stop() {
-	p.deadlineTimer.Stop()
+	if p.deadlineTimer != nil { // nil: start panicked before it
+		p.deadlineTimer.Stop()
+	}
 	if p.retry != nil {
 		p.retry.Stop()
 	}

@@ -83,14 +83,14 @@ func BeginWait(ctx context.Context, s Store, req AcquireRequest, wait time.Durat
 		wt.finish(ctx)
 		return Grant{}, nil, err
 	}
-	w.Join(req.WaiterID)
 	wt.sw.w = w
 	tried := false
 	defer func() {
-		if !tried { // the try panicked: the watch and queue place go
+		if !tried { // Join or the try panicked: the watch and queue place go
 			wt.finish(ctx)
 		}
 	}()
+	w.Join(req.WaiterID)
 	g, err, done := wt.try(ctx)
 	tried = true
 	if done {
@@ -169,10 +169,11 @@ func (wt *Waiting) step(ctx context.Context) (answer func()) {
 	return nil
 }
 
-// answering is a parked wait's end: finish, then the answer.
+// answering is a parked wait's end: finish, then the answer. The answer
+// stands, a grant above all: a panic in finish does not replace it.
 func (wt *Waiting) answering(ctx context.Context, g Grant, err error) func() {
 	return func() {
-		wt.finish(ctx)
+		_ = recovered(func() { wt.finish(ctx) })
 		wt.answer(g, err)
 	}
 }
@@ -250,8 +251,8 @@ func (sw *singleWait) next(g Grant, err error) (retry time.Duration, done bool) 
 		sw.queued = false // a grant takes the waiter out of the queue
 		if sw.woken && g.Lease.Limit > 0 {
 			// The release that woke this waiter may have freed more than
-			// one permit (others expired).
-			sw.w.PassOn()
+			// one permit (others expired). A panic there must not lose the grant.
+			_ = recovered(sw.w.PassOn)
 		}
 	} else if sw.woken {
 		sw.w.PassOn()
