@@ -316,8 +316,11 @@ var coreBehaviours = []behaviour{
 
 		seen := map[string]bool{}
 		cursor := ""
+		// A store may end a page on a work budget (short, or empty with a
+		// cursor) on a Redis that the other behaviours filled: the bound
+		// is only there to end a listing that never does.
 		for pages := 0; ; pages++ {
-			if pages > 100 {
+			if pages > 100_000 {
 				t.Fatal("listing does not end")
 			}
 			page, err := s.List(ctx, lock.ListRequest{Prefix: "list:a:", Limit: 5, Cursor: cursor})
@@ -356,29 +359,20 @@ var coreBehaviours = []behaviour{
 		for i := range 3 {
 			Acquire(t, s, fmt.Sprintf("vis:hidden:%d", i), "w", time.Minute)
 		}
-		// Names that are not visible make a page neither shorter nor
-		// give it a cursor: it is the page of a prefix that has none.
+		// Names that are not visible are passed over as names the prefix
+		// does not match: no page of the listing shows them. (A store
+		// may end a page on a work budget, with a cursor, whether the
+		// names it walked were hidden or not matched: docs/SECURITY.md.)
 		for _, prefix := range []string{"vis:hidden", "vis:none"} {
-			page, err := s.List(ctx, lock.ListRequest{Prefix: prefix, Limit: 1, Visible: hidden})
-			if err != nil || len(page.Locks) != 0 || page.NextCursor != "" {
-				t.Fatalf("prefix %s: %+v, %v", prefix, page, err)
+			if got := listAll(t, s, lock.ListRequest{Prefix: prefix, Limit: 1, Visible: hidden}); len(got) != 0 {
+				t.Fatalf("prefix %s listed %+v", prefix, got)
 			}
 		}
 		Acquire(t, s, "vis:shown:1", "w", time.Minute)
 		Acquire(t, s, "vis:shown:2", "w", time.Minute)
 		seen := map[string]bool{}
-		for cursor, pages := "", 0; pages == 0 || cursor != ""; pages++ {
-			if pages > 10 {
-				t.Fatal("listing does not end")
-			}
-			page, err := s.List(ctx, lock.ListRequest{Prefix: "vis:", Limit: 2, Cursor: cursor, Visible: hidden})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, st := range page.Locks {
-				seen[st.Lock] = true
-			}
-			cursor = page.NextCursor
+		for _, st := range listAll(t, s, lock.ListRequest{Prefix: "vis:", Limit: 2, Visible: hidden}) {
+			seen[st.Lock] = true
 		}
 		if fmt.Sprint(sortedKeys(seen)) != "[vis:shown:1 vis:shown:2]" {
 			t.Fatalf("listed %v", sortedKeys(seen))
@@ -828,4 +822,26 @@ func readings(cursor string) []string {
 		out = append(out, string(b))
 	}
 	return out
+}
+
+// listAll pages through s's listing of req to its end and returns every
+// lock it listed: a page may be short, or empty with a cursor, where a
+// store ends a page on a work budget.
+func listAll(t *testing.T, s lock.Store, req lock.ListRequest) []lock.State {
+	t.Helper()
+	var all []lock.State
+	for pages := 0; ; pages++ {
+		if pages > 100_000 {
+			t.Fatal("listing does not end")
+		}
+		page, err := s.List(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page.Locks...)
+		if page.NextCursor == "" {
+			return all
+		}
+		req.Cursor = page.NextCursor
+	}
 }
