@@ -84,6 +84,10 @@ func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault suite runs real topologies")
 	}
+	// It runs after the package's other tests, beside the SDK tests
+	// (t.Parallel): it waits on failovers far more than it computes, and
+	// its bounds hold on a machine kept busy (scripts/stress).
+	t.Parallel()
 	single := func(aof bool) func(t *testing.T) (*redistest.Server, []string) {
 		return func(t *testing.T) (*redistest.Server, []string) {
 			var srv *redistest.Server

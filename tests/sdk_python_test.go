@@ -29,6 +29,7 @@ const minPython = "3.9"
 // run: a skipped one fails this test, as a suite that quietly found no
 // server would otherwise pass.
 func TestPythonSDK(t *testing.T) {
+	t.Parallel() // beside the fault suite: see TestFaults
 	python := lookPython(t)
 	dir, err := filepath.Abs(filepath.Join("..", "sdk", "python"))
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 // It needs node and npm (and the npm registry, or its cache, for npm ci).
 // Without them the test is skipped, unless CI is set, where it fails.
 func TestTypeScriptSDK(t *testing.T) {
+	t.Parallel() // beside the fault suite: see TestFaults
 	node := lookTool(t, "node")
 	npm := lookTool(t, "npm")
 	checkNodeVersion(t, node)

@@ -36,6 +36,7 @@ const minNodeMajor = 18
 // It needs node and npm, and the npm registry for `npm ci`. Without node or
 // npm the test is skipped, unless CI is set, where it fails.
 func TestTypeScriptClient(t *testing.T) {
+	t.Parallel() // beside the fault suite: see TestFaults
 	node := lookTool(t, "node")
 	npm := lookTool(t, "npm")
 	checkNodeVersion(t, node)
@@ -57,7 +58,8 @@ func TestTypeScriptClient(t *testing.T) {
 		}
 	}
 	runTool(t, dir, 2*time.Minute, nil, npm, "run", "generate")
-	runTool(t, dir, 3*time.Minute, nil, npm, "run", "typecheck")
+	// tsc exits non-zero on a type error even while it emits, so the
+	// build is also the type check (npm run typecheck would repeat it).
 	runTool(t, dir, 3*time.Minute, nil, npm, "run", "build")
 
 	s := startServer(t, []string{"LOCKAPI_REDIS_URL="})

@@ -85,6 +85,9 @@ func (r *fanoutReceiver) count() (distinct, dups int) {
 type latencyProbe struct {
 	base string
 	c    *http.Client
+	// slow is the longest a request may take while webhooks deliver: far
+	// below what a starved API would show (seconds, then timeouts).
+	slow time.Duration
 
 	mu       sync.Mutex
 	acquires int
@@ -98,7 +101,7 @@ func (p *latencyProbe) record(what string, took time.Duration, status, want int)
 	p.slowest = max(p.slowest, took)
 	if status != want {
 		p.failures = append(p.failures, fmt.Sprintf("%s answered %d after %v", what, status, took))
-	} else if took > time.Second {
+	} else if took > p.slow {
 		p.failures = append(p.failures, fmt.Sprintf("%s took %v", what, took))
 	}
 }
@@ -188,14 +191,16 @@ func TestWebhooks_e2e_100_subscriptions(t *testing.T) {
 		jobs   = 20 // a granted and a released event each
 		events = 2 * jobs
 	)
-	within := 30 * time.Second
+	within, slow := 30*time.Second, time.Second
 	if raceEnabled {
-		within = 90 * time.Second // the race detector slows the binary several times
+		// The race detector slows the binary several times; a request
+		// measured at 1.1-1.3 s beside a loaded machine is slow, not starved.
+		within, slow = 90*time.Second, 3*time.Second
 	}
 	rs := redistest.Start(t)
 	s := startServer(t, []string{"LOCKAPI_REDIS_URL=" + rs.URL, "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true", "LOCKAPI_LOG_LEVEL=info"})
 	r := newFanoutReceiver(t, hooks*events)
-	p := &latencyProbe{base: s.URL, c: &http.Client{Timeout: 30 * time.Second}}
+	p := &latencyProbe{base: s.URL, c: &http.Client{Timeout: 30 * time.Second}, slow: slow}
 	stopProbe := p.run(100 * time.Millisecond)
 	defer stopProbe() // on a t.Fatal below
 

@@ -25,8 +25,13 @@ var ctx = context.Background()
 // TestConformance runs the conformance suite on a single Redis, with script
 // calls batched into pipelines and not, with events not recorded, and with
 // the scripts run as on Redis 6.2; each behaviour gets a Redis of its own.
+//
+// The variants run two at a time (t.Parallel; -parallel defaults to the
+// number of CPUs): each waits on Redis and on TTLs far more than it
+// computes.
 func TestConformance(t *testing.T) {
 	t.Run("redis-events-off", func(t *testing.T) {
+		t.Parallel()
 		storetest.Run(t, storetest.Backend{
 			Open: func(t *testing.T) lock.Store {
 				return openStoreOptions(t, redisstore.ClientConfig{URL: redistest.Start(t).URL}, redisstore.Options{})
@@ -36,6 +41,7 @@ func TestConformance(t *testing.T) {
 	})
 	// Redis 6.2 has no Functions: the scripts run with EVALSHA and EVAL.
 	t.Run("redis-eval", func(t *testing.T) {
+		t.Parallel()
 		storetest.Run(t, storetest.Backend{
 			Open: func(t *testing.T) lock.Store {
 				s := openRedisWith(t, redistest.Start(t), true)
@@ -46,12 +52,14 @@ func TestConformance(t *testing.T) {
 		})
 	})
 	t.Run("redis-batched", func(t *testing.T) {
+		t.Parallel()
 		storetest.Run(t, storetest.Backend{
 			Open:       func(t *testing.T) lock.Store { return openRedisWith(t, redistest.Start(t), true) },
 			Semaphores: true, FairQueues: true, Events: true, Sessions: true,
 		})
 	})
 	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
 		storetest.Run(t, storetest.Backend{
 			Open:       func(t *testing.T) lock.Store { return openRedis(t, redistest.Start(t)) },
 			Semaphores: true, FairQueues: true, Events: true, Sessions: true,
@@ -78,7 +86,9 @@ func TestConformance(t *testing.T) {
 // TestTopologies runs the conformance suite on a Sentinel set (one master,
 // one replica, three sentinels) and on a Redis Cluster (three masters, three
 // replicas), each batched and not, started once for all of it: every
-// behaviour's store has a key prefix of its own.
+// behaviour's store has a key prefix of its own, so the four variants run
+// two at a time (t.Parallel) on the shared servers, which stop when all
+// are done.
 func TestTopologies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts multi-node Redis topologies")
@@ -97,6 +107,7 @@ func TestTopologies(t *testing.T) {
 		{"cluster-batched", redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}, true, redisstore.ClusterEventsHold},
 	} {
 		t.Run(topology.name, func(t *testing.T) {
+			t.Parallel()
 			storetest.Run(t, storetest.Backend{
 				Open:       func(t *testing.T) lock.Store { return openStore(t, topology.cfg, topology.batch) },
 				Semaphores: true, FairQueues: true, Events: true, EventsHold: topology.hold, Sessions: true,

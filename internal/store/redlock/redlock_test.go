@@ -19,10 +19,12 @@ var ctx = context.Background()
 
 // TestConformance runs the conformance suite on 3 and 5 independent
 // masters, started once: every behaviour's store has a key prefix of its
-// own.
+// own. The two run side by side (t.Parallel): each waits on its masters
+// and on TTLs far more than it computes.
 func TestConformance(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(map[int]string{3: "3-masters", 5: "5-masters"}[n], func(t *testing.T) {
+			t.Parallel()
 			rl := redistest.StartRedlock(t, n)
 			storetest.Run(t, storetest.Backend{
 				Open: func(t *testing.T) lock.Store { return open(t, rl) },

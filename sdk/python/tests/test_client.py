@@ -271,9 +271,9 @@ class AuthTest(ServerTestCase):
 
     def test_key_inside_its_patterns_renews_and_releases(self) -> None:
         client = lockapi.Client(BASE_URL, api_key=LIMITED_KEY)
-        with client.lock(self.name("ci"), ttl=0.9) as lease:
-            # Renewals carry the key too.
-            self.assertFalse(lease.lost.wait(1.0), "lost: %s" % lease.error)
+        with client.lock(self.name("ci"), ttl=1.5) as lease:
+            # Renewals carry the key too: held past its first TTL.
+            self.assertFalse(lease.lost.wait(1.7), "lost: %s" % lease.error)
 
 
 if __name__ == "__main__":

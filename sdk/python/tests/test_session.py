@@ -264,12 +264,14 @@ class MultiLockTest(ServerTestCase):
         timer = threading.Timer(0.3, holder.release)
         timer.start()
         try:
-            leases = self.client.acquire_all([a, b], ttl=0.6, wait=PROMPTLY + 5)
+            leases = self.client.acquire_all([a, b], ttl=1.5, wait=PROMPTLY + 5)
         finally:
             timer.cancel()
         for lease in leases:
             lease.keep_alive()
-        time.sleep(1.2)  # two TTLs: each lease's watchdog renews it
+        # Two TTLs: each lease's watchdog renews it (every TTL/3; a TTL of
+        # 1.5 s lets a renewal be a second late on a loaded machine).
+        time.sleep(3.1)
         for lease in leases:
             self.assertFalse(lease.lost.is_set(), "lost: %s" % lease.error)
             self.assertEqual(self.holder(lease.name), lease.owner)

@@ -21,12 +21,13 @@ test("acquireAll takes every lock or none, and names the one held", async () => 
   }
   await holder.release();
 
-  const leases = await c.acquireAll([z, a, b], { owner: "w", ttlMs: 600, metadata: { job: "deploy" } });
+  const leases = await c.acquireAll([z, a, b], { owner: "w", ttlMs: 1500, metadata: { job: "deploy" } });
   assert.deepEqual(leases.map((l) => l.name), [z, a, b], "in the order of names");
   assert.equal(new Set(leases.map((l) => l.leaseId)).size, 3);
   assert.ok(leases.every((l) => l.owner === "w" && l.sessionId === undefined && l.metadata.job === "deploy"));
-  // Each renews itself: held after three TTLs.
-  await new Promise((r) => setTimeout(r, 1800));
+  // Each renews itself (every TTL/3): held after two TTLs. A TTL of 1.5 s
+  // lets a renewal be a second late on a loaded machine.
+  await new Promise((r) => setTimeout(r, 3200));
   for (const name of [z, a, b]) {
     await assert.rejects(c.acquire(name, { owner: "other" }), LockHeldError);
   }

@@ -123,18 +123,19 @@ sessionTest("every kind binds: exclusive, shared, semaphore permits, a multi-loc
 sessionTest("one renewal keeps every bound lease: the session's watchdog, no lease renewals", async () => {
   const rec = recordingFetch();
   const rc = newClient({ fetch: rec.fetch });
-  const s = await rc.session({ ttlMs: 600 });
+  const s = await rc.session({ ttlMs: 1500 });
   const [x, a, b] = [uniqueName("x"), uniqueName("a"), uniqueName("b")];
   const leases = [await s.acquire(x), ...(await s.acquireAll([a, b]))];
   assert.equal((await serverView(s.id)).body.leases.length, 3, "the server holds them bound to the session");
-  // Three TTLs pass: only the session is renewed, and that keeps all.
-  await new Promise((r) => setTimeout(r, 1800));
+  // Two TTLs pass: only the session is renewed (every TTL/3), and that
+  // keeps all. A TTL of 1.5 s lets a renewal be a second late under load.
+  await new Promise((r) => setTimeout(r, 3200));
   for (const name of [x, a, b]) {
     await assertHeld(name);
   }
   assert.ok(leases.every((l) => !l.signal.aborted && l.error === undefined));
   const sessionRenewals = rec.count("POST", `/v1/sessions/${s.id}/renew`);
-  assert.ok(sessionRenewals >= 3, `${sessionRenewals} session renewals in three TTLs`);
+  assert.ok(sessionRenewals >= 3, `${sessionRenewals} session renewals in two TTLs`);
   const leaseRenewals = rec.requests.filter((q) => q.path.startsWith("/v1/locks/") && q.path.endsWith("/renew")).length;
   assert.equal(leaseRenewals, 0, "a bound lease has no watchdog of its own");
 
