@@ -374,6 +374,11 @@ type DeadLetterList struct {
 // Example: 1795460000000-0
 type EventID = string
 
+// EventResumePoint Where a stream of events starts: after the event with this id (`EventID`), or `0`, with the oldest event the log keeps.
+//
+// Example: 1795460000000-0
+type EventResumePoint = string
+
 // EventStream Server-Sent Events: per event an `id:`, an `event:` (the EventType) and a `data:` line (the Event as JSON), then a blank line; and `: keep-alive` comment lines.
 type EventStream = string
 
@@ -1261,11 +1266,11 @@ type GetEventsParams struct {
 	// Types Only events of these types, comma-separated.
 	Types *[]EventType `form:"types,omitempty" json:"types,omitempty"`
 
-	// After Start after the event with this id. `Last-Event-ID` wins over it, but both are checked: a malformed one is a 400 either way.
-	After *EventID `form:"after,omitempty" json:"after,omitempty"`
+	// After Start after the event with this id, or with the oldest event kept (`0`). `Last-Event-ID` wins over it, but both are checked: a malformed one is a 400 either way.
+	After *EventResumePoint `form:"after,omitempty" json:"after,omitempty"`
 
-	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects. One header at most; an empty one counts as absent.
-	LastEventID *EventID `json:"Last-Event-ID,omitempty"`
+	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects; or `0`, with the oldest event kept. One header at most; an empty one counts as absent.
+	LastEventID *EventResumePoint `json:"Last-Event-ID,omitempty"`
 }
 
 // ReleaseLeasesParams defines parameters for ReleaseLeases.
@@ -1482,7 +1487,8 @@ type ClientInterface interface {
 	// sends by itself, or `after`) it starts with the event after it:
 	// a resumed stream repeats nothing it confirmed by id and skips
 	// nothing the log still keeps. A resume point older than the log
-	// keeps is answered `410 events-gone`. When the server cannot go on
+	// keeps is answered `410 events-gone`; `0` starts with the oldest
+	// event the log keeps, and is never gone. When the server cannot go on
 	// (it shuts down, or the stream fell behind what the log keeps) the
 	// stream ends; resume it.
 	//
@@ -2040,7 +2046,8 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // sends by itself, or `after`) it starts with the event after it:
 // a resumed stream repeats nothing it confirmed by id and skips
 // nothing the log still keeps. A resume point older than the log
-// keeps is answered `410 events-gone`. When the server cannot go on
+// keeps is answered `410 events-gone`; `0` starts with the oldest
+// event the log keeps, and is never gone. When the server cannot go on
 // (it shuts down, or the stream fell behind what the log keeps) the
 // stream ends; resume it.
 //
@@ -4183,7 +4190,8 @@ type ClientWithResponsesInterface interface {
 	// sends by itself, or `after`) it starts with the event after it:
 	// a resumed stream repeats nothing it confirmed by id and skips
 	// nothing the log still keeps. A resume point older than the log
-	// keeps is answered `410 events-gone`. When the server cannot go on
+	// keeps is answered `410 events-gone`; `0` starts with the oldest
+	// event the log keeps, and is never gone. When the server cannot go on
 	// (it shuts down, or the stream fell behind what the log keeps) the
 	// stream ends; resume it.
 	//
@@ -8849,7 +8857,8 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 // sends by itself, or `after`) it starts with the event after it:
 // a resumed stream repeats nothing it confirmed by id and skips
 // nothing the log still keeps. A resume point older than the log
-// keeps is answered `410 events-gone`. When the server cannot go on
+// keeps is answered `410 events-gone`; `0` starts with the oldest
+// event the log keeps, and is never gone. When the server cannot go on
 // (it shuts down, or the stream fell behind what the log keeps) the
 // stream ends; resume it.
 //
