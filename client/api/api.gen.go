@@ -254,7 +254,7 @@ func (e WebhookEventType) Valid() bool {
 	}
 }
 
-// AcquireRequest Every field is optional; the body itself may be omitted.
+// AcquireRequest Every field is optional; the body itself may be omitted. Each default is the server's, named in the field's description: a client sends only what it sets. `session` and `ttl_ms` do not go together.
 //
 // Example: {"metadata":{"job":"nightly"},"owner":"worker-7","ttl_ms":30000,"wait_ms":0}
 type AcquireRequest struct {
@@ -629,7 +629,7 @@ type Metadata map[string]string
 // MetricsText Prometheus text exposition format.
 type MetricsText = string
 
-// MultiAcquireRequest Several locks at once, all or none. The other fields apply to every lock, as in acquireLease.
+// MultiAcquireRequest Several locks at once, all or none. The other fields apply to every lock, as in acquireLease; `session` and `ttl_ms` do not go together.
 //
 // Example: {"locks":["deploy:prod","db:migrations"],"owner":"worker-7","wait_ms":10000}
 type MultiAcquireRequest struct {
@@ -1284,7 +1284,7 @@ type ListLocksParams struct {
 	// Prefix List only locks whose names start with this; empty lists all.
 	Prefix *Prefix `form:"prefix,omitempty" json:"prefix,omitempty"`
 
-	// Limit The most locks to return in one page.
+	// Limit The most locks to return in one page. Default 100.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page; omit for the first page.
@@ -1308,7 +1308,7 @@ type AcquireLeaseParams struct {
 
 // ReleaseLeaseParams defines parameters for ReleaseLease.
 type ReleaseLeaseParams struct {
-	// All Drop every hold at once instead of one.
+	// All Drop every hold at once instead of one. Default false.
 	All *ReleaseAll `form:"all,omitempty" json:"all,omitempty"`
 }
 
@@ -1326,7 +1326,7 @@ type ListSessionsParams struct {
 	// OwnerPrefix List only sessions whose owner starts with this.
 	OwnerPrefix *OwnerPrefix `form:"owner_prefix,omitempty" json:"owner_prefix,omitempty"`
 
-	// Limit The most sessions to return.
+	// Limit The most sessions to return. Default 100.
 	Limit *SessionListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
@@ -1335,7 +1335,7 @@ type ListDeadLettersParams struct {
 	// After Start after this event id (the `next_after` of the last page).
 	After *DeadLetterAfter `form:"after,omitempty" json:"after,omitempty"`
 
-	// Limit The most dead letters to return in one page.
+	// Limit The most dead letters to return in one page. Default 100.
 	Limit *DeadLetterLimit `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
