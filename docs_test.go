@@ -180,3 +180,42 @@ func TestDocs_problem_types(t *testing.T) {
 		}
 	}
 }
+
+// Every LOCKAPI_* name the docs and the README give is in
+// docs/CONFIGURATION.md's index of names: a row of its settings table, or
+// its list of the names that are lockapi's but not settings (where
+// LOCKAPI_TEST_* stands for a family). Its misspelling example, a code
+// block of that page, is not looked at.
+func TestDocs_every_LOCKAPI_name_is_in_the_configuration_table(t *testing.T) {
+	pages := docPages(t)
+	config := pages["docs/CONFIGURATION.md"]
+	name := regexp.MustCompile(`LOCKAPI_[A-Z0-9_]*[A-Z0-9]`)
+	indexed := map[string]bool{}
+	for line := range strings.Lines(config) {
+		if strings.HasPrefix(line, "|") {
+			for _, n := range name.FindAllString(line, -1) {
+				indexed[n] = true
+			}
+		}
+	}
+	// The list is the paragraph after the one that introduces it.
+	_, others, ok := strings.Cut(config, "but not settings of the server")
+	_, others, _ = strings.Cut(others, "\n\n")
+	others, _, _ = strings.Cut(others, "\n\n")
+	if !ok || len(indexed) == 0 {
+		t.Fatal("docs/CONFIGURATION.md has no settings table, or no list of the other names")
+	}
+	for _, n := range name.FindAllString(others, -1) {
+		indexed[n] = true
+	}
+	for path, page := range pages {
+		if path == "docs/CONFIGURATION.md" {
+			page = prose(page)
+		}
+		for _, n := range name.FindAllString(page, -1) {
+			if !indexed[n] && !(indexed["LOCKAPI_TEST"] && strings.HasPrefix(n, "LOCKAPI_TEST_")) {
+				t.Errorf("%s names %s, which docs/CONFIGURATION.md's table does not", path, n)
+			}
+		}
+	}
+}

@@ -219,3 +219,121 @@ func TestOpenAPI_JSON(t *testing.T) {
 		t.Fatal("openapi.json and openapi.yaml load as different documents")
 	}
 }
+
+// A request's defaults are the server's, in the descriptions: a default in
+// a schema makes a generated client send it, which overrides the server's
+// configured default (LOCKAPI_DEFAULT_TTL) and, beside session, is refused.
+func TestOpenAPI_no_default_in_a_request(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			where := method + " " + path
+			for _, p := range append(item.Parameters, op.Parameters...) {
+				if p.Value.Schema != nil {
+					noDefault(t, where+" parameter "+p.Value.Name, p.Value.Schema.Value, map[*openapi3.Schema]bool{})
+				}
+			}
+			if op.RequestBody == nil {
+				continue
+			}
+			for ct, media := range op.RequestBody.Value.Content {
+				if media.Schema != nil {
+					noDefault(t, where+" "+ct+" body", media.Schema.Value, map[*openapi3.Schema]bool{})
+				}
+			}
+		}
+	}
+}
+
+// noDefault fails the test when s, or a schema within it, has a default.
+func noDefault(t *testing.T, where string, s *openapi3.Schema, seen map[*openapi3.Schema]bool) {
+	t.Helper()
+	if s == nil || seen[s] {
+		return
+	}
+	seen[s] = true
+	if s.Default != nil {
+		t.Errorf("%s: default %v in the schema; say it in the description", where, s.Default)
+	}
+	for name, p := range s.Properties {
+		noDefault(t, where+"."+name, p.Value, seen)
+	}
+	for _, refs := range []openapi3.SchemaRefs{s.AllOf, s.AnyOf, s.OneOf} {
+		for _, r := range refs {
+			noDefault(t, where, r.Value, seen)
+		}
+	}
+	if s.Items != nil {
+		noDefault(t, where+"[]", s.Items.Value, seen)
+	}
+}
+
+// The schema itself refuses session beside ttl_ms, as the server does, so a
+// generated client's validation says so before a 400 does.
+func TestOpenAPI_session_and_ttl_do_not_go_together(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+	const session = "01JD3Z8Q6W9M4T5R2K7X1B0C9S"
+	for _, name := range []string{"AcquireRequest", "MultiAcquireRequest"} {
+		s := doc.Components.Schemas[name].Value
+		locks := []any{"a"}
+		body := func(fields map[string]any) map[string]any {
+			if name == "MultiAcquireRequest" {
+				fields["locks"] = locks
+			}
+			return fields
+		}
+		for _, ok := range []map[string]any{{"session": session}, {"ttl_ms": 1000.0}, {}} {
+			if err := s.VisitJSON(body(ok)); err != nil {
+				t.Errorf("%s refuses %v: %v", name, ok, err)
+			}
+		}
+		if err := s.VisitJSON(body(map[string]any{"session": session, "ttl_ms": 1000.0})); err == nil {
+			t.Errorf("%s accepts session with ttl_ms", name)
+		}
+	}
+}
+
+// Every link names an operation, and only parameters it has and body
+// members its request takes.
+func TestOpenAPI_links(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+	ops := map[string]*openapi3.Operation{}
+	params := map[string]openapi3.Parameters{} // the path's and the operation's
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			ops[op.OperationID] = op
+			params[op.OperationID] = append(slices.Clone(item.Parameters), op.Parameters...)
+		}
+	}
+	for _, want := range []struct{ from, link, to string }{
+		{"createSession", "get", "getSession"}, {"createSession", "renew", "renewSession"},
+		{"createSession", "delete", "deleteSession"}, {"createSession", "acquire", "acquireLease"},
+		{"createSession", "acquireAll", "acquireLeases"},
+		{"acquireLease", "renew", "renewLease"}, {"acquireLease", "release", "releaseLease"},
+	} {
+		for status, resp := range ops[want.from].Responses.Map() {
+			if !strings.HasPrefix(status, "2") {
+				continue
+			}
+			l := resp.Value.Links[want.link]
+			if l == nil || l.Value.OperationID != want.to {
+				t.Errorf("%s %s: no link %s to %s", want.from, status, want.link, want.to)
+				continue
+			}
+			to := ops[want.to]
+			for p := range l.Value.Parameters {
+				if !slices.ContainsFunc(params[want.to], func(r *openapi3.ParameterRef) bool { return r.Value.Name == p }) {
+					t.Errorf("%s %s link %s: %s has no parameter %s", want.from, status, want.link, want.to, p)
+				}
+			}
+			if body, ok := l.Value.RequestBody.(map[string]any); ok {
+				schema := to.RequestBody.Value.Content["application/json"].Schema.Value
+				for member := range body {
+					if schema.Properties[member] == nil {
+						t.Errorf("%s %s link %s: %s's body has no %s", want.from, status, want.link, want.to, member)
+					}
+				}
+			}
+		}
+	}
+}

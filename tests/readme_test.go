@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockapi/lockapi/internal/testkit/docsample"
 	"github.com/lockapi/lockapi/internal/testkit/pgtest"
 	"github.com/lockapi/lockapi/migrations"
 )
@@ -20,25 +21,14 @@ func walkthrough(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(b), "<!-- walkthrough:start -->")
-	section, _, ok2 := strings.Cut(rest, "<!-- walkthrough:end -->")
-	if !ok || !ok2 {
-		t.Fatal("README.md has no walkthrough markers")
+	scripts, err := docsample.Scripts(string(b), "walkthrough")
+	if err != nil {
+		t.Fatalf("README.md: %v", err)
 	}
-	var script strings.Builder
-	for {
-		_, after, found := strings.Cut(section, "```sh\n")
-		if !found {
-			break
-		}
-		block, tail, _ := strings.Cut(after, "```")
-		script.WriteString(block)
-		section = tail
+	if len(scripts) != 1 {
+		t.Fatalf("README.md has %d walkthrough sections, want 1", len(scripts))
 	}
-	if script.Len() == 0 {
-		t.Fatal("the walkthrough has no shell blocks")
-	}
-	return script.String()
+	return scripts[0].Text
 }
 
 // TestREADME_walkthrough runs the README's curl walkthrough as written

@@ -254,7 +254,7 @@ func (e WebhookEventType) Valid() bool {
 	}
 }
 
-// AcquireRequest Every field is optional; the body itself may be omitted.
+// AcquireRequest Every field is optional; the body itself may be omitted. Each default is the server's, named in the field's description: a client sends only what it sets. `session` and `ttl_ms` do not go together.
 //
 // Example: {"metadata":{"job":"nightly"},"owner":"worker-7","ttl_ms":30000,"wait_ms":0}
 type AcquireRequest struct {
@@ -373,6 +373,11 @@ type DeadLetterList struct {
 //
 // Example: 1795460000000-0
 type EventID = string
+
+// EventResumePoint Where a stream of events starts: after the event with this id (`EventID`), or `0`, with the oldest event the log keeps.
+//
+// Example: 1795460000000-0
+type EventResumePoint = string
 
 // EventStream Server-Sent Events: per event an `id:`, an `event:` (the EventType) and a `data:` line (the Event as JSON), then a blank line; and `: keep-alive` comment lines.
 type EventStream = string
@@ -624,7 +629,7 @@ type Metadata map[string]string
 // MetricsText Prometheus text exposition format.
 type MetricsText = string
 
-// MultiAcquireRequest Several locks at once, all or none. The other fields apply to every lock, as in acquireLease.
+// MultiAcquireRequest Several locks at once, all or none. The other fields apply to every lock, as in acquireLease; `session` and `ttl_ms` do not go together.
 //
 // Example: {"locks":["deploy:prod","db:migrations"],"owner":"worker-7","wait_ms":10000}
 type MultiAcquireRequest struct {
@@ -1261,11 +1266,11 @@ type GetEventsParams struct {
 	// Types Only events of these types, comma-separated.
 	Types *[]EventType `form:"types,omitempty" json:"types,omitempty"`
 
-	// After Start after the event with this id. `Last-Event-ID` wins over it, but both are checked: a malformed one is a 400 either way.
-	After *EventID `form:"after,omitempty" json:"after,omitempty"`
+	// After Start after the event with this id, or with the oldest event kept (`0`). `Last-Event-ID` wins over it, but both are checked: a malformed one is a 400 either way.
+	After *EventResumePoint `form:"after,omitempty" json:"after,omitempty"`
 
-	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects. One header at most; an empty one counts as absent.
-	LastEventID *EventID `json:"Last-Event-ID,omitempty"`
+	// LastEventID Start after the event with this id: the id of the last event received, as EventSource sends it when it reconnects; or `0`, with the oldest event kept. One header at most; an empty one counts as absent.
+	LastEventID *EventResumePoint `json:"Last-Event-ID,omitempty"`
 }
 
 // ReleaseLeasesParams defines parameters for ReleaseLeases.
@@ -1279,7 +1284,7 @@ type ListLocksParams struct {
 	// Prefix List only locks whose names start with this; empty lists all.
 	Prefix *Prefix `form:"prefix,omitempty" json:"prefix,omitempty"`
 
-	// Limit The most locks to return in one page.
+	// Limit The most locks to return in one page. Default 100.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page; omit for the first page.
@@ -1303,7 +1308,7 @@ type AcquireLeaseParams struct {
 
 // ReleaseLeaseParams defines parameters for ReleaseLease.
 type ReleaseLeaseParams struct {
-	// All Drop every hold at once instead of one.
+	// All Drop every hold at once instead of one. Default false.
 	All *ReleaseAll `form:"all,omitempty" json:"all,omitempty"`
 }
 
@@ -1321,7 +1326,7 @@ type ListSessionsParams struct {
 	// OwnerPrefix List only sessions whose owner starts with this.
 	OwnerPrefix *OwnerPrefix `form:"owner_prefix,omitempty" json:"owner_prefix,omitempty"`
 
-	// Limit The most sessions to return.
+	// Limit The most sessions to return. Default 100.
 	Limit *SessionListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
@@ -1330,7 +1335,7 @@ type ListDeadLettersParams struct {
 	// After Start after this event id (the `next_after` of the last page).
 	After *DeadLetterAfter `form:"after,omitempty" json:"after,omitempty"`
 
-	// Limit The most dead letters to return in one page.
+	// Limit The most dead letters to return in one page. Default 100.
 	Limit *DeadLetterLimit `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
@@ -1482,7 +1487,8 @@ type ClientInterface interface {
 	// sends by itself, or `after`) it starts with the event after it:
 	// a resumed stream repeats nothing it confirmed by id and skips
 	// nothing the log still keeps. A resume point older than the log
-	// keeps is answered `410 events-gone`. When the server cannot go on
+	// keeps is answered `410 events-gone`; `0` starts with the oldest
+	// event the log keeps, and is never gone. When the server cannot go on
 	// (it shuts down, or the stream fell behind what the log keeps) the
 	// stream ends; resume it.
 	//
@@ -2040,7 +2046,8 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // sends by itself, or `after`) it starts with the event after it:
 // a resumed stream repeats nothing it confirmed by id and skips
 // nothing the log still keeps. A resume point older than the log
-// keeps is answered `410 events-gone`. When the server cannot go on
+// keeps is answered `410 events-gone`; `0` starts with the oldest
+// event the log keeps, and is never gone. When the server cannot go on
 // (it shuts down, or the stream fell behind what the log keeps) the
 // stream ends; resume it.
 //
@@ -4183,7 +4190,8 @@ type ClientWithResponsesInterface interface {
 	// sends by itself, or `after`) it starts with the event after it:
 	// a resumed stream repeats nothing it confirmed by id and skips
 	// nothing the log still keeps. A resume point older than the log
-	// keeps is answered `410 events-gone`. When the server cannot go on
+	// keeps is answered `410 events-gone`; `0` starts with the oldest
+	// event the log keeps, and is never gone. When the server cannot go on
 	// (it shuts down, or the stream fell behind what the log keeps) the
 	// stream ends; resume it.
 	//
@@ -8849,7 +8857,8 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 // sends by itself, or `after`) it starts with the event after it:
 // a resumed stream repeats nothing it confirmed by id and skips
 // nothing the log still keeps. A resume point older than the log
-// keeps is answered `410 events-gone`. When the server cannot go on
+// keeps is answered `410 events-gone`; `0` starts with the oldest
+// event the log keeps, and is never gone. When the server cannot go on
 // (it shuts down, or the stream fell behind what the log keeps) the
 // stream ends; resume it.
 //

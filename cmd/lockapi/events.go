@@ -28,8 +28,9 @@ Flags:
   --prefix P     only the events of locks whose names start with P
   --types T,...  only these types: granted, reentered, renewed, released,
                  expired, force_released
-  --after ID     start after the event ID (a previous run's last), rather
-                 than with the next event
+  --after ID     start after the event ID (a previous run's last), or with
+                 the oldest event the server keeps (--after 0), rather than
+                 with the next event
   --json         print each event as a JSON object, one per line
 
 $LOCKAPI_API_KEY, when set, is sent as the bearer token; the key's name
@@ -80,8 +81,11 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	opts.OnReconnect = func(err error, after string, pause time.Duration) {
 		from := "after " + after
-		if after == "" {
+		switch after {
+		case "":
 			from = "with the next event"
+		case "0":
+			from = "with the oldest event kept"
 		}
 		fmt.Fprintf(stderr, "lockapi events: the stream ended (%s); reconnecting in %v, resuming %s\n", errText(err), pause.Round(time.Millisecond), from)
 	}

@@ -29,8 +29,8 @@ func TestEvents(t *testing.T) {
 	t.Run("Lines", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		// From the log's start: 0-0 is before every event.
-		r := start(ctx, "events", "--server", url, "--prefix", "job:", "--after", "0-0")
+		// --after 0: from the start of the log.
+		r := start(ctx, "events", "--server", url, "--prefix", "job:", "--after", "0")
 		mustSee(t, r.Stdout.Seen("released"), "the release", r)
 		lines := strings.Split(strings.TrimSpace(r.Stdout.String()), "\n")
 		if len(lines) != 2 {

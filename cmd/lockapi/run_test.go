@@ -560,10 +560,13 @@ func TestStatus(t *testing.T) {
 		}
 		defer p.Release(context.Background())
 		r := lockapi(t, "status", "--server", url, "sem")
-		for _, want := range []string{"semaphore: 1 of 3 permits held", "permit-1 (exclusive)"} {
+		for _, want := range []string{"semaphore: 1 of 3 permits held", "permit-1 (permit)"} {
 			if !strings.Contains(r.Stdout, want) {
 				t.Errorf("stdout lacks %q:\n%s", want, r.Stdout)
 			}
+		}
+		if strings.Contains(r.Stdout, "exclusive") {
+			t.Errorf("a permit is shown as exclusive:\n%s", r.Stdout)
 		}
 	})
 

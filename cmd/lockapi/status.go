@@ -140,7 +140,10 @@ func printState(w io.Writer, st *client.LockState, now time.Time) {
 			continue
 		}
 		mode := "exclusive"
-		if h.Shared {
+		switch {
+		case st.Mode == client.ModeSemaphore:
+			mode = "permit"
+		case h.Shared:
 			mode = "shared"
 		}
 		bound := ""

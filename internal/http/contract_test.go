@@ -148,9 +148,6 @@ func (c *contractRun) unsaid(d *apitest.Draft) {
 		if _, ok := body["min_replicas"]; ok {
 			body["min_replicas"] = 0
 		}
-		dropTTLBesideSession(body)
-	case "acquireLeases":
-		dropTTLBesideSession(body)
 	case "getEvents":
 		// lock or prefix, not both.
 		if _, ok := d.Query["lock"]; ok {
@@ -162,14 +159,6 @@ func (c *contractRun) unsaid(d *apitest.Draft) {
 	case "createWebhook":
 		// A receiver that answers, on an address the server may reach.
 		body["url"] = c.receiver + "/" + strconv.Itoa(c.rnd.IntN(1000))
-	}
-}
-
-// dropTTLBesideSession keeps an acquire that names a session from giving
-// ttl_ms too: a bound lease has no TTL of its own.
-func dropTTLBesideSession(body map[string]any) {
-	if _, ok := body["session"]; ok {
-		delete(body, "ttl_ms")
 	}
 }
 

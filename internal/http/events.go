@@ -76,7 +76,12 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer end()
 	ctx, stop := s.whileKeyValid(ctx, c, zerolog.Ctx(r.Context()))
 	defer stop()
-	sub, err := s.events.Subscribe(ctx, after, filter)
+	var sub *events.Subscription
+	if after == fromStart {
+		sub, err = s.events.SubscribeFromOldest(ctx, filter)
+	} else {
+		sub, err = s.events.Subscribe(ctx, after, filter)
+	}
 	if err != nil {
 		Error(w, r, waitError(ctx, err))
 		return
@@ -170,16 +175,29 @@ func parseEventsRequest(r *http.Request) (filter lock.EventFilter, after string,
 	// malformed one is a mistake whichever is used.
 	after, byAfter := q.str("after")
 	if byAfter {
-		checkEventID(q, "after", after)
+		checkResumePoint(q, "after", after)
 	}
 	switch ids := r.Header.Values("Last-Event-ID"); {
 	case len(ids) > 1:
 		q.fail("Last-Event-ID", "give one Last-Event-ID header, not several")
 	case len(ids) == 1 && ids[0] != "":
 		after = ids[0]
-		checkEventID(q, "Last-Event-ID", after)
+		checkResumePoint(q, "Last-Event-ID", after)
 	}
 	return filter, after, q.err()
+}
+
+// fromStart is the resume point that starts a stream with the oldest event
+// the log keeps, whatever it keeps: no event is older, so it is never
+// answered 410 events-gone.
+const fromStart = "0"
+
+// checkResumePoint records a problem with the resume point given as field:
+// an event id, or fromStart.
+func checkResumePoint(q *query, field, id string) {
+	if _, _, ok := lock.ParseEventID(id); !ok && id != fromStart {
+		q.fail(field, fmt.Sprintf("must be an event id, as an event's id gives it: <ms>-<seq>, each 1-19 digits (%d characters at most); or 0, the start of the log", lock.MaxEventIDLen))
+	}
 }
 
 // checkEventID records a problem with the event id given as field.

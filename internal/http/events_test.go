@@ -404,6 +404,7 @@ func TestEvents_BadRequest(t *testing.T) {
 		{"types=granted,nope", nil, "types"},
 		{"types=", nil, "types"},
 		{"after=42", nil, "after"},
+		{"after=00", nil, "after"},
 		{"after=a-b", nil, "after"},
 		{"", []string{"Last-Event-ID", "yesterday"}, "Last-Event-ID"},
 		{"after=1-0", []string{"Last-Event-ID", "1"}, "Last-Event-ID"},
@@ -445,6 +446,34 @@ func TestEvents_Gone(t *testing.T) {
 	if p.OldestID != "1795460000000-7" {
 		t.Errorf("oldest_id %q", p.OldestID)
 	}
+}
+
+// after=0, or Last-Event-ID: 0, starts with the oldest event the log
+// keeps: nothing is older, so it is never gone, however much the log
+// trimmed, while 0-0 is an id like any other.
+func TestEvents_FromStart(t *testing.T) {
+	e := MustOpenEnv(t, lockhttp.Config{})
+	e.Acquire("a", `{"owner":"o"}`)
+	e.Acquire("b", `{"owner":"o"}`)
+	logged := e.logIDs()
+	e.Hooks.OnReadEvents = func(ctx context.Context, after string, limit int) ([]lock.Event, error) {
+		if after != "" {
+			return nil, lock.EventsGone(after, logged[0])
+		}
+		return e.Mem.ReadEvents(ctx, after, limit)
+	}
+	for _, header := range [][]string{nil, {"Last-Event-ID", "0"}} {
+		query := "after=0"
+		if header != nil {
+			query = ""
+		}
+		s := e.OpenEvents(query, header...)
+		if got := eventIDs(s.Events(2)); !slices.Equal(got, logged) {
+			t.Errorf("%s %v: streamed %v, want the whole log %v", query, header, got, logged)
+		}
+		s.Close()
+	}
+	WantProblem(t, e.Do("GET", "/v1/events?after=0-0", ""), http.StatusGone, "events-gone")
 }
 
 // noEventLog is a store that keeps no event log.

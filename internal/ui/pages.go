@@ -35,9 +35,11 @@ type lockView struct {
 
 // holderView is one lease of a lock, never its id.
 type holderView struct {
-	Owner      string
-	Principal  string
-	Mode       lock.Mode
+	Owner     string
+	Principal string
+	// Mode is how the lease holds the lock: exclusive, shared, or a
+	// semaphore's permit.
+	Mode       string
 	Token      uint64
 	HoldCount  int
 	AcquiredAt string
@@ -53,9 +55,12 @@ type holderView struct {
 func newLockView(st lock.State) lockView {
 	v := lockView{Name: st.Lock, Held: st.Held, Kind: st.Kind, Limit: st.Limit, Queue: st.Queue, LastToken: st.LastToken, Index: st.Index}
 	for _, hd := range st.Holders {
-		mode := hd.Mode
-		if mode == "" {
-			mode = lock.Exclusive
+		mode := string(hd.Mode)
+		switch {
+		case st.Kind == lock.KindSemaphore:
+			mode = "permit"
+		case mode == "":
+			mode = string(lock.Exclusive)
 		}
 		v.Holders = append(v.Holders, holderView{
 			Owner: hd.Owner, Principal: hd.Principal, Mode: mode, Token: hd.Token, HoldCount: hd.HoldCount,
@@ -72,10 +77,15 @@ func newLockView(st lock.State) lockView {
 const timeFormat = "2006-01-02 15:04:05.000Z"
 
 // Owner is what the list shows as the owner: the one holder's, or how many
-// hold the lock.
+// hold the lock: permits of a semaphore, readers, or holders.
 func (v lockView) Owner() string {
-	if len(v.Holders) == 1 {
+	switch {
+	case len(v.Holders) == 1:
 		return v.Holders[0].Owner
+	case v.Kind == lock.KindSemaphore:
+		return fmt.Sprintf("%d permits", len(v.Holders))
+	case v.Kind == lock.KindShared:
+		return fmt.Sprintf("%d readers", len(v.Holders))
 	}
 	return fmt.Sprintf("%d holders", len(v.Holders))
 }

@@ -518,3 +518,30 @@ func TestLockPage_shows_the_session(t *testing.T) {
 		t.Fatalf("the page does not name session %s:\n%s", sess.ID, page)
 	}
 }
+
+// A semaphore's leases are permits, on the lock's page and in the list: not
+// exclusive holds.
+func TestLockPage_semaphore_permits(t *testing.T) {
+	store := memory.New()
+	t.Cleanup(func() { _ = store.Close() })
+	d := newDash(t, store)
+	for _, owner := range []string{"trainer-1", "trainer-2"} {
+		if _, err := store.TryAcquire(context.Background(), lock.AcquireRequest{Lock: "gpu-pool", Owner: owner, TTL: time.Minute, Limit: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin, _ := d.signIn(t, d.admin)
+	page := serve(d.h, "GET", "/ui/locks/gpu-pool", admin, nil).Body.String()
+	for _, owner := range []string{"trainer-1", "trainer-2"} {
+		if !strings.Contains(page, "<tr><td>"+owner+"</td><td></td><td>permit</td>") {
+			t.Errorf("the page does not show %s's permit:\n%s", owner, page)
+		}
+	}
+	if strings.Contains(page, "exclusive") {
+		t.Errorf("the page calls a permit exclusive:\n%s", page)
+	}
+	row := serve(d.h, "GET", "/ui/rows?prefix=gpu-", admin, nil).Body.String()
+	if !strings.Contains(row, "<td>semaphore (4)</td><td>2 permits</td>") {
+		t.Errorf("the list's row:\n%s", row)
+	}
+}

@@ -377,6 +377,9 @@ func (g *Gen) object(s *openapi3.Schema) map[string]any {
 			m[name] = g.value(prop.Value)
 		}
 	}
+	if both := notTogether(s); len(both) > 0 && hasAll(m, both) {
+		delete(m, both[g.rnd.IntN(len(both))])
+	}
 	if ap := s.AdditionalProperties.Schema; ap != nil && len(s.Properties) == 0 {
 		n := g.rnd.IntN(4)
 		if s.MaxProps != nil {
@@ -387,6 +390,25 @@ func (g *Gen) object(s *openapi3.Schema) map[string]any {
 		}
 	}
 	return m
+}
+
+// notTogether returns the members an object schema forbids together
+// (not: {required: [...]}), nil when none.
+func notTogether(s *openapi3.Schema) []string {
+	if s.Not == nil || s.Not.Value == nil {
+		return nil
+	}
+	return s.Not.Value.Required
+}
+
+// hasAll reports whether m has every one of names.
+func hasAll(m map[string]any, names []string) bool {
+	for _, name := range names {
+		if _, ok := m[name]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // ---- breaking rules ----------------------------------------------------------
@@ -568,6 +590,17 @@ func (g *Gen) breakBody(d *Draft, s *openapi3.Schema) *Breach {
 			return &Breach{In: "body", Name: "zz_unknown", Rule: "additionalProperties"}
 		})
 	}
+	both := notTogether(s)
+	if len(both) > 0 {
+		tries = append(tries, func() *Breach {
+			for _, name := range both {
+				if _, ok := m[name]; !ok {
+					m[name] = g.value(s.Properties[name].Value)
+				}
+			}
+			return &Breach{In: "body", Rule: "not all of " + strings.Join(both, ", ")}
+		})
+	}
 	for name, prop := range s.Properties {
 		tries = append(tries, func() *Breach {
 			cur, ok := m[name]
@@ -579,6 +612,16 @@ func (g *Gen) breakBody(d *Draft, s *openapi3.Schema) *Breach {
 				return nil
 			}
 			m[name] = v
+			// One rule broken: a member that completes a group that may
+			// not be given together takes another's place.
+			if slices.Contains(both, name) && hasAll(m, both) {
+				for _, other := range both {
+					if other != name {
+						delete(m, other)
+						break
+					}
+				}
+			}
 			return &Breach{In: "body", Name: name, Rule: rule, Value: v}
 		})
 	}

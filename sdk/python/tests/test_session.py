@@ -1,11 +1,11 @@
 """Sessions and multi-locks (docs/SESSIONS.md), the Go SDK's scenarios
 (client/session_test.go) against the real server.
 
-A store that keeps no sessions (Redis until it gains them) answers 501
-unsupported to every session route. The tests find out once, by a
-POST /v1/sessions, and then each session test either runs its scenario or,
-on such a store, asserts that typed 501: none is skipped, and once the store
-gains sessions the whole scenarios run there too.
+A store that keeps no sessions (redlock, or Redis Cluster with events off)
+answers 501 unsupported to every session route. The tests find out once, by
+a POST /v1/sessions, and then each session test either runs its scenario
+or, on such a store, asserts that typed 501: none is skipped. The memory
+store and Redis keep sessions, so the scenarios run in full on both.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 // and a lock-delay closes a lock after a force release.
 //
 // Whether the server's store keeps sessions is asked once, with POST
-// /v1/sessions. Where it does not (it answers 501 unsupported: Redis, until
-// it gains sessions), every scenario below asserts that typed answer
+// /v1/sessions. Where it does not (it answers 501 unsupported: redlock, or
+// Redis Cluster with events off), every scenario below asserts that typed answer
 // instead, under a name that says so; where it does, every scenario runs in
-// full. The memory store must keep them (LOCKAPI_STORE=memory).
+// full. The memory store and Redis must keep them.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";

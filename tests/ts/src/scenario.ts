@@ -279,8 +279,8 @@ async function main(): Promise<void> {
   });
 
   await check("client C is refused while A holds it (409 lock-held with holder)", async () => {
-    // Only owner: ttl_ms and wait_ms have defaults, so the generated type
-    // must leave them optional (see --default-non-nullable in package.json).
+    // Only owner: ttl_ms and wait_ms default on the server, so the generated
+    // type must leave them optional.
     const r = await api.POST("/v1/locks/{name}/leases", {
       params: { path: { name: lockName } },
       body: { owner: ownerC },
@@ -397,7 +397,7 @@ async function main(): Promise<void> {
     expect(r.data?.released === true, `release B: ${show(r.data)}`);
   });
 
-  await check("a session binds a lease, and DELETE of the session frees it (201, 200, 410 session-lost)", async () => {
+  await check("a session binds a lease and a multi-lock, one renewal keeps them, and DELETE of the session frees them (201, 200, 410 session-lost)", async () => {
     const created = await api.POST("/v1/sessions", { body: { owner: "ts-session", ttl_ms: 10_000 }, signal: timeout() });
     expect(created.response.status === 201, `create session: status ${created.response.status}: ${show(created.data ?? created.error)}`);
     const sess = created.data;
@@ -410,10 +410,25 @@ async function main(): Promise<void> {
     });
     expect(r.response.status === 201, `bound acquire: status ${r.response.status}: ${show(r.data ?? r.error)}`);
     expect(r.data?.session === sess.session_id, `bound acquire: session ${show(r.data?.session)}, want ${show(sess.session_id)}`);
+    // A multi-lock bound to the same session, written as naturally: the
+    // generated body type sends no ttl_ms the caller did not set.
+    const names = [`${name}.a`, `${name}.b`];
+    const m = await api.POST("/v1/leases", {
+      body: { locks: names, owner: "ts-session", session: sess.session_id },
+      signal: timeout(),
+    });
+    expect(m.response.status === 201, `bound multi-acquire: status ${m.response.status}: ${show(m.data ?? m.error)}`);
+    for (const l of m.data?.leases ?? []) {
+      expect(l.session === sess.session_id, `bound multi-acquire: ${l.lock}'s session ${show(l.session)}, want ${show(sess.session_id)}`);
+    }
+    const kept = await api.POST("/v1/sessions/{id}/renew", { params: { path: { id: sess.session_id } }, body: {}, signal: timeout() });
+    expect(kept.response.status === 200 && kept.data?.leases.length === 3, `renew session: ${kept.response.status} ${show(kept.data ?? kept.error)}, want its 3 leases`);
     const ended = await api.DELETE("/v1/sessions/{id}", { params: { path: { id: sess.session_id } }, signal: timeout() });
-    expect(ended.response.status === 200 && ended.data?.leases.length === 1, `delete session: ${ended.response.status} ${show(ended.data ?? ended.error)}`);
-    const st = await api.GET("/v1/locks/{name}", { params: { path: { name } }, signal: timeout() });
-    expect(st.data?.held === false, `after the session's end: held ${show(st.data?.held)}, want false`);
+    expect(ended.response.status === 200 && ended.data?.leases.length === 3, `delete session: ${ended.response.status} ${show(ended.data ?? ended.error)}`);
+    for (const n of [name, ...names]) {
+      const st = await api.GET("/v1/locks/{name}", { params: { path: { name: n } }, signal: timeout() });
+      expect(st.data?.held === false, `${n} after the session's end: held ${show(st.data?.held)}, want false`);
+    }
     const renewed = await api.POST("/v1/sessions/{id}/renew", { params: { path: { id: sess.session_id } }, body: {}, signal: timeout() });
     expectProblem("renew the ended session", renewed, 410, "session-lost");
     return `session ${sess.session_id}`;
