@@ -199,18 +199,20 @@ var eventBehaviours = []behaviour{
 		const name = "ev:q"
 		a := Acquire(t, s, name, "a", time.Minute)
 		c.want("grant", evOf(lock.EventGranted, a, 1))
-		waiter := joinQueue(t, s, lock.AcquireRequest{Lock: name, Owner: "p", Fair: true})
-		joinQueue(t, s, lock.AcquireRequest{Lock: name, Owner: "p", Fair: true})
+		waiter, stopFirst := keepQueued(t, s, lock.AcquireRequest{Lock: name, Owner: "p", Fair: true})
+		_, stopSecond := keepQueued(t, s, lock.AcquireRequest{Lock: name, Owner: "p", Fair: true})
 		c.want("joining the queue")
 		renewed, err := s.Renew(ctx, lock.LeaseRef{Lock: name, ID: a.ID}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.want("renewal with two queued", withQueue(evOf(lock.EventRenewed, renewed, 1), 2))
+		stopFirst()
 		if err := s.Leave(ctx, name, waiter); err != nil {
 			t.Fatal(err)
 		}
 		c.want("leaving the queue")
+		stopSecond()
 		release(t, s, name, a.ID, false)
 		c.want("release with one queued", withQueue(evOf(lock.EventReleased, a, 0), 1))
 	}},
@@ -262,8 +264,9 @@ var eventBehaviours = []behaviour{
 
 		// The queue is left alone, and the events say how long it is.
 		q := Acquire(t, s, "ev:f:q", "a", time.Minute)
-		joinQueue(t, s, lock.AcquireRequest{Lock: "ev:f:q", Owner: "p", Fair: true})
+		_, stopQueued := keepQueued(t, s, lock.AcquireRequest{Lock: "ev:f:q", Owner: "p", Fair: true})
 		c.want("grant", evOf(lock.EventGranted, q, 1))
+		stopQueued()
 		force("ev:f:q")
 		c.want("force release with one queued", withQueue(forced(q), 1))
 	}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -1478,6 +1479,40 @@ func joinQueue(t *testing.T, s lock.Store, req lock.AcquireRequest) string {
 		t.Fatalf("%+v refused with %+v, want a queue place", req, hb)
 	}
 	return req.WaiterID
+}
+
+// keepQueued joins name's queue as req and keeps the place, as a waiting
+// request does, by trying again every QueueEntryTTL/4 until stop is called
+// (or the test ends): a check that takes longer than QueueEntryTTL on a
+// loaded machine (an event check waits out the log's hold) must not see
+// the place lapse. Call stop before the operation the place is counted
+// in: a try after a release would be granted.
+func keepQueued(t *testing.T, s lock.Store, req lock.AcquireRequest) (id string, stop func()) {
+	t.Helper()
+	id = joinQueue(t, s, req)
+	req.WaiterID = id
+	if req.TTL == 0 {
+		req.TTL = time.Minute
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(lock.QueueEntryTTL / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				// Refused with the place renewed, as joinQueue checked.
+				_, _ = s.TryAcquire(ctx, req)
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(quit); <-done }) }
+	t.Cleanup(stop)
+	return id, stop
 }
 
 // waitQueue waits until name's queue holds n waiters.

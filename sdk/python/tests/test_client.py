@@ -216,7 +216,7 @@ class LeaseTest(ServerTestCase):
         proxy = Proxy(BASE_URL)
         self.addCleanup(proxy.close)
         client = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5)
-        lease = client.acquire(self.name(), ttl=0.6).keep_alive()
+        lease = client.acquire(self.name(), ttl=1.5).keep_alive()
         proxy.wait(lambda p: len(p.heads) >= 2, what="a renewal")
         lease.release()
         sent = len(proxy.heads)

@@ -205,7 +205,7 @@ sessionTest("a session not renewed ends: its signal aborts and its leases are fr
 });
 
 sessionTest("a session ended elsewhere is lost at its next renewal (410), and its acquires refused", async () => {
-  const s = await c.session({ ttlMs: 900 });
+  const s = await c.session({ ttlMs: 1500 });
   const lease = await s.acquire(uniqueName("x"));
   await deleteElsewhere(s.id);
   const why = await aborted(s.signal, 3000, "the session's signal");
