@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/lockapi/lockapi/event"
 )
 
 const problemRef = "#/components/schemas/Problem"
@@ -184,6 +187,62 @@ func TestOpenAPI_ProblemTypes(t *testing.T) {
 		}
 		if !strings.Contains(pt.Value.Description, "`"+uri+"`") {
 			t.Errorf("ProblemType's description does not list %s", name)
+		}
+	}
+}
+
+// TestOpenAPI_EventTypes: the event types are one schema, EventType, whose
+// enum is the server's list (event.Types); every other place refers to it
+// rather than list the types again.
+func TestOpenAPI_EventTypes(t *testing.T) {
+	doc := mustLoadOpenAPI(t)
+	et := doc.Components.Schemas["EventType"]
+	if et == nil {
+		t.Fatal("no EventType schema")
+	}
+	var enum []string
+	for _, v := range et.Value.Enum {
+		enum = append(enum, fmt.Sprint(v))
+	}
+	var want []string
+	for _, typ := range event.Types {
+		want = append(want, string(typ))
+	}
+	if !slices.Equal(enum, want) {
+		t.Errorf("EventType's enum is %q, want event.Types %q", enum, want)
+	}
+	if names, _ := et.Value.Extensions["x-enum-varnames"].([]any); len(names) != len(want) {
+		t.Errorf("EventType's x-enum-varnames %v: want one per type", names)
+	}
+	// An inline enum that lists a type is a second copy.
+	var walk func(where string, ref *openapi3.SchemaRef)
+	walk = func(where string, ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Ref != "" || ref.Value == nil {
+			return
+		}
+		for _, v := range ref.Value.Enum {
+			if _, ok := event.ParseType(fmt.Sprint(v)); ok {
+				t.Errorf("%s lists the event type %v: refer to EventType instead", where, v)
+			}
+		}
+		walk(where+".items", ref.Value.Items)
+		for name, p := range ref.Value.Properties {
+			walk(where+"."+name, p)
+		}
+		for i, sub := range slices.Concat(ref.Value.AllOf, ref.Value.OneOf, ref.Value.AnyOf) {
+			walk(fmt.Sprintf("%s[%d]", where, i), sub)
+		}
+	}
+	for name, ref := range doc.Components.Schemas {
+		if name != "EventType" {
+			walk(name, ref)
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for _, p := range op.Parameters {
+				walk(method+" "+path+" "+p.Value.Name, p.Value.Schema)
+			}
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"iter"
 	"mime"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -19,41 +18,24 @@ import (
 )
 
 // EventType names a change of a lock.
-type EventType = api.EventType
+type EventType = event.Type
 
 // The event types (docs/EVENTS.md).
 const (
-	EventGranted       = api.EventGranted       // a fresh lease: a new fencing token
-	EventReentered     = api.EventReentered     // the holder took one more hold
-	EventRenewed       = api.EventRenewed       // a lease's TTL was reset
-	EventReleased      = api.EventReleased      // a lease ended by its release, or dropped one hold of several
-	EventExpired       = api.EventExpired       // a lease's TTL ran out
-	EventForceReleased = api.EventForceReleased // an admin ended every lease of the lock
+	EventGranted       = event.Granted       // a fresh lease: a new fencing token
+	EventReentered     = event.Reentered     // the holder took one more hold
+	EventRenewed       = event.Renewed       // a lease's TTL was reset
+	EventReleased      = event.Released      // a lease ended by its release, or dropped one hold of several
+	EventExpired       = event.Expired       // a lease's TTL ran out, or its session ended
+	EventForceReleased = event.ForceReleased // an admin ended every lease of the lock
 )
 
-// Event is one change of one lease of a lock.
-type Event struct {
-	// ID orders the events: resume after an event with EventsOptions.After.
-	ID   string
-	Type EventType
-	Lock string
-	// Owner and Principal are the lease's; Principal of a force release is
-	// the admin's who did it. Principal is "" on a server without API keys.
-	Owner     string
-	Principal string
-	Shared    bool   // a shared (read) lease
-	Token     uint64 // the lease's fencing token
-	HoldCount int    // the holds left after the change: 0 when the lease ended
-	// QueueLength is the lock's queued waiters after the change; -1 when
-	// the server did not know it.
-	QueueLength int
-	Time        time.Time // of the change, by the server's store
-	// LeaseID is the lease's id, which the server shows to admins only.
-	LeaseID string
-	// Session is the session the lease was bound to, "" for none: an
-	// EventExpired with one says the session's end ended the lease.
-	Session string
-}
+// Event is one change of one lease of a lock: the wire form itself
+// (package event), as the server sent it. Its QueueLength is nil where the
+// server did not know it, its LeaseID "" unless the API key is an admin's,
+// and its Session "" for a lease bound to none. event.Marshal writes it
+// again byte for byte as the server did.
+type Event = event.Event
 
 // EventsOptions selects the events of Client.Events. The zero value
 // selects every event of every lock the API key may read, from the next.
@@ -94,7 +76,7 @@ var errStreamIdle = errors.New("the event stream stayed silent too long")
 //		if err != nil {
 //			return err
 //		}
-//		fmt.Println(ev.Time, ev.Type, ev.Lock, ev.Owner, ev.Token)
+//		fmt.Println(ev.Time, ev.Type, ev.Lock, ev.Owner, ev.FencingToken)
 //	}
 //
 // When the connection drops, or the server ends the stream (it shuts down),
@@ -163,7 +145,10 @@ func (c *Client) streamEvents(ctx context.Context, opts EventsOptions, after str
 		params.Prefix = &opts.Prefix
 	}
 	if len(opts.Types) > 0 {
-		types := slices.Clone(opts.Types)
+		types := make([]api.EventType, len(opts.Types))
+		for i, t := range opts.Types {
+			types[i] = api.EventType(t)
+		}
 		params.Types = &types
 	}
 	if after != "" {
@@ -236,27 +221,12 @@ func (c *Client) streamError(ctx context.Context, err error) error {
 
 // decodeEvent reads the data of an event, whose frame had id.
 func decodeEvent(id, data string) (Event, error) {
-	var d event.Event
-	if err := json.Unmarshal([]byte(data), &d); err != nil {
+	var e Event
+	if err := json.Unmarshal([]byte(data), &e); err != nil {
 		return Event{}, fmt.Errorf("lockapi: events: event %q: %w", id, err)
 	}
-	var at time.Time
-	if d.Time != "" {
-		var err error
-		if at, err = event.ParseTime(d.Time); err != nil {
-			return Event{}, fmt.Errorf("lockapi: events: event %q: time: %w", id, err)
-		}
-	}
-	if d.ID == "" {
-		d.ID = id
-	}
-	e := Event{
-		ID: d.ID, Type: EventType(d.Type), Lock: d.Lock, Owner: d.Owner, Principal: d.Principal,
-		Shared: d.Mode == string(api.LeaseModeShared), Token: d.FencingToken, HoldCount: d.HoldCount,
-		QueueLength: -1, Time: at, LeaseID: d.LeaseID, Session: d.Session,
-	}
-	if d.QueueLength != nil {
-		e.QueueLength = *d.QueueLength
+	if e.ID == "" {
+		e.ID = id
 	}
 	return e, nil
 }

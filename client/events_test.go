@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client"
+	"github.com/lockapi/lockapi/event"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 )
@@ -187,14 +188,19 @@ func TestEvents_Reconnects(t *testing.T) {
 func TestEvents_Decodes(t *testing.T) {
 	_, c := startScripted(t, sse(time.Minute, frame("1-0", "granted", "a")))
 	ev := nextEvent(t, collect(t, c, client.EventsOptions{}))
+	queue := 2
 	want := client.Event{
-		ID: "1-0", Type: client.EventGranted, Lock: "a", Owner: "o", Shared: true, Token: 7, HoldCount: 1, QueueLength: 2,
+		ID: "1-0", Type: client.EventGranted, Lock: "a", Owner: "o", Mode: event.Shared, FencingToken: 7, HoldCount: 1, QueueLength: &queue,
 		Time: time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC),
 	}
 	if !ev.Time.Equal(want.Time) {
 		t.Errorf("time %v, want %v", ev.Time, want.Time)
 	}
 	ev.Time = want.Time
+	if ev.QueueLength == nil || *ev.QueueLength != 2 {
+		t.Errorf("queue length %v, want 2", ev.QueueLength)
+	}
+	ev.QueueLength = want.QueueLength
 	if ev != want {
 		t.Errorf("event %+v, want %+v", ev, want)
 	}
@@ -285,7 +291,7 @@ func testEventsServer(t *testing.T, e *Env) {
 
 	l := e.MustAcquire("job:1", client.AcquireOptions{Owner: "w", TTL: time.Minute, Shared: true})
 	ev := nextEvent(t, ch)
-	if ev.Type != client.EventGranted || ev.Lock != "job:1" || ev.Owner != "w" || !ev.Shared || ev.Token != l.Token() || ev.LeaseID != l.ID() {
+	if ev.Type != client.EventGranted || ev.Lock != "job:1" || ev.Owner != "w" || ev.Mode != event.Shared || ev.FencingToken != l.Token() || ev.LeaseID != l.ID() {
 		t.Fatalf("event %+v, want the grant of %s token %d", ev, l.ID(), l.Token())
 	}
 	seen := []string{ev.ID}

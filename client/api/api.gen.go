@@ -224,36 +224,6 @@ func (e WebhookWorkerLease) Valid() bool {
 	}
 }
 
-// Defines values for WebhookEventType.
-const (
-	Expired       WebhookEventType = "expired"
-	ForceReleased WebhookEventType = "force_released"
-	Granted       WebhookEventType = "granted"
-	Reentered     WebhookEventType = "reentered"
-	Released      WebhookEventType = "released"
-	Renewed       WebhookEventType = "renewed"
-)
-
-// Valid indicates whether the value is a known member of the WebhookEventType enum.
-func (e WebhookEventType) Valid() bool {
-	switch e {
-	case Expired:
-		return true
-	case ForceReleased:
-		return true
-	case Granted:
-		return true
-	case Reentered:
-		return true
-	case Released:
-		return true
-	case Renewed:
-		return true
-	default:
-		return false
-	}
-}
-
 // AcquireRequest Every field is optional; the body itself may be omitted. Each default is the server's, named in the field's description: a client sends only what it sets. `session` and `ttl_ms` do not go together.
 //
 // Example: {"metadata":{"job":"nightly"},"owner":"worker-7","ttl_ms":30000,"wait_ms":0}
@@ -332,7 +302,7 @@ type CreateWebhookRequest struct {
 	// Types Deliver events of these types; empty or absent for every type.
 	//
 	// Example: ["released"]
-	Types *[]WebhookEventType `json:"types,omitempty"`
+	Types *[]EventType `json:"types,omitempty"`
 
 	// URL Where to POST events: https (http only on a server with `LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true`), on a host that resolves to public addresses only; no user info or fragment.
 	//
@@ -347,10 +317,8 @@ type DeadLetter struct {
 	// Attempts The failed attempts.
 	Attempts int32 `json:"attempts"`
 
-	// Event The body of a delivery: one event as `GET /v1/events` sends it (docs/EVENTS.md), never with `lease_id`. A ping has only `id`, `type` (`ping`), `webhook` and `time`.
-	//
-	// Example: {"fencing_token":42,"hold_count":0,"id":"1795460000000-0","lock":"ci:deploy","mode":"exclusive","owner":"ci-7","principal":"ci","queue_length":0,"time":"2026-11-23T17:00:00.000Z","type":"released"}
-	Event WebhookEvent `json:"event"`
+	// Event The delivery body, an Event never with `lease_id`.
+	Event Event `json:"event"`
 
 	// EventID Example: 1795460000000-0
 	EventID   string    `json:"event_id"`
@@ -367,6 +335,67 @@ type DeadLetterList struct {
 
 	// NextAfter The `after` of the next page; null on the last.
 	NextAfter *string `json:"next_after"`
+}
+
+// Event One change of one lease of a lock, the `data` of a `GET /v1/events` event. A change of several leases (a force release of a lock with three readers) is one event per lease.
+//
+// Example: {"fencing_token":42,"hold_count":1,"id":"1795460000000-0","lock":"deploy:prod","mode":"exclusive","owner":"ci-7","principal":"ci","queue_length":0,"time":"2026-11-23T17:00:00.000Z","type":"granted"}
+type Event struct {
+	// FencingToken Strictly larger for every fresh grant of the lock, and below 2^53. Guarded resources reject writes with a token smaller than one seen.
+	//
+	// Example: 42
+	FencingToken FencingToken `json:"fencing_token"`
+
+	// HoldCount The holds the lease has left after the change; 0 when it ended.
+	//
+	// Example: 1
+	HoldCount int32 `json:"hold_count"`
+
+	// ID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
+	//
+	// Example: 1795460000000-0
+	ID EventID `json:"id"`
+
+	// LeaseID The lease's id, shown to admins only.
+	LeaseID *LeaseID `json:"lease_id,omitempty"`
+
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
+	//
+	// Example: deploy:prod
+	Lock LockName `json:"lock"`
+
+	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+	//
+	// Example: exclusive
+	Mode LeaseMode `json:"mode"`
+
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
+	//
+	// Example: worker-7
+	Owner Owner `json:"owner"`
+
+	// Principal The principal that acquired the lease; of a `force_released`, the admin's who forced it. Empty on a server without API keys.
+	//
+	// Example: ci
+	Principal string `json:"principal"`
+
+	// QueueLength Waiters queued for the lock after the change; absent where the store did not know it.
+	//
+	// Example: 0
+	QueueLength *int32 `json:"queue_length,omitempty"`
+
+	// Session The session the lease was bound to; absent for none. An `expired` event with a session says the session's end ended the lease.
+	Session *SessionID `json:"session,omitempty"`
+
+	// Time When the change happened (the store's clock).
+	//
+	// Example: 2026-11-23T17:00:00.000Z
+	Time time.Time `json:"time"`
+
+	// Type What changed: `granted` a fresh lease (a new fencing token), `reentered` one more hold, `renewed` a TTL reset, `released` a lease ended by its release (or one hold of several dropped: `hold_count` > 0), `expired` a TTL ran out, `force_released` an admin ended it.
+	//
+	// Example: granted
+	Type EventType `json:"type"`
 }
 
 // EventID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
@@ -720,7 +749,7 @@ type NewWebhook struct {
 	Source NewWebhookSource `json:"source"`
 
 	// Types The types delivered; empty for every type.
-	Types []WebhookEventType `json:"types"`
+	Types []EventType `json:"types"`
 
 	// URL Example: https://ci.example/hooks/lockapi
 	URL string `json:"url"`
@@ -1017,7 +1046,7 @@ type Webhook struct {
 	Source WebhookSource `json:"source"`
 
 	// Types The types delivered; empty for every type.
-	Types []WebhookEventType `json:"types"`
+	Types []EventType `json:"types"`
 
 	// URL Example: https://ci.example/hooks/lockapi
 	URL string `json:"url"`
@@ -1031,64 +1060,6 @@ type WebhookSource string
 
 // WebhookWorkerLease Who holds the lease that lets a worker deliver this webhook (the lock `lockapi.webhook.<id>`): `worker`, a worker delivers; `free`, a worker takes it at its next try; `other`, something that is not a worker holds it, and nothing is delivered until it ends or an admin force-releases it (also counted by the `lockapi_webhooks_blocked` metric); `unknown`, the store did not answer.
 type WebhookWorkerLease string
-
-// WebhookEvent The body of a delivery: one event as `GET /v1/events` sends it (docs/EVENTS.md), never with `lease_id`. A ping has only `id`, `type` (`ping`), `webhook` and `time`.
-//
-// Example: {"fencing_token":42,"hold_count":0,"id":"1795460000000-0","lock":"ci:deploy","mode":"exclusive","owner":"ci-7","principal":"ci","queue_length":0,"time":"2026-11-23T17:00:00.000Z","type":"released"}
-type WebhookEvent struct {
-	// FencingToken Strictly larger for every fresh grant of the lock, and below 2^53. Guarded resources reject writes with a token smaller than one seen.
-	//
-	// Example: 42
-	FencingToken *FencingToken `json:"fencing_token,omitempty"`
-
-	// HoldCount Example: 0
-	HoldCount *int32 `json:"hold_count,omitempty"`
-
-	// ID The event id, also the `webhook-id` header.
-	//
-	// Example: 1795460000000-0
-	ID string `json:"id"`
-
-	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
-	//
-	// Example: deploy:prod
-	Lock *LockName `json:"lock,omitempty"`
-
-	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
-	//
-	// Example: exclusive
-	Mode *LeaseMode `json:"mode,omitempty"`
-
-	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
-	//
-	// Example: worker-7
-	Owner *Owner `json:"owner,omitempty"`
-
-	// Principal Example: ci
-	Principal *string `json:"principal,omitempty"`
-
-	// QueueLength Example: 0
-	QueueLength *int32 `json:"queue_length,omitempty"`
-
-	// Session The session the lease was bound to; absent for none.
-	Session *SessionID `json:"session,omitempty"`
-
-	// Time Example: 2026-11-23T17:00:00.000Z
-	Time time.Time `json:"time"`
-
-	// Type The event type, or `ping`.
-	//
-	// Example: released
-	Type string `json:"type"`
-
-	// Webhook The webhook's id, on a ping.
-	Webhook *string `json:"webhook,omitempty"`
-}
-
-// WebhookEventType An event type (docs/EVENTS.md).
-//
-// Example: released
-type WebhookEventType string
 
 // WebhookList Example: {"webhooks":[{"id":"ci-next-job","prefix":"ci:","source":"file","types":["released"],"url":"https://ci.example/hooks/lockapi"}]}
 type WebhookList struct {

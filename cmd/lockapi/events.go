@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +13,9 @@ import (
 	"github.com/lockapi/lockapi/event"
 )
 
-const eventsUsage = `usage: lockapi events [flags]
+// eventsUsage is the help of `lockapi events`; it lists the event types
+// of package event.
+var eventsUsage = fmt.Sprintf(`usage: lockapi events [flags]
 
 Prints every change of the locks as it happens, one line per event: time,
 type, lock, owner, fencing token and the holds left. It runs until
@@ -26,8 +27,7 @@ Flags:
   --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
   --lock NAME    only the events of the lock NAME
   --prefix P     only the events of locks whose names start with P
-  --types T,...  only these types: granted, reentered, renewed, released,
-                 expired, force_released
+  --types T,...  only these types: %s
   --after ID     start after the event ID (a previous run's last), or with
                  the oldest event the server keeps (--after 0), rather than
                  with the next event
@@ -39,7 +39,7 @@ patterns decide which locks' events are shown.
 Exit status: 0 when interrupted; 2 usage error, input the server refused,
 or an --after older than the server's event log keeps; 69 the server was
 unavailable, failed or records no events; 77 the server refused the API key.
-`
+`, wrapList(event.TypeList(), 17, 73))
 
 // eventsCmd implements `lockapi events`.
 func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -94,7 +94,9 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return eventsError(ctx, err, stderr)
 		}
 		if *asJSON {
-			line, _ := json.Marshal(newEventJSON(ev))
+			// The event as the server wrote it: event.Marshal is the
+			// server's own writer, and fails on no event.
+			line, _ := event.Marshal(ev)
 			fmt.Fprintf(stdout, "%s\n", line)
 		} else {
 			fmt.Fprintln(stdout, eventLine(ev))
@@ -115,30 +117,39 @@ func eventsError(ctx context.Context, err error, stderr io.Writer) int {
 	return exitCode(err)
 }
 
+// wrapList breaks the comma-separated list of --types into lines of at most
+// width characters (a comma included), each after the first indented by
+// indent spaces.
+func wrapList(list string, indent, width int) string {
+	var b strings.Builder
+	col := indent + len("only these types: ")
+	for i, item := range strings.Split(list, ", ") {
+		if i > 0 {
+			b.WriteString(",")
+			col++
+			if col+1+len(item)+1 > width {
+				b.WriteString("\n" + strings.Repeat(" ", indent))
+				col = indent
+			} else {
+				b.WriteString(" ")
+				col++
+			}
+		}
+		b.WriteString(item)
+		col += len(item)
+	}
+	return b.String()
+}
+
 // eventLine is an event for people: time, type, lock, owner, token, holds.
 func eventLine(ev client.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %-14s  %s  owner=%s  token=%d  holds=%d", event.FormatTime(ev.Time), ev.Type, ev.Lock, ev.Owner, ev.Token, ev.HoldCount)
-	if ev.Shared {
+	fmt.Fprintf(&b, "%s  %-14s  %s  owner=%s  token=%d  holds=%d", event.FormatTime(ev.Time), ev.Type, ev.Lock, ev.Owner, ev.FencingToken, ev.HoldCount)
+	if ev.Mode == event.Shared {
 		b.WriteString("  shared")
 	}
 	if ev.Type == client.EventForceReleased && ev.Principal != "" {
 		fmt.Fprintf(&b, "  by=%s", ev.Principal)
 	}
 	return b.String()
-}
-
-// newEventJSON returns ev as the API wrote it.
-func newEventJSON(ev client.Event) event.Event {
-	out := event.Event{
-		ID: ev.ID, Type: string(ev.Type), Lock: ev.Lock, Owner: ev.Owner, Principal: ev.Principal,
-		Mode: "exclusive", FencingToken: ev.Token, HoldCount: ev.HoldCount, Time: event.FormatTime(ev.Time), LeaseID: ev.LeaseID,
-	}
-	if ev.Shared {
-		out.Mode = "shared"
-	}
-	if ev.QueueLength >= 0 {
-		out.QueueLength = &ev.QueueLength
-	}
-	return out
 }

@@ -7,7 +7,8 @@ import (
 
 // Wire returns e as the API writes it (package event), without its lease
 // id: a lease id is a capability to renew and release, which only admins
-// may see, so the caller adds it where it may.
+// may see, so the caller adds it where it may. It is the one mapping of the
+// domain's event to the wire's: a new field of both is one line here.
 func Wire(e lock.Event) event.Event {
 	mode := e.Mode
 	if mode == "" {
@@ -15,14 +16,14 @@ func Wire(e lock.Event) event.Event {
 	}
 	out := event.Event{
 		ID:           e.ID,
-		Type:         string(e.Type),
+		Type:         e.Type,
 		Lock:         e.Lock,
 		Owner:        e.Owner,
 		Principal:    e.Principal,
-		Mode:         string(mode),
+		Mode:         event.Mode(mode),
 		FencingToken: e.Token,
 		HoldCount:    e.HoldCount,
-		Time:         event.FormatTime(e.Time),
+		Time:         e.Time,
 		Session:      e.Session,
 	}
 	if e.Queue >= 0 {

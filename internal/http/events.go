@@ -163,9 +163,9 @@ func parseEventsRequest(r *http.Request) (filter lock.EventFilter, after string,
 	filter.Lock, filter.Prefix = name, prefix
 	if types, ok := q.str("types"); ok {
 		for t := range strings.SplitSeq(types, ",") {
-			typ, ok := lock.ParseEventType(t)
+			typ, ok := event.ParseType(t)
 			if !ok {
-				q.fail("types", fmt.Sprintf("%q is not an event type; the types are %s", t, eventTypeList))
+				q.fail("types", fmt.Sprintf("%q is not an event type; the types are %s", t, event.TypeList()))
 				break
 			}
 			filter.Types = append(filter.Types, typ)
@@ -206,15 +206,6 @@ func checkEventID(q *query, field, id string) {
 		q.fail(field, fmt.Sprintf("must be an event id, as an event's id gives it: <ms>-<seq>, each 1-19 digits (%d characters at most)", lock.MaxEventIDLen))
 	}
 }
-
-// eventTypeList lists the event types for error details.
-var eventTypeList = func() string {
-	names := make([]string, len(lock.EventTypes))
-	for i, t := range lock.EventTypes {
-		names[i] = string(t)
-	}
-	return strings.Join(names, ", ")
-}()
 
 // eventStream writes Server-Sent Events, flushing each at once.
 type eventStream struct {

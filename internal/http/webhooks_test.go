@@ -227,7 +227,7 @@ func TestWebhooks_delivery_ping_dead_letters_replay(t *testing.T) {
 
 	l := e.Acquire("job:build", `{"owner": "ci-7"}`)
 	e.Do("DELETE", "/v1/locks/job:build/leases/"+l.LeaseID, "")
-	if p := Within(t, r.got, "released"); p.Type != string(lock.EventReleased) || p.Lock != "job:build" || p.FencingToken != l.FencingToken {
+	if p := Within(t, r.got, "released"); p.Type != lock.EventReleased || p.Lock != "job:build" || p.FencingToken != l.FencingToken {
 		t.Fatalf("delivered %+v", p)
 	}
 

@@ -8,22 +8,23 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockapi/lockapi/event"
 )
 
-// EventType names a change of a lock.
-type EventType string
+// EventType names a change of a lock. The types are the public event
+// package's, the one list (event.Types) that the API, its filters and the
+// SDK share: a new type is added there.
+type EventType = event.Type
 
 const (
-	EventGranted       EventType = "granted"        // a fresh lease: a new token
-	EventReentered     EventType = "reentered"      // the holder took one more hold
-	EventRenewed       EventType = "renewed"        // a lease's TTL was reset
-	EventReleased      EventType = "released"       // a lease ended by its release (one hold, all holds, or the signed URL) or its abandonment
-	EventExpired       EventType = "expired"        // a lease's TTL ran out
-	EventForceReleased EventType = "force_released" // an admin ended every lease of the lock
+	EventGranted       = event.Granted
+	EventReentered     = event.Reentered
+	EventRenewed       = event.Renewed
+	EventReleased      = event.Released
+	EventExpired       = event.Expired
+	EventForceReleased = event.ForceReleased
 )
-
-// EventTypes lists every type, in the order documentation lists them.
-var EventTypes = []EventType{EventGranted, EventReentered, EventRenewed, EventReleased, EventExpired, EventForceReleased}
 
 // Event is one recorded change of one lock. Events of one lock are recorded
 // atomically with the change and in the order of the changes.
@@ -72,12 +73,6 @@ func (f EventFilter) Match(e Event) bool {
 		return false
 	}
 	return len(f.Types) == 0 || slices.Contains(f.Types, e.Type)
-}
-
-// ParseEventType reads an event type.
-func ParseEventType(s string) (EventType, bool) {
-	t := EventType(s)
-	return t, slices.Contains(EventTypes, t)
 }
 
 // EventLog is the log of events a store records with its changes. It keeps

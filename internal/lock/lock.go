@@ -196,8 +196,8 @@ type ListPage struct {
 // lease that is not the current holder can never change anything.
 type Store interface {
 	// TryAcquire grants the lock or fails at once with CodeHeld. req is
-	// valid (AcquireRequest.Validate): a store checks no more than its kind
-	// (AcquireRequest.CheckKind).
+	// valid (AcquireRequest.Validate, ValidateAll): a store trusts it and
+	// checks none of it again.
 	TryAcquire(ctx context.Context, req AcquireRequest) (Grant, error)
 	// Renew resets the TTL of the current lease; ttl 0 reuses the lease's TTL.
 	Renew(ctx context.Context, lease LeaseRef, ttl time.Duration) (Lease, error)

@@ -141,8 +141,8 @@ func CheckTTL(field string, ttl time.Duration) *FieldError {
 
 // Validate checks an acquire request against the domain's rules, all of
 // them, once: whoever takes a request from outside calls it (the HTTP API),
-// and a Store takes the request as valid. Limits that are configuration,
-// such as the longest TTL, are the caller's.
+// and a Store takes the request as valid and checks none of it again.
+// Limits that are configuration, such as the longest TTL, are the caller's.
 func (r AcquireRequest) Validate() error {
 	return invalidIf(
 		CheckName("name", r.Lock),
@@ -172,14 +172,6 @@ func (r AcquireRequest) checkSession() *FieldError {
 		return nil
 	}
 	return CheckSessionID("session", r.Session)
-}
-
-// CheckKind returns an invalid error unless the request's mode and limit
-// make a lock kind (see CheckMode and CheckLimit). It is the check a store
-// may afford on every acquire, so that a caller that skipped Validate
-// cannot leave a name in a state no rule describes.
-func (r AcquireRequest) CheckKind() error {
-	return invalidIf(CheckMode("mode", r.Mode), CheckLimit("limit", r.Limit, r.Mode))
 }
 
 // invalidIf returns an invalid error of the field errors that are not nil,

@@ -142,3 +142,40 @@ func FuzzCheckMetadata(f *testing.F) {
 		}
 	})
 }
+
+// Validate is the one check of a request: a mode and limit that make no
+// lock kind are refused there, for the stores trust what they are given.
+func TestValidate_kinds(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		req   lock.AcquireRequest
+		field string // "" for valid
+	}{
+		{"LimitTooLarge", lock.AcquireRequest{Limit: lock.MaxLimit + 1}, "limit"},
+		{"LimitNegative", lock.AcquireRequest{Limit: -1}, "limit"},
+		{"SharedPermits", lock.AcquireRequest{Limit: 2, Mode: lock.Shared}, "limit"},
+		{"UnknownMode", lock.AcquireRequest{Mode: "upgrade"}, "mode"},
+		{"NoLimit", lock.AcquireRequest{Mode: lock.Exclusive}, ""},
+		{"LargestSemaphore", lock.AcquireRequest{Limit: lock.MaxLimit}, ""},
+		{"SharedLock", lock.AcquireRequest{Mode: lock.Shared}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := c.req
+			req.Lock, req.Owner, req.TTL = "v", "x", time.Minute
+			err := req.Validate()
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("Validate(%+v) = %v, want nil", req, err)
+				}
+				return
+			}
+			if lock.ErrorCode(err) != lock.CodeInvalid {
+				t.Fatalf("Validate(%+v) = %v, want %s", req, err, lock.CodeInvalid)
+			}
+			fields := lock.AsError(err).Fields
+			if len(fields) != 1 || fields[0].Field != c.field {
+				t.Fatalf("fields %+v, want one of %q", fields, c.field)
+			}
+		})
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/event"
+	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/lock"
 )
 
 // Ping is the body of a ping: POST /v1/webhooks/{id}/ping, to check that a
@@ -18,6 +20,14 @@ type Ping struct {
 
 func newPing(webhookID string, now time.Time) Ping {
 	return Ping{ID: "ping_" + NewID(), Type: PingType, Webhook: webhookID, Time: event.FormatTime(now)}
+}
+
+// payload is the body of e's delivery: its wire form (package event, as
+// GET /v1/events writes it), never with its lease id. An event holds
+// strings, numbers and a time, which always encode.
+func payload(e lock.Event) []byte {
+	b, _ := event.Marshal(events.Wire(e))
+	return b
 }
 
 // encode marshals a payload. Payloads hold strings and numbers only, which

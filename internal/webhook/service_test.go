@@ -225,7 +225,7 @@ func TestService_delivers_selected_events_in_order(t *testing.T) {
 		t.Fatalf("delivered %v, want %v", locksOf(got), want)
 	}
 	for _, p := range got {
-		if p.Type != string(lock.EventReleased) || p.Owner != "ci-7" || p.Principal != "ci" || p.Mode != string(lock.Exclusive) || p.FencingToken == 0 || p.Time == "" {
+		if p.Type != lock.EventReleased || p.Owner != "ci-7" || p.Principal != "ci" || p.Mode != event.Exclusive || p.FencingToken == 0 || p.Time.IsZero() {
 			t.Fatalf("payload %+v", p)
 		}
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -171,9 +172,9 @@ func (p Policy) Normalize(field string, spec Spec) (Subscription, error) {
 		fields = append(fields, *fe)
 	}
 	for i, s := range spec.Types {
-		t, ok := lock.ParseEventType(s)
+		t, ok := event.ParseType(s)
 		if !ok {
-			fields = append(fields, lock.FieldError{Field: fmt.Sprintf("%stypes[%d]", field, i), Detail: fmt.Sprintf("unknown event type %q; known: %s", s, knownTypes())})
+			fields = append(fields, lock.FieldError{Field: fmt.Sprintf("%stypes[%d]", field, i), Detail: fmt.Sprintf("unknown event type %q; known: %s", s, event.TypeList())})
 			continue
 		}
 		if !slices.Contains(sub.Types, t) {
@@ -185,14 +186,6 @@ func (p Policy) Normalize(field string, spec Spec) (Subscription, error) {
 		return Subscription{}, lock.Invalid(fields...)
 	}
 	return sub, nil
-}
-
-func knownTypes() string {
-	s := make([]string, len(lock.EventTypes))
-	for i, t := range lock.EventTypes {
-		s[i] = string(t)
-	}
-	return strings.Join(s, ", ")
 }
 
 // checkURL checks a receiver URL's form: absolute, https (or http when

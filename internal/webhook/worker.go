@@ -273,7 +273,7 @@ func (w *worker) take(ctx context.Context, e lock.Event, cursor *string, persist
 		*cursor = next
 		return true
 	}
-	if !w.deliverOne(ctx, e.ID, encode(events.Wire(e)), e.Time, true) {
+	if !w.deliverOne(ctx, e.ID, payload(e), e.Time, true) {
 		return false
 	}
 	*cursor = next

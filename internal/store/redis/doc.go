@@ -6,6 +6,10 @@
 // on that client. The conformance suite (internal/testkit/storetest) runs on
 // all three topologies, as it does on the memory store.
 //
+// It trusts the requests it is given: an acquire was validated once, in
+// the domain (lock.AcquireRequest.Validate, which the HTTP API calls), and
+// neither the store nor its scripts check it again.
+//
 // The Store composes one small type per concern, each in its own file:
 //
 //	keyspace, scriptKeys   the names of a lock's keys and channel, and the keys a script takes (redis.go)

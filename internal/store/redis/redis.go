@@ -232,11 +232,6 @@ func (s *Store) TryAcquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 // Redlock (internal/store/redlock) gives every master the same one, so that
 // a lease has one id everywhere.
 func (s *Store) AcquireAs(ctx context.Context, req lock.AcquireRequest, requestID string) (lock.Grant, error) {
-	// The caller validated req (lock.AcquireRequest.Validate); a kind
-	// without rules would still upset every later holder of the name.
-	if err := req.CheckKind(); err != nil {
-		return lock.Grant{}, err
-	}
 	if req.Session != "" && s.sessions == nil {
 		return lock.Grant{}, errNoSessions
 	}

@@ -40,6 +40,9 @@
 // counted per master do not add up to a limit under majorities, and per
 // master queues may name different heads. The event log is not offered:
 // each master would record its own copy of every change.
+//
+// It trusts the requests it is given, as every store does: an acquire was
+// validated once, in the domain (lock.AcquireRequest.Validate).
 package redlock
 
 import (

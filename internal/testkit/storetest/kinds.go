@@ -625,43 +625,11 @@ var kindBehaviours = []behaviour{
 		}
 	}},
 	// A store takes requests as valid (lock.AcquireRequest.Validate is its
-	// caller's), but refuses a mode and limit that make no kind
-	// (CheckKind): the refusal changes nothing, held or not.
-	{"Invalid_kind_requests_change_nothing", func(t *testing.T, backend Backend) {
+	// caller's, TestValidate_kinds in internal/lock): limit 0 is no limit,
+	// MaxLimit the largest semaphore.
+	{"Limits_at_the_edges", func(t *testing.T, backend Backend) {
 		backend.require(t, semaphores)
 		s := backend.Open(t)
-		bad := []struct {
-			req   lock.AcquireRequest
-			field string
-		}{
-			{lock.AcquireRequest{Limit: lock.MaxLimit + 1}, "limit"},
-			{lock.AcquireRequest{Limit: -1}, "limit"},
-			{lock.AcquireRequest{Limit: 2, Mode: lock.Shared}, "limit"},
-			{lock.AcquireRequest{Mode: "upgrade"}, "mode"},
-		}
-		permit(t, s, "v:sem", "p", 2, time.Minute)
-		for _, name := range []string{"v:free", "v:sem"} {
-			before := Inspect(t, s, name)
-			for _, c := range bad {
-				req := c.req
-				req.Lock, req.Owner, req.TTL = name, "x", time.Minute
-				_, err := s.TryAcquire(ctx, req)
-				WantCode(t, err, lock.CodeInvalid)
-				var e *lock.Error
-				errors.As(err, &e)
-				found := false
-				for _, f := range e.Fields {
-					found = found || f.Field == c.field
-				}
-				if !found {
-					t.Fatalf("%+v: fields %+v, want %q", req, e.Fields, c.field)
-				}
-			}
-			if after := Inspect(t, s, name); after.Index != before.Index || after.Held != before.Held || len(after.Holders) != len(before.Holders) {
-				t.Fatalf("invalid requests changed %s: %+v -> %+v", name, before, after)
-			}
-		}
-		// Limit 0 is no limit; MaxLimit is the largest semaphore.
 		if g := tryAcquire(t, s, lock.AcquireRequest{Lock: "v:zero", Owner: "a", Limit: 0, Mode: lock.Exclusive}); g.Lease.Limit != 0 || Inspect(t, s, "v:zero").Kind != lock.KindExclusive {
 			t.Fatalf("limit 0 = %+v", g)
 		}
