@@ -98,8 +98,8 @@ type AcquireOptions struct {
 	// TTL is how long the lease lasts unless renewed; 0 is the server's
 	// default (30s). The lease renews itself every TTL/3 while held.
 	TTL time.Duration
-	// Wait is how long to wait for the lock while another owner holds it; 0
-	// tries once. A wait longer than the server's maximum (60s by default)
+	// Wait is how long to wait for the lock while another owner holds it,
+	// or while it is closed for a lock-delay; 0 tries once. A wait longer than the server's maximum (60s by default)
 	// takes several requests, and while waiting, failures worth retrying
 	// (ErrUnavailable) are retried with backoff. Every request of one
 	// Acquire carries the same Idempotency-Key, so a retry that finds a
@@ -150,8 +150,9 @@ func (opts AcquireOptions) body(owner string) api.AcquireRequest {
 
 // Acquire acquires the lock name and starts renewing it in the background
 // (see Lease). When another owner still holds the lock after opts.Wait,
-// the error is a *HeldError (IsHeld). Other errors are a *ProblemError, a
-// failure wrapping ErrUnavailable, or ctx's error.
+// the error is a *HeldError (IsHeld); when it is still closed for a
+// lock-delay, a *LockDelayError (IsLockDelay). Other errors are a
+// *ProblemError, a failure wrapping ErrUnavailable, or ctx's error.
 func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
 	return c.acquire(ctx, name, opts, nil)
 }
@@ -203,7 +204,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		}
 		var pe *ProblemError
 		switch {
-		case IsHeld(err):
+		case IsHeld(err), IsLockDelay(err):
 			if received.Sub(sent) < 100*time.Millisecond {
 				pause = bo.next() // the server hardly waited: do not spin
 			}
@@ -343,7 +344,7 @@ func earliest(a, b time.Time) time.Time {
 // not apply to several locks at once.
 //
 // When a lock is still held after opts.Wait, the error is a *HeldError
-// naming it. Unlike Acquire, AcquireAll does not repeat a request whose
+// naming it (a *LockDelayError when it is closed for a lock-delay). Unlike Acquire, AcquireAll does not repeat a request whose
 // answer was lost (a multi-lock takes no Idempotency-Key): it fails, and
 // the server gives back whatever the lost answer granted when it notices,
 // or the leases end with their TTL.
@@ -387,7 +388,7 @@ func (c *Client) acquireAll(ctx context.Context, names []string, opts AcquireOpt
 			return c.grantAll(ctx, resp.JSON201.Leases, unique, wait > 0, sent, received, sess)
 		}
 		err = responseError(what, resp.HTTPResponse, resp.Body)
-		if !IsHeld(err) || opts.Wait <= 0 || time.Until(deadline) < time.Millisecond {
+		if !(IsHeld(err) || IsLockDelay(err)) || opts.Wait <= 0 || time.Until(deadline) < time.Millisecond {
 			return nil, err
 		}
 		if received.Sub(sent) < 100*time.Millisecond && !sleepUntil(ctx, earliest(deadline, time.Now().Add(bo.next()))) {

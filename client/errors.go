@@ -63,6 +63,33 @@ func IsHeld(err error) bool {
 	return errors.As(err, &he)
 }
 
+// LockDelayError is the answer to an acquire while the lock is closed for
+// a lock-delay (409 lock-delay, docs/SESSIONS.md): a lease bound to a
+// session ended moments ago by the session's expiry or a force release.
+// An acquire with a Wait waits through the delay; this is the answer when
+// the delay outlasted it. It unwraps to the *ProblemError of the answer.
+type LockDelayError struct {
+	Lock string
+	// Remaining is what was left of the delay when the server answered.
+	Remaining time.Duration
+	RequestID string
+	problem   *ProblemError
+}
+
+func (e *LockDelayError) Error() string {
+	return fmt.Sprintf("lockapi: lock %q is closed for a lock-delay for %v more", e.Lock, e.Remaining)
+}
+
+// Unwrap returns the problem the server answered.
+func (e *LockDelayError) Unwrap() error { return e.problem }
+
+// IsLockDelay reports whether err says that the lock is closed for a
+// lock-delay; use errors.As with a *LockDelayError for what is left of it.
+func IsLockDelay(err error) bool {
+	var de *LockDelayError
+	return errors.As(err, &de)
+}
+
 // ProblemError is any other error answer of the server, an RFC 9457 problem
 // detail (or, from something in between that does not speak it, the bare
 // status). errors.Is matches ErrLeaseLost for a 410 and ErrUnavailable for
@@ -130,7 +157,8 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// responseError turns a non-2xx answer into a *HeldError or *ProblemError.
+// responseError turns a non-2xx answer into a *HeldError, a
+// *LockDelayError or a *ProblemError.
 func responseError(lockName string, resp *http.Response, body []byte) error {
 	p := &ProblemError{
 		Status:     resp.StatusCode,
@@ -159,6 +187,16 @@ func responseError(lockName string, resp *http.Response, body []byte) error {
 				he.QueueLength = int(*doc.QueueLength)
 			}
 			return he
+		}
+		if resp.StatusCode == http.StatusConflict && doc.Type == problemTypeBase+"lock-delay" {
+			de := &LockDelayError{Lock: lockName, RequestID: p.RequestID, Remaining: p.RetryAfter, problem: p}
+			if doc.Lock != nil {
+				de.Lock = *doc.Lock
+			}
+			if doc.LockDelayRemainingMs != nil {
+				de.Remaining = time.Duration(*doc.LockDelayRemainingMs) * time.Millisecond
+			}
+			return de
 		}
 	} else if text := strings.TrimSpace(string(body)); text != "" {
 		const maxDetail = 200

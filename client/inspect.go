@@ -40,6 +40,10 @@ type LockState struct {
 	// LastToken is the last fencing token issued for the lock; 0 if it was
 	// never acquired.
 	LastToken uint64
+	// LockDelay is what was left of the lock's lock-delay when the server
+	// answered: until it ends, acquires fail with a *LockDelayError (or
+	// wait through it). 0 when the lock is not closed.
+	LockDelay time.Duration
 	// Index is opaque and changes whenever the state changes.
 	Index string
 }
@@ -89,6 +93,9 @@ func newLockState(s *api.LockState) *LockState {
 	if s.Mode != nil {
 		st.Mode = *s.Mode
 	}
+	if s.LockDelayRemainingMs != nil {
+		st.LockDelay = time.Duration(*s.LockDelayRemainingMs) * time.Millisecond
+	}
 	if s.Holder != nil {
 		h := newHolder(*s.Holder)
 		st.Holder = &h
@@ -128,6 +135,10 @@ func (s LockState) MarshalJSON() ([]byte, error) {
 	}
 	if s.Mode != "" {
 		out.Mode = &s.Mode
+	}
+	if s.LockDelay > 0 {
+		ms := ceilMs(s.LockDelay)
+		out.LockDelayRemainingMs = &ms
 	}
 	if s.Holder != nil {
 		h := s.Holder.api()

@@ -88,3 +88,60 @@ func TestSession_Lost_when_the_server_ends_it(t *testing.T) {
 		t.Fatalf("Close after the loss = %v", err)
 	}
 }
+
+// TestAcquire_waits_through_a_lock_delay: a force release of a session's
+// lease closes its lock for the session's lock-delay. A try fails with a
+// *LockDelayError that tells what is left, Inspect shows it, and an
+// acquire with a Wait is granted once it ends, or fails with it when the
+// delay outlasts the wait.
+func TestAcquire_waits_through_a_lock_delay(t *testing.T) {
+	e := MustOpenMemoryEnv(t, lockhttp.Config{})
+	ctx := context.Background()
+	const delay = time.Second
+	s, err := e.Client.NewSession(ctx, client.SessionOptions{LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if _, err := s.Acquire(ctx, "ld:short", client.AcquireOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	long, err := e.Client.NewSession(ctx, client.SessionOptions{LockDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close(ctx)
+	if _, err := long.Acquire(ctx, "ld:long", client.AcquireOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forced := time.Now()
+	e.ForceRelease("ld:short")
+	e.ForceRelease("ld:long")
+
+	_, err = e.Client.Acquire(ctx, "ld:short", client.AcquireOptions{})
+	var de *client.LockDelayError
+	if !client.IsLockDelay(err) || !errors.As(err, &de) || de.Lock != "ld:short" || de.Remaining <= 0 || de.Remaining > delay {
+		t.Fatalf("try during the lock-delay: %#v", err)
+	}
+	if pe, ok := errors.AsType[*client.ProblemError](err); !ok || pe.Status != http.StatusConflict || client.IsHeld(err) {
+		t.Fatalf("the lock-delay error unwraps to %#v", pe)
+	}
+	st, err := e.Client.Inspect(ctx, "ld:short")
+	if err != nil || st.Held || st.LockDelay <= 0 || st.LockDelay > delay {
+		t.Fatalf("Inspect during the lock-delay: %+v, %v", st, err)
+	}
+
+	l, err := e.Client.Acquire(ctx, "ld:short", client.AcquireOptions{Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("an acquire that waits through the lock-delay: %v", err)
+	}
+	if waited := time.Since(forced); waited < delay-100*time.Millisecond {
+		t.Fatalf("granted %v after the force release, before the %v lock-delay ended", waited, delay)
+	}
+	_ = l.Release(ctx)
+
+	_, err = e.Client.Acquire(ctx, "ld:long", client.AcquireOptions{Wait: 200 * time.Millisecond})
+	if !errors.As(err, &de) || de.Remaining < 50*time.Second {
+		t.Fatalf("an acquire whose wait the lock-delay outlasts: %v", err)
+	}
+}

@@ -608,7 +608,7 @@ type LockMode string
 // Example: deploy:prod
 type LockName = string
 
-// LockState A lock's state. A free lock has `held` false, `mode` and `holder` null and no `holders`.
+// LockState A lock's state. A free lock has `held` false, `mode` and `holder` null and no `holders`; one closed for a lock-delay has `lock_delay_remaining_ms` as well.
 //
 // Example: {"fencing_token":42,"held":true,"holder":{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{"job":"nightly"},"mode":"exclusive","owner":"worker-7"},"holders":[{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{"job":"nightly"},"mode":"exclusive","owner":"worker-7"}],"index":"1732284120000-42","limit":0,"lock":"deploy:prod","mode":"exclusive","queue_length":0}
 type LockState struct {
@@ -640,6 +640,11 @@ type LockState struct {
 	//
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
+
+	// LockDelayRemainingMs What is left of the lock's lock-delay (docs/SESSIONS.md): a lease bound to a session ended by the session's expiry or a force release, and every acquire is refused with `lock-delay` until the delay ends (a waiting acquire waits through it). Absent when the lock is not closed. Its end changes `index`.
+	//
+	// Example: 4200
+	LockDelayRemainingMs *int64 `json:"lock_delay_remaining_ms,omitempty"`
 
 	// Mode How the lock is held; null when it is free.
 	Mode *LockMode `json:"mode"`
@@ -713,7 +718,7 @@ type MultiReleaseItem struct {
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
 
-	// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+	// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 	//
 	// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 	Problem *Problem `json:"problem,omitempty"`
@@ -796,7 +801,7 @@ type PingResult struct {
 // PingResultOutcome `delivered`; `rejected` (another status); `unreachable` (no answer in time, or no connection); `refused` (the destination resolves to an address not allowed).
 type PingResultOutcome string
 
-// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Problem struct {
@@ -818,6 +823,11 @@ type Problem struct {
 
 	// Lock The lock a conflict is about; for a multi-lock, the one in the way.
 	Lock *LockName `json:"lock,omitempty"`
+
+	// LockDelayRemainingMs What is left of the lock-delay, on `lock-delay`, in milliseconds (`Retry-After` gives it in whole seconds, rounded up).
+	//
+	// Example: 4200
+	LockDelayRemainingMs *int64 `json:"lock_delay_remaining_ms,omitempty"`
 
 	// OldestID The oldest event the log keeps, on `events-gone`; absent when it keeps none.
 	OldestID *EventID `json:"oldest_id,omitempty"`
@@ -1131,97 +1141,97 @@ type WatchWaitMs = int64
 // WebhookID defines model for WebhookID.
 type WebhookID = string
 
-// EventsDisabled An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// EventsDisabled An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type EventsDisabled = Problem
 
-// EventsGone An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// EventsGone An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type EventsGone = Problem
 
-// Forbidden An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// Forbidden An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Forbidden = Problem
 
-// Internal An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// Internal An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Internal = Problem
 
-// InvalidRequest An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// InvalidRequest An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type InvalidRequest = Problem
 
-// LeaseLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// LeaseLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type LeaseLost = Problem
 
-// LockHeld An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// LockHeld An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type LockHeld = Problem
 
-// NotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// NotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type NotFound = Problem
 
-// PayloadTooLarge An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// PayloadTooLarge An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type PayloadTooLarge = Problem
 
-// RateLimited An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// RateLimited An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type RateLimited = Problem
 
-// SessionLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// SessionLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type SessionLost = Problem
 
-// SessionNotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// SessionNotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type SessionNotFound = Problem
 
-// Unauthorized An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// Unauthorized An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unauthorized = Problem
 
-// Unavailable An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// Unavailable An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unavailable = Problem
 
-// Unsupported An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// Unsupported An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type Unsupported = Problem
 
-// UnsupportedMediaType An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// UnsupportedMediaType An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type UnsupportedMediaType = Problem
 
-// WebhookConflict An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// WebhookConflict An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type WebhookConflict = Problem
 
-// WebhookNotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// WebhookNotFound An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type WebhookNotFound = Problem
 
-// WebhooksDisabled An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+// WebhooksDisabled An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type WebhooksDisabled = Problem
@@ -1544,7 +1554,9 @@ type ClientInterface interface {
 
 	// ListLocks List held locks
 	//
-	// Pages through the held locks whose names start with `prefix`. Pass
+	// Pages through the held locks whose names start with `prefix`, and
+	// the free ones closed for a lock-delay (`lock_delay_remaining_ms`,
+	// docs/SESSIONS.md). Pass
 	// `next_cursor` as `cursor` to get the next page; it is null on the last
 	// page. A page may hold fewer than `limit` locks even when more follow.
 	//
@@ -2143,7 +2155,9 @@ func (c *Client) AcquireLeases(ctx context.Context, body AcquireLeasesJSONReques
 
 // ListLocks List held locks
 //
-// Pages through the held locks whose names start with `prefix`. Pass
+// Pages through the held locks whose names start with `prefix`, and
+// the free ones closed for a lock-delay (`lock_delay_remaining_ms`,
+// docs/SESSIONS.md). Pass
 // `next_cursor` as `cursor` to get the next page; it is null on the last
 // page. A page may hold fewer than `limit` locks even when more follow.
 //
@@ -4251,7 +4265,9 @@ type ClientWithResponsesInterface interface {
 
 	// ListLocksWithResponse List held locks
 	//
-	// Pages through the held locks whose names start with `prefix`. Pass
+	// Pages through the held locks whose names start with `prefix`, and
+	// the free ones closed for a lock-delay (`lock_delay_remaining_ms`,
+	// docs/SESSIONS.md). Pass
 	// `next_cursor` as `cursor` to get the next page; it is null on the last
 	// page. A page may hold fewer than `limit` locks even when more follow.
 	//
@@ -8942,7 +8958,9 @@ func (c *ClientWithResponses) AcquireLeasesWithResponse(ctx context.Context, bod
 
 // ListLocksWithResponse List held locks
 //
-// Pages through the held locks whose names start with `prefix`. Pass
+// Pages through the held locks whose names start with `prefix`, and
+// the free ones closed for a lock-delay (`lock_delay_remaining_ms`,
+// docs/SESSIONS.md). Pass
 // `next_cursor` as `cursor` to get the next page; it is null on the last
 // page. A page may hold fewer than `limit` locks even when more follow.
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/lockapi/lockapi/client"
 )
@@ -20,6 +21,7 @@ func TestExitCode(t *testing.T) {
 		want int
 	}{
 		{"held", &client.HeldError{Lock: "job", Owner: "other"}, exitTempFail},
+		{"lock-delay", fmt.Errorf("lockapi: acquire: %w", &client.LockDelayError{Lock: "job", Remaining: time.Second}), exitTempFail},
 		{"invalid", problem(400, "invalid-request"), exitUsage},
 		{"limit-mismatch", problem(409, "limit-mismatch"), exitUsage},
 		{"upgrade-refused", problem(409, "upgrade-refused"), exitUsage},

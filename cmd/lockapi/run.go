@@ -43,7 +43,8 @@ the command writes to, so that a late write is refused.
 Flags:
   --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
   --ttl D        lease TTL; renewed every TTL/3 (default 30s)
-  --wait D       how long to wait for a held lock; 0 tries once (default 5m)
+  --wait D       how long to wait for a held lock (or through a lock-delay);
+                 0 tries once (default 5m)
   --owner NAME   owner of the lease (default: unique, host:pid:random); runs
                  with the same owner are reentrant: they do not exclude each other
   --grace D      time between SIGTERM and SIGKILL when the lease is lost (default 10s)
@@ -60,7 +61,8 @@ Exit status: the command's own (128+N if it was killed by signal N), or
        waiting cannot mend: limit-mismatch, upgrade-refused)
    69  the server was unavailable or failed
    70  the lease was lost while the command ran
-   75  the lock was still held by someone else after --wait
+   75  the lock was still held by someone else, or still closed for a
+       lock-delay (docs/SESSIONS.md), after --wait
    77  the server refused the API key (401, 403)
   126  the command could not be started
   127  the command was not found
@@ -181,8 +183,8 @@ func acquireForRun(ctx context.Context, cl *client.Client, c runConfig, sigs <-c
 	opts := client.AcquireOptions{Owner: c.owner, TTL: c.ttl, Shared: c.shared, Limit: c.limit, Fair: c.fair}
 	start := time.Now()
 	l, err := cl.Acquire(ctx, c.name, opts)
-	if he, ok := errors.AsType[*client.HeldError](err); ok && c.wait > 0 {
-		fmt.Fprintf(stderr, "lockapi run: lock %q is %s; waiting up to %v\n", c.name, heldText(he, false), c.wait)
+	if why := notFreeText(err, false); why != "" && c.wait > 0 {
+		fmt.Fprintf(stderr, "lockapi run: lock %q is %s; waiting up to %v\n", c.name, why, c.wait)
 		opts.Wait = c.wait - time.Since(start)
 		l, err = cl.Acquire(ctx, c.name, opts)
 	}
@@ -190,21 +192,29 @@ func acquireForRun(ctx context.Context, cl *client.Client, c runConfig, sigs <-c
 		return l, 0
 	}
 
-	switch he, held := errors.AsType[*client.HeldError](err); {
+	switch why := notFreeText(err, true); {
 	case ctx.Err() != nil:
 		fmt.Fprintf(stderr, "lockapi run: interrupted while acquiring lock %q\n", c.name)
 		return nil, interruptedStatus(sigs)
-	case held:
-		fmt.Fprintf(stderr, "lockapi run: could not get lock %q within --wait %v: %s\n", c.name, c.wait, heldText(he, true))
+	case why != "":
+		fmt.Fprintf(stderr, "lockapi run: could not get lock %q within --wait %v: %s\n", c.name, c.wait, why)
 	default:
 		fmt.Fprintf(stderr, "lockapi run: acquire lock %q: %s\n", c.name, errText(err))
 	}
 	return nil, exitCode(err)
 }
 
-// heldText says what keeps a lock from a run; long adds the holder's lease.
-func heldText(he *client.HeldError, long bool) string {
+// notFreeText says what keeps a lock from a run when waiting may mend it:
+// a holder (long adds its lease), queued waiters, or a lock-delay; "" for
+// any other error.
+func notFreeText(err error, long bool) string {
+	if de, ok := errors.AsType[*client.LockDelayError](err); ok {
+		return fmt.Sprintf("closed for a lock-delay (%v more)", de.Remaining.Round(time.Millisecond))
+	}
+	he, ok := errors.AsType[*client.HeldError](err)
 	switch {
+	case !ok:
+		return ""
 	case he.Owner == "":
 		return fmt.Sprintf("free, but %d queued waiters come first", he.QueueLength)
 	case long:

@@ -676,3 +676,55 @@ func TestRun_lock_kinds(t *testing.T) {
 		t.Errorf("--fair on a free lock: exit %d\nstderr: %s", r.Code, r.Stderr)
 	}
 }
+
+// closeForDelay makes a lease of name bound to a session with lock-delay
+// delay, and force-releases it: name is then closed for the delay.
+func closeForDelay(t *testing.T, url, name string, delay time.Duration) {
+	t.Helper()
+	c, ctx := newTestClient(t, url), context.Background()
+	s, err := c.NewSession(ctx, client.SessionOptions{LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	if _, err := s.Acquire(ctx, name, client.AcquireOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := c.API().ForceReleaseWithResponse(ctx, name); err != nil || resp.StatusCode() != 200 {
+		t.Fatalf("force release %s: %v, %v", name, resp, err)
+	}
+}
+
+// A lock-delay is waited through like a held lock; one that outlasts
+// --wait exits 75, as a held lock does; status shows it.
+func TestRun_LockDelay(t *testing.T) {
+	url := startServer(t, lockhttp.Config{MaxWait: 300 * time.Millisecond})
+	const delay = time.Second
+	closeForDelay(t, url, "short", delay)
+	closed := time.Now()
+	closeForDelay(t, url, "long", time.Minute)
+
+	r := lockapi(t, "status", "--server", url, "long")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "free") || !strings.Contains(r.Stdout, "lock-delay:") {
+		t.Errorf("status: exit %d, stdout:\n%s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = lockapi(t, "status", "--server", url, "long", "--json")
+	if r.Code != 0 || !strings.Contains(r.Stdout, `"lock_delay_remaining_ms":`) {
+		t.Errorf("status --json: exit %d, stdout %s, stderr %s", r.Code, r.Stdout, r.Stderr)
+	}
+
+	r = lockapi(t, "run", "--server", url, "--wait", "10s", "short", "--", "echo", "ran")
+	if r.Code != 0 || r.Stdout != "ran\n" || !strings.Contains(r.Stderr, "closed for a lock-delay") {
+		t.Errorf("run through the lock-delay: exit %d, stdout %q\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if ran := time.Since(closed); ran < delay-100*time.Millisecond {
+		t.Errorf("ran %v after the force release, within its %v lock-delay", ran, delay)
+	}
+
+	for _, wait := range []string{"0", "500ms"} {
+		r := lockapi(t, "run", "--server", url, "--wait", wait, "long", "--", "echo", "ran")
+		if r.Code != exitTempFail || r.Stdout != "" || !strings.Contains(r.Stderr, "could not get lock \"long\" within --wait") || !strings.Contains(r.Stderr, "lock-delay") {
+			t.Errorf("--wait %s through a longer lock-delay: exit %d, want %d, stdout %q\nstderr: %s", wait, r.Code, exitTempFail, r.Stdout, r.Stderr)
+		}
+	}
+}

@@ -19,8 +19,8 @@ import (
 const statusUsage = `usage: lockapi status [flags] NAME
 
 Prints the state of the lock NAME: who holds it, with which fencing token,
-and until when; for a read-write lock or a semaphore, every holder; and how
-many waiters are queued.
+and until when; for a read-write lock or a semaphore, every holder; how
+many waiters are queued; and what is left of a lock-delay that closes it.
 
 Flags:
   --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
@@ -97,8 +97,14 @@ func printState(w io.Writer, st *client.LockState, now time.Time) {
 			line("queue", "%d waiters", st.QueueLength)
 		}
 	}
+	closed := func() {
+		if st.LockDelay > 0 {
+			line("lock-delay", "%v more: closed to new grants until then (a session's lease ended)", st.LockDelay.Round(time.Millisecond))
+		}
+	}
 	if !st.Held {
 		line("state", "free")
+		closed()
 		if st.LastToken == 0 {
 			line("last token", "none: never acquired")
 		} else {
@@ -108,6 +114,7 @@ func printState(w io.Writer, st *client.LockState, now time.Time) {
 		return
 	}
 	line("state", "held")
+	closed()
 	if h := st.Holder; h != nil {
 		line("owner", "%s", h.Owner)
 		line("fencing token", "%d", h.Token)

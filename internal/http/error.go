@@ -110,8 +110,11 @@ type Problem struct {
 	// only queued waiters are.
 	Holder *ProblemHolder `json:"holder,omitempty"`
 	// QueueLength counts the lock's queued waiters, on lock-held.
-	QueueLength *int         `json:"queue_length,omitempty"`
-	Errors      []FieldError `json:"errors,omitempty"`
+	QueueLength *int `json:"queue_length,omitempty"`
+	// LockDelayRemainingMs is what is left of the lock-delay, on
+	// lock-delay.
+	LockDelayRemainingMs int64        `json:"lock_delay_remaining_ms,omitempty"`
+	Errors               []FieldError `json:"errors,omitempty"`
 	// OldestID is the oldest event the log keeps, on events-gone: absent
 	// when it keeps none.
 	OldestID string `json:"oldest_id,omitempty"`
@@ -201,6 +204,7 @@ func newProblem(r *http.Request, err error) (p Problem, retryAfterSecs int64) {
 			}
 			retryAfterSecs = retryAfter(e)
 		case kindLockDelay:
+			p.LockDelayRemainingMs = max(ceilMillis(e.RetryIn), 1)
 			retryAfterSecs = max(int64((e.RetryIn+time.Second-1)/time.Second), 1)
 		case kindEventsGone:
 			p.OldestID = e.Oldest

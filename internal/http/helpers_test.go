@@ -206,8 +206,10 @@ type Problem struct {
 	Lock        string                  `json:"lock"`
 	Holder      *lockhttp.ProblemHolder `json:"holder"`
 	QueueLength *int                    `json:"queue_length"`
-	Errors      []lockhttp.FieldError   `json:"errors"`
-	OldestID    string                  `json:"oldest_id"`
+	// LockDelayRemainingMs is on lock-delay.
+	LockDelayRemainingMs int64                 `json:"lock_delay_remaining_ms"`
+	Errors               []lockhttp.FieldError `json:"errors"`
+	OldestID             string                `json:"oldest_id"`
 }
 
 // WantProblem fails the test unless resp is a problem of the given status

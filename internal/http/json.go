@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -199,7 +200,10 @@ type LockState struct {
 	Limit        int        `json:"limit"` // 0 for a lock
 	QueueLength  int        `json:"queue_length"`
 	FencingToken uint64     `json:"fencing_token"`
-	Index        string     `json:"index"`
+	// LockDelayRemainingMs is what is left of a lock-delay; absent for
+	// none.
+	LockDelayRemainingMs int64  `json:"lock_delay_remaining_ms,omitempty"`
+	Index                string `json:"index"`
 }
 
 func newLockState(st lock.State) LockState {
@@ -212,6 +216,9 @@ func newLockState(st lock.State) LockState {
 		FencingToken: st.LastToken,
 		Index:        st.Index,
 	}
+	if st.LockDelay > 0 {
+		out.LockDelayRemainingMs = ceilMillis(st.LockDelay)
+	}
 	if st.Held && st.Kind != "" {
 		out.Mode = &st.Kind
 	}
@@ -223,6 +230,12 @@ func newLockState(st lock.State) LockState {
 		out.Holders = append(out.Holders, newHolder(h))
 	}
 	return out
+}
+
+// ceilMillis is d in whole milliseconds, rounded up: a delay that is left
+// never shows as 0.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // LockList is one page of GET /v1/locks.

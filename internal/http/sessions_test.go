@@ -86,11 +86,25 @@ func TestSessions(t *testing.T) {
 		}
 		resp := e.Do("POST", "/v1/locks/s:delay/leases", `{"owner":"next"}`)
 		p := WantProblem(t, resp, http.StatusConflict, "lock-delay")
-		if p.Lock != "s:delay" {
-			t.Errorf("problem %+v does not name the lock", p)
+		if p.Lock != "s:delay" || p.LockDelayRemainingMs < 1 || p.LockDelayRemainingMs > 3000 {
+			t.Errorf("problem %+v does not name the lock and what is left of the delay", p)
 		}
 		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || secs < 1 || secs > 3 {
 			t.Fatalf("Retry-After = %q", resp.Header.Get("Retry-After"))
+		}
+		// The state and the list show the delay of the free lock.
+		st := Decode[lockhttp.LockState](t, e.Do("GET", "/v1/locks/s:delay", ""))
+		if st.Held || st.LockDelayRemainingMs < 1 || st.LockDelayRemainingMs > 3000 {
+			t.Fatalf("state during the lock-delay = %+v", st)
+		}
+		list := Decode[lockhttp.LockList](t, e.Do("GET", "/v1/locks?prefix=s:delay", ""))
+		if len(list.Locks) != 1 || list.Locks[0].Lock != "s:delay" || list.Locks[0].LockDelayRemainingMs < 1 {
+			t.Fatalf("list during the lock-delay = %+v", list)
+		}
+		// None on a lock without a delay: the member is absent.
+		e.Acquire("s:open", `{}`)
+		if body := e.Do("GET", "/v1/locks/s:open", "").Body; strings.Contains(string(body), "lock_delay") {
+			t.Fatalf("state of a lock without a delay: %s", body)
 		}
 	})
 

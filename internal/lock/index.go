@@ -7,8 +7,9 @@ import (
 )
 
 // ComputeIndex derives a State's Index from a version that the store bumps on
-// every change it makes, plus the state itself: expiry frees a lock without
-// any store write, and must change the index too.
+// every change it makes, plus the state itself: expiry frees a lock, and
+// the end of a lock-delay opens it, without any store write, and must
+// change the index too.
 func ComputeIndex(version uint64, s State) string {
 	h := fnv.New64a()
 	var b [8]byte
@@ -23,6 +24,10 @@ func ComputeIndex(version uint64, s State) string {
 		put(hd.Token)
 		put(uint64(hd.HoldCount))
 		put(uint64(hd.ExpiresAt.UnixMilli()))
+	}
+	if s.LockDelay > 0 {
+		// The delay's end opens the name without any store write.
+		put(1)
 	}
 	return strconv.FormatUint(h.Sum64(), 36)
 }

@@ -75,6 +75,10 @@ type State struct {
 	Queue int
 	// LastToken is the last fencing token ever issued for this lock (0 if never).
 	LastToken uint64
+	// LockDelay is what was left of the name's lock-delay when the state
+	// was read (docs/SESSIONS.md): until it ends, every acquire is refused
+	// with CodeLockDelay. 0 when the name is open.
+	LockDelay time.Duration
 	// Index is opaque and changes whenever the state changes; blocking
 	// queries compare it.
 	Index string
@@ -169,7 +173,8 @@ type ReleaseResult struct {
 	Retried bool
 }
 
-// ListRequest pages through the held locks whose names start with Prefix.
+// ListRequest pages through the held locks whose names start with Prefix,
+// and those closed for a lock-delay.
 type ListRequest struct {
 	Prefix string
 	Limit  int
@@ -218,7 +223,8 @@ type Store interface {
 	// (recorded in its event). It reports whether the lock
 	// was held.
 	ForceRelease(ctx context.Context, name, principal string) (bool, error)
-	// List pages through held locks.
+	// List pages through held locks, and free ones closed for a
+	// lock-delay (State.LockDelay).
 	List(ctx context.Context, req ListRequest) (ListPage, error)
 	// Watch registers interest in a lock's changes. The registration is in
 	// effect when Watch returns, so a change made after that is never missed.

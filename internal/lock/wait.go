@@ -290,6 +290,22 @@ func (sw *singleWait) sleep(ctx context.Context, mode Mode, deadline, retry <-ch
 	}
 }
 
+// nextUnpublished returns when st changes next without a store write
+// telling it: the first lease to end, or the lock-delay. ok is false when
+// nothing of st ends by itself.
+func nextUnpublished(st State) (next time.Duration, ok bool) {
+	// Readers and permits have no Holder: look at every lease.
+	for _, h := range st.Holders {
+		if !ok || h.ExpiresIn < next {
+			next, ok = h.ExpiresIn, true
+		}
+	}
+	if st.LockDelay > 0 && (!ok || st.LockDelay < next) {
+		next, ok = st.LockDelay, true
+	}
+	return next, ok
+}
+
 // waitMends reports whether a first try's refusal is one that waiting may
 // turn into a grant: the lock is held, or closed for a lock-delay.
 func waitMends(err error) bool {
@@ -359,13 +375,7 @@ func WaitChange(ctx context.Context, s Store, name, index string, wait time.Dura
 		if err != nil || st.Index != index {
 			return st, err
 		}
-		if st.Held {
-			// The first lease to end changes the state; readers and
-			// permits have no Holder.
-			next := st.Holders[0].ExpiresIn
-			for _, h := range st.Holders[1:] {
-				next = min(next, h.ExpiresIn)
-			}
+		if next, ok := nextUnpublished(st); ok {
 			w.ExpectExpiry(time.Now().Add(next))
 		}
 		select {

@@ -30,7 +30,10 @@ type lockView struct {
 	Holders   []holderView
 	Queue     int
 	LastToken uint64
-	Index     string
+	// LockDelayMs is what is left of a lock-delay (docs/SESSIONS.md), 0
+	// for none: the page's script counts it down as it does a TTL.
+	LockDelayMs int64
+	Index       string
 }
 
 // holderView is one lease of a lock, never its id.
@@ -54,6 +57,9 @@ type holderView struct {
 
 func newLockView(st lock.State) lockView {
 	v := lockView{Name: st.Lock, Held: st.Held, Kind: st.Kind, Limit: st.Limit, Queue: st.Queue, LastToken: st.LastToken, Index: st.Index}
+	if st.LockDelay > 0 {
+		v.LockDelayMs = max(st.LockDelay.Milliseconds(), 1)
+	}
 	for _, hd := range st.Holders {
 		mode := string(hd.Mode)
 		switch {
@@ -77,9 +83,12 @@ func newLockView(st lock.State) lockView {
 const timeFormat = "2006-01-02 15:04:05.000Z"
 
 // Owner is what the list shows as the owner: the one holder's, or how many
-// hold the lock: permits of a semaphore, readers, or holders.
+// hold the lock: permits of a semaphore, readers, or holders; none for a
+// free one (closed for a lock-delay).
 func (v lockView) Owner() string {
 	switch {
+	case len(v.Holders) == 0:
+		return "—"
 	case len(v.Holders) == 1:
 		return v.Holders[0].Owner
 	case v.Kind == lock.KindSemaphore:
@@ -176,8 +185,8 @@ func (h *Handler) locksPage(r *http.Request, s session) (locksPage, error) {
 	return p, err
 }
 
-// held reads the held locks under prefix that the session may list, sorted
-// by name.
+// held reads the held locks under prefix that the session may list, and
+// those closed for a lock-delay, sorted by name.
 func (h *Handler) held(ctx context.Context, s session, prefix string) (locks []lockView, more bool, err error) {
 	cursor := ""
 	// As GET /v1/locks: the names a key may not see, and lockapi's own,
@@ -189,7 +198,7 @@ func (h *Handler) held(ctx context.Context, s session, prefix string) (locks []l
 			return nil, false, err
 		}
 		for _, st := range page.Locks {
-			if st.Held && visible(st.Lock) { // again, for a store that ignores Visible
+			if (st.Held || st.LockDelay > 0) && visible(st.Lock) { // again, for a store that ignores Visible
 				locks = append(locks, newLockView(st))
 			}
 		}

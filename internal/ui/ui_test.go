@@ -545,3 +545,32 @@ func TestLockPage_semaphore_permits(t *testing.T) {
 		t.Errorf("the list's row:\n%s", row)
 	}
 }
+
+// A lock closed for a lock-delay is free, and both the list and its page
+// show what is left of the delay.
+func TestLockDelay_is_shown(t *testing.T) {
+	store := memory.New()
+	t.Cleanup(func() { _ = store.Close() })
+	d := newDash(t, store)
+	ctx := context.Background()
+	sess, err := store.CreateSession(ctx, lock.SessionRequest{Owner: "w", TTL: time.Minute, LockDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.TryAcquire(ctx, lock.AcquireRequest{Lock: "closed", Owner: "w", Session: sess.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ForceRelease(ctx, "closed", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := d.signIn(t, d.admin)
+	list := serve(d.h, "GET", "/ui/", admin, nil).Body.String()
+	row := regexp.MustCompile(`(?s)<tr data-lock="closed">.*?</tr>`).FindString(list)
+	if !strings.Contains(row, "free") || !strings.Contains(row, `lock-delay <span class="ttl" data-ms="`) || strings.Contains(row, "Force release") {
+		t.Fatalf("the list's row of the closed lock: %q\n%s", row, list)
+	}
+	page := serve(d.h, "GET", "/ui/locks/closed", admin, nil).Body.String()
+	if !strings.Contains(page, "<dt>Lock-delay</dt>") || !strings.Contains(page, "<dd>free</dd>") {
+		t.Fatalf("the lock's page does not show the lock-delay:\n%s", page)
+	}
+}

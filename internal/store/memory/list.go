@@ -15,7 +15,7 @@ import (
 
 // List implements lock.Store. Pages are in name order, so a page holds
 // exactly up to Limit locks. A name is listed while any lease of it is
-// live, of any mode.
+// live, of any mode, or while it is closed for a lock-delay.
 //
 // The cursor is the last name of the page, sealed (AES-GCM under a key of
 // this store's own): the HTTP layer drops the names a key's patterns do not
@@ -38,12 +38,25 @@ func (m *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
+	listed := func(name string) bool {
+		return strings.HasPrefix(name, req.Prefix) && name > after && req.Shows(name)
+	}
 	var names []string
+	seen := make(map[string]bool)
 	for name := range m.names {
-		if !strings.HasPrefix(name, req.Prefix) || name <= after || !req.Shows(name) {
+		if !listed(name) {
 			continue
 		}
 		if n := m.live(name, now); n != nil && n.held() {
+			names = append(names, name)
+			seen[name] = true
+		}
+	}
+	for name := range m.delays {
+		switch {
+		case !now.Before(m.fences[name].delayedUntil):
+			delete(m.delays, name)
+		case listed(name) && !seen[name]:
 			names = append(names, name)
 		}
 	}

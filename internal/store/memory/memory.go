@@ -39,6 +39,9 @@ type Store struct {
 	mu     sync.Mutex
 	names  map[string]*memName  // leases and queues; may hold expired ones until swept
 	fences map[string]*memFence // never deleted, like the Redis fence hash
+	// delays names the fences whose lock-delay may still run, for List,
+	// which drops those that ended.
+	delays map[string]struct{}
 	// sessions holds live sessions, and ended ones for
 	// lock.EndedSessionMemory (sessions.go).
 	sessions map[string]*memSession
@@ -129,6 +132,7 @@ func NewWithOptions(o Options) *Store {
 		hub:    notify.New(nil),
 		names:  make(map[string]*memName),
 		fences: make(map[string]*memFence),
+		delays: make(map[string]struct{}),
 
 		sessions: make(map[string]*memSession),
 		log:      newEventLog(o),
@@ -156,6 +160,11 @@ func (m *Store) sweep() {
 			m.mu.Lock()
 			for name := range m.names {
 				m.live(name, now)
+			}
+			for name := range m.delays {
+				if !now.Before(m.fences[name].delayedUntil) {
+					delete(m.delays, name)
+				}
 			}
 			m.log.trim(now)
 			m.forgetSessions(now)
@@ -676,11 +685,15 @@ func (m *Store) Inspect(ctx context.Context, name string) (lock.State, error) {
 // state reads name's state. Callers hold m.mu.
 func (m *Store) state(name string, now time.Time) lock.State {
 	st := lock.State{Lock: name}
+	n := m.live(name, now) // first: an expiry it finds may close the name
 	var version uint64
 	if f := m.fences[name]; f != nil {
 		st.LastToken, version = f.token, f.version
+		if now.Before(f.delayedUntil) {
+			st.LockDelay = f.delayedUntil.Sub(now)
+		}
 	}
-	if n := m.live(name, now); n != nil {
+	if n != nil {
 		st.Queue = len(n.queue)
 		for l := range n.leases {
 			st.Holders = append(st.Holders, holder(l, now))

@@ -84,6 +84,7 @@ func (m *Store) delay(l *memLease, from time.Time) {
 	if until := from.Add(l.session.LockDelay); until.After(f.delayedUntil) {
 		f.delayedUntil = until
 		f.version++
+		m.delays[l.Lock] = struct{}{}
 	}
 }
 

@@ -513,7 +513,8 @@ func stateOf(name string, r *replyReader) (lock.State, error) {
 		st.Holders = append(st.Holders, *st.Holder)
 	}
 	now := r.int(13)
-	for i := 15; i < len(r.v); i++ {
+	st.LockDelay = time.Duration(max(r.int(15), 0)) * time.Millisecond
+	for i := 16; i < len(r.v); i++ {
 		h, err := sharedHolder(r.str(i), now, st.Limit)
 		if err != nil {
 			return lock.State{}, err
@@ -600,8 +601,8 @@ func (s *Store) ForceRelease(ctx context.Context, name, principal string) (bool,
 // (Store.listBatches overrides it in tests).
 const listBatches = 32
 
-// List implements lock.Store with SCAN: a page holds the held locks of as
-// many SCAN batches as it takes to reach Limit, so it may hold a few more
+// List implements lock.Store with SCAN: a page holds the held (or closed)
+// locks of as many SCAN batches as it takes to reach Limit, so it may hold a few more
 // than Limit, and a lock that is acquired or released during the listing may
 // or may not appear. A page walks at most listBatches batches: then it ends
 // with what it found and the cursor where it stopped, so a page may be short
@@ -654,7 +655,7 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 		if err != nil {
 			return lock.ListPage{}, err
 		}
-		if st.Held { // it may have been released or expired since SCAN
+		if st.Held || st.LockDelay > 0 { // it may have been released or expired since SCAN
 			page.Locks = append(page.Locks, st)
 		}
 	}
@@ -662,7 +663,7 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 }
 
 // scanNames walks shards from (shard, cursor) and returns the names of
-// held locks it found that req shows, and where it stopped: once it has
+// held or closed locks it found that req shows, and where it stopped: once it has
 // limit names, or has run its budget of SCAN batches, or at the end.
 //
 // Where it stops tells nothing of the names req does not show: the MATCH
@@ -675,8 +676,10 @@ func (s *Store) List(ctx context.Context, req lock.ListRequest) (lock.ListPage, 
 func (s *Store) scanNames(ctx context.Context, req lock.ListRequest, limit int, shards []shard, shard int, cursor uint64) ([]string, int, uint64, error) {
 	// The exclusive lease ({name}:lock) or the shared leases and permits
 	// ({name}:lock:shared, beside {name}:lock:expiry) exist while a name is
-	// held. A name held both ways (a downgrade) may show up on two pages.
-	match := s.prefix + "{" + req.Prefix + "*}:lock*"
+	// held, {name}:delay while it is closed for a lock-delay; the pattern
+	// keeps these and drops the rest of a name's keys. A name found by two
+	// of them (held both ways, a downgrade) may show up on two pages.
+	match := s.prefix + "{" + req.Prefix + "*}:[ld][oe]*"
 	budget := s.listBatches
 	if budget <= 0 {
 		budget = listBatches
@@ -691,7 +694,7 @@ func (s *Store) scanNames(ctx context.Context, req lock.ListRequest, limit int, 
 		}
 		for _, k := range keys {
 			name, kind, _ := strings.Cut(strings.TrimPrefix(k, s.prefix+"{"), "}:")
-			if (kind == "lock" || kind == "lock:shared") && lock.ValidName(name) && !seen[name] && req.Shows(name) {
+			if (kind == "lock" || kind == "lock:shared" || kind == "delay") && lock.ValidName(name) && !seen[name] && req.Shows(name) {
 				seen[name] = true
 				names = append(names, name)
 			}

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_6c164871b97b8529"},
-		{"cluster", true, "lockapi_6c4a0229f50b441a"},
+		{"plain", false, "lockapi_7192ff991594dcf7"},
+		{"cluster", true, "lockapi_31c811f109df8c65"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

@@ -21,6 +21,7 @@ var sessionBehaviours = []behaviour{
 	{"Lock_delay_after_force_release", lockDelayAfterForceRelease},
 	{"No_lock_delay_after_a_clean_release", noLockDelayAfterCleanRelease},
 	{"Waiter_is_granted_when_the_lock_delay_ends", waiterGrantedAfterLockDelay},
+	{"Lock_delay_is_shown_and_listed_until_it_ends", lockDelayIsShown},
 	{"Session_of_another_principal_is_not_found", sessionOfAnotherPrincipal},
 	{"Acquire_with_an_unknown_or_ended_session_changes_nothing", acquireWithBadSession},
 }
@@ -328,6 +329,67 @@ func waiterGrantedAfterLockDelay(t *testing.T, b Backend) {
 	if g.Lease.AcquiredAt.Before(forced.Add(delay - b.ClockSlack - 50*time.Millisecond)) {
 		t.Fatalf("the waiter was granted at %v, before the lock-delay ended (%v)", g.Lease.AcquiredAt, forced.Add(delay))
 	}
+}
+
+// lockDelayIsShown: a name closed for a lock-delay is free, shows what is
+// left of the delay, and is listed, whether the delay came from a force
+// release or from a session's expiry (which the store may not have acted
+// on yet); its end changes the index without any write, so that a blocking
+// query wakes, and the name is then open and no longer listed.
+func lockDelayIsShown(t *testing.T, b Backend) {
+	s, ss := openSessions(t, b)
+	const delay = time.Second
+	short := newSession(t, ss, lock.SessionRequest{TTL: 200 * time.Millisecond, LockDelay: delay})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ldv:exp", Owner: "w", Session: short.ID})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ldv:shared", Owner: "w", Mode: lock.Shared, Session: short.ID})
+	long := newSession(t, ss, lock.SessionRequest{LockDelay: time.Minute})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ldv:force", Owner: "w", Session: long.ID})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ldv:held", Owner: "w", TTL: time.Minute})
+	if _, err := s.ForceRelease(ctx, "ldv:force", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(short.ExpiresAt) + b.ClockSlack + 50*time.Millisecond)
+
+	most := map[string]time.Duration{"ldv:exp": delay, "ldv:shared": delay, "ldv:force": time.Minute, "ldv:held": 0}
+	check := func(st lock.State) {
+		t.Helper()
+		closed := most[st.Lock] > 0
+		if st.Held == closed || (st.LockDelay > 0) != closed || st.LockDelay > most[st.Lock] {
+			t.Fatalf("%s = held %v, lock-delay %v; want held %v, a lock-delay in (0, %v]", st.Lock, st.Held, st.LockDelay, !closed, most[st.Lock])
+		}
+	}
+	for name := range most {
+		check(Inspect(t, s, name))
+	}
+	listed := map[string]bool{}
+	for _, st := range listAll(t, s, lock.ListRequest{Prefix: "ldv:", Limit: 100}) {
+		check(st)
+		listed[st.Lock] = true
+	}
+	if len(listed) != len(most) {
+		t.Fatalf("listed %v, want every one of %v", sortedKeys(listed), most)
+	}
+	wantLockDelay(t, s, "ldv:exp", delay)
+
+	// The delay's end wakes a blocking query on the state's index.
+	st := Inspect(t, s, "ldv:exp")
+	for deadline := short.ExpiresAt.Add(delay + b.ClockSlack + 5*time.Second); st.LockDelay > 0; {
+		got, err := lock.WaitChange(ctx, s, "ldv:exp", st.Index, time.Until(deadline))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Index == st.Index {
+			t.Fatalf("no change of ldv:exp's index in time; still %+v", got)
+		}
+		st = got
+	}
+	if st.Held {
+		t.Fatalf("ldv:exp after its lock-delay = %+v", st)
+	}
+	for _, st := range listAll(t, s, lock.ListRequest{Prefix: "ldv:e", Limit: 100}) {
+		t.Fatalf("ldv:exp is listed after its lock-delay: %+v", st)
+	}
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "ldv:exp", Owner: "next"})
 }
 
 func sessionOfAnotherPrincipal(t *testing.T, b Backend) {

@@ -412,13 +412,21 @@ local function unbind(sid, id)
 	end
 end
 
--- lapse_delay sets the lock-delay of a lease that ended with its session's
--- expiry: counted from that expiry. A deleted session's leases have none.
-local function lapse_delay(sid, now)
+-- delay_till is the end (ms) of the lock-delay of a lease bound to sid
+-- that ended with its session's expiry: counted from that expiry; 0 for
+-- none. A deleted session's leases have none.
+local function delay_till(sid)
 	local st = session_state(sid)
 	if st.exp and st.ended ~= 'released' and st.delay > 0 then
-		close_for_delay(st.exp + st.delay, now)
+		return st.exp + st.delay
 	end
+	return 0
+end
+
+-- lapse_delay sets the lock-delay of a lease that ended with its session's
+-- expiry (delay_till).
+local function lapse_delay(sid, now)
+	close_for_delay(delay_till(sid), now)
 end
 
 -- lapse_exclusive ends the exclusive lease when it is bound to a session
