@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_6c164871b97b8529"},
-		{"cluster", true, "lockapi_6c4a0229f50b441a"},
+		{"plain", false, "lockapi_2ac0396252f7f662"},
+		{"cluster", true, "lockapi_20834fc156c42480"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
