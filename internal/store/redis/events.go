@@ -280,8 +280,9 @@ func (j *journal) parseEvent(m goredis.XMessage) lock.Event {
 // parseEvent reads a stream entry as record in scripts/lib.lua writes it:
 // v=2 (layout.EventsPacked) and one field, e, whose value is the event's
 // fields in eventFields' order, separated by newlines (none of them holds
-// one). An entry without v, one field per event field named as eventFields
-// names them (layout.EventsFields, v0.1.0's), reads the same. An entry of
+// one); e without v (builds before the layout versions) reads the same. An
+// entry of one field per event field named as eventFields names them
+// (layout.EventsFields, v0.1.0's: without v, or v=1) reads the same. An entry of
 // another layout is an event with only its ID, Time and UnknownLayout
 // (its v, or "?" when it has neither v nor t).
 func parseEvent(m goredis.XMessage) lock.Event {
@@ -298,7 +299,7 @@ func parseEvent(m goredis.XMessage) lock.Event {
 				break
 			}
 		}
-	case !versioned && m.Values["t"] != nil:
+	case (!versioned || v == layout.EventsFields) && m.Values["t"] != nil:
 		for i, name := range eventFields {
 			f[i], _ = m.Values[name].(string)
 		}
