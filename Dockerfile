@@ -4,7 +4,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/lockapi ./cmd/lockapi
+# VERSION names the release (docs/UPGRADING.md, "Releases"): lockapi version
+# prints it.
+ARG VERSION=
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/lockapi ./cmd/lockapi
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/lockapi /usr/local/bin/lockapi

@@ -131,26 +131,43 @@ func (f *flagValues) parse(args []string) error {
 	return errors.Join(f.errs...)
 }
 
-// versionCmd implements `lockapi version`: the module version and the VCS
+// version is the release this binary is, set when a release is built:
+//
+//	go build -ldflags "-X main.version=v0.2.0" ./cmd/lockapi
+//
+// Without it, lockapi version prints what the Go toolchain recorded: the
+// module version (a tag vX.Y.Z when the checkout is at one, else a
+// pseudo-version) and the VCS revision (docs/UPGRADING.md, "Releases").
+var version string
+
+// versionCmd implements `lockapi version`: the release version, and the VCS
 // revision the binary was built from, as the Go toolchain recorded them.
 func versionCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		if isHelp(args[0]) {
-			fmt.Fprint(stdout, "usage: lockapi version\n\nPrints lockapi's module version, the VCS revision it was built from and\nthe Go version that built it.\n")
+			fmt.Fprint(stdout, "usage: lockapi version\n\nPrints lockapi's release version (vX.Y.Z), the VCS revision it was built\nfrom and the Go version that built it.\n")
 			return 0
 		}
 		reportUsage(stderr, "version", fmt.Errorf("unexpected argument %q", args[0]))
 		return exitUsage
 	}
-	fmt.Fprint(stdout, versionText(debug.ReadBuildInfo()))
+	info, ok := debug.ReadBuildInfo()
+	fmt.Fprint(stdout, versionText(version, info, ok))
 	return 0
 }
 
-// versionText writes what the build recorded; a binary built without VCS
-// information (go run, go test) says so.
-func versionText(info *debug.BuildInfo, ok bool) string {
+// versionText writes the release version (release, set at build; else the
+// module version the build recorded) and what else the build recorded; a
+// binary built without VCS information (go run, go test) says so.
+func versionText(release string, info *debug.BuildInfo, ok bool) string {
 	if !ok {
+		if release != "" {
+			return "lockapi " + release + "\n"
+		}
 		return "lockapi: no build information in this binary\n"
+	}
+	if release == "" {
+		release = info.Main.Version
 	}
 	revision, modified := "unknown (built without VCS information)", ""
 	for _, s := range info.Settings {
@@ -161,5 +178,5 @@ func versionText(info *debug.BuildInfo, ok bool) string {
 			modified = " (with uncommitted changes)"
 		}
 	}
-	return fmt.Sprintf("lockapi %s\nrevision: %s%s\ngo: %s\n", info.Main.Version, revision, modified, info.GoVersion)
+	return fmt.Sprintf("lockapi %s\nrevision: %s%s\ngo: %s\n", release, revision, modified, info.GoVersion)
 }

@@ -65,13 +65,18 @@ func TestHelp_overview_is_short(t *testing.T) {
 	}
 }
 
-// lockapi version prints the module version and the VCS revision the Go
+// lockapi version prints the release version (else the module version) and the VCS revision the Go
 // toolchain recorded.
 func TestVersion(t *testing.T) {
 	info := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/lockapi/lockapi", Version: "v1.4.0"},
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "1cd01a4"}, {Key: "vcs.modified", Value: "true"}}}
-	if got, want := versionText(info, true), "lockapi v1.4.0\nrevision: 1cd01a4 (with uncommitted changes)\ngo: go1.26.0\n"; got != want {
+	if got, want := versionText("", info, true), "lockapi v1.4.0\nrevision: 1cd01a4 (with uncommitted changes)\ngo: go1.26.0\n"; got != want {
 		t.Errorf("version:\n%s\nwant:\n%s", got, want)
+	}
+	// A release build names its version (-ldflags -X main.version=...),
+	// whatever the module version says.
+	if got, want := versionText("v0.2.0", info, true), "lockapi v0.2.0\nrevision: 1cd01a4 (with uncommitted changes)\ngo: go1.26.0\n"; got != want {
+		t.Errorf("release version:\n%s\nwant:\n%s", got, want)
 	}
 	if r := lockapi(t, "version"); r.Code != 0 || !strings.HasPrefix(r.Stdout, "lockapi ") || !strings.Contains(r.Stdout, "revision: ") {
 		t.Errorf("lockapi version: exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)

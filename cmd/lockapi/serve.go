@@ -20,6 +20,7 @@ import (
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/force"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
+	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -362,6 +363,8 @@ func openRedisBackend(ctx context.Context, c serveConfig, m *metrics.Metrics, lo
 	if m != nil {
 		opts.ObserveScript = m.Script
 	}
+	layouts := layout.NewReporter(log.With().Str("component", "layout").Logger(), m.UnknownLayout)
+	opts.UnknownLayout = layouts.Unknown
 	rs, err := redisstore.New(rdb, opts)
 	if err != nil {
 		_ = rdb.Close()
@@ -371,7 +374,9 @@ func openRedisBackend(ctx context.Context, c serveConfig, m *metrics.Metrics, lo
 	m.Counter("lockapi_sentinel_master_switches_total", "Times the pub/sub connection followed a new Sentinel master.",
 		func() float64 { return float64(rs.MasterSwitches()) })
 	log.Info().Str("redis", rdb.Target()).Str("mode", c.RedisMode).Str("key_prefix", c.KeyPrefix).Msg("using Redis store")
-	return &backend{store: rs, hookState: redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout), secrets: rdb, close: func() {
+	hookState := redisstate.New(rdb, c.KeyPrefix, c.RedisTimeout)
+	hookState.SetUnknownLayout(layouts.Unknown)
+	return &backend{store: rs, hookState: hookState, secrets: rdb, close: func() {
 		_ = rs.Close()
 		_ = rdb.Close()
 	}}, nil

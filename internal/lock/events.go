@@ -54,6 +54,12 @@ type Event struct {
 	// that sort before ones already read. A reader delivers a late event
 	// rather than drop it as a repeat.
 	Late bool
+	// UnknownLayout is the layout of a record this version cannot read
+	// (written by a newer one, docs/UPGRADING.md), "" for an event read:
+	// such an event has only its ID and Time. It passes every filter, so
+	// that each reader says so (an event stream with a comment) rather
+	// than drop it silently.
+	UnknownLayout string
 }
 
 // EventFilter selects events: by exact lock or name prefix, and by type.
@@ -64,8 +70,12 @@ type EventFilter struct {
 	Types  []EventType
 }
 
-// Match reports whether e passes the filter.
+// Match reports whether e passes the filter; an event of an unknown
+// layout passes every filter (Event.UnknownLayout).
 func (f EventFilter) Match(e Event) bool {
+	if e.UnknownLayout != "" {
+		return true
+	}
 	if f.Lock != "" && e.Lock != f.Lock {
 		return false
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockapi/lockapi/internal/layout"
 )
 
 // Metrics holds every series lockapi exports. A nil *Metrics is valid and
@@ -29,6 +31,7 @@ type Metrics struct {
 	waitDuration *prometheus.HistogramVec
 	scripts      *prometheus.HistogramVec
 	webhooks     *prometheus.CounterVec
+	layouts      map[layout.Kind]prometheus.Counter
 
 	// observers caches the request series of each (route, method, status):
 	// WithLabelValues hashes its labels on every call.
@@ -71,6 +74,11 @@ func New() *Metrics {
 	m.scripts = f.histogramVec("lockapi_store_script_duration_seconds", "Redis script round trips by script.",
 		[]float64{.0001, .0002, .0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}, "script")
 	m.webhooks = f.counterVec("lockapi_webhook_deliveries_total", "Webhook delivery attempts by outcome: delivered, rejected (a non-2xx answer), unreachable, refused (a destination not allowed); dead_lettered counts events given up.", "outcome")
+	layouts := f.counterVec("lockapi_unknown_layout_total", "Records read from Redis in a layout this version does not know (written by a newer one), by kind: events, sessions, webhooks (docs/UPGRADING.md).", "kind")
+	m.layouts = map[layout.Kind]prometheus.Counter{}
+	for _, k := range layout.Kinds {
+		m.layouts[k] = layouts.WithLabelValues(string(k))
+	}
 	return m
 }
 
@@ -215,5 +223,15 @@ func (m *Metrics) Script(name string, d time.Duration) {
 func (m *Metrics) WebhookDelivery(outcome string) {
 	if m != nil {
 		m.webhooks.WithLabelValues(outcome).Inc()
+	}
+}
+
+// UnknownLayout counts a record of kind whose layout this version does not
+// know (layout.Reporter).
+func (m *Metrics) UnknownLayout(kind layout.Kind) {
+	if m != nil {
+		if c, ok := m.layouts[kind]; ok {
+			c.Inc()
+		}
 	}
 }

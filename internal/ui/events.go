@@ -58,7 +58,9 @@ var errNoEventLog = errors.New("this store does not record events yet")
 // may read, and where the live feed continues.
 func (h *Handler) feed(ctx context.Context, s session, f lock.EventFilter) feed {
 	out := feed{FeedLock: f.Lock, FeedPrefix: f.Prefix}
-	keep := func(e lock.Event) bool { return f.Match(e) && s.may(auth.ScopeRead, e.Lock) && !lock.Reserved(e.Lock) }
+	keep := func(e lock.Event) bool {
+		return e.UnknownLayout == "" && f.Match(e) && s.may(auth.ScopeRead, e.Lock) && !lock.Reserved(e.Lock)
+	}
 	events, last, partial, err := h.recent(ctx, keep)
 	out.FeedAfter = last
 	switch {

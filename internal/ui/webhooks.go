@@ -197,7 +197,7 @@ func behind(ctx context.Context, log lock.EventLog, sub webhook.Subscription, cu
 			if lock.CompareEventIDs(e.ID, last) > 0 {
 				return fmt.Sprint(n), ""
 			}
-			if sub.Match(e) {
+			if e.UnknownLayout == "" && sub.Match(e) {
 				n++
 			}
 		}

@@ -269,7 +269,10 @@ func (w *worker) take(ctx context.Context, e lock.Event, cursor *string, persist
 	if !e.Late { // a late event is before the cursor already
 		next = e.ID
 	}
-	if !w.sub.Match(e) {
+	// An event this version cannot read (written by a newer one: the
+	// store counted and logged it, docs/UPGRADING.md) is passed over as
+	// one the subscription does not select.
+	if e.UnknownLayout != "" || !w.sub.Match(e) {
 		*cursor = next
 		return true
 	}

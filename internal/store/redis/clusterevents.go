@@ -230,7 +230,7 @@ func mergeLogs(from logPos, found []logEntry, nowMs int64, limit int) clusterRea
 func (j *journal) clusterEvents(after string, r clusterRead) []lock.Event {
 	evs := make([]lock.Event, 0, len(r.ready))
 	for _, e := range r.ready {
-		ev := parseEvent(e.msg)
+		ev := j.parseEvent(e.msg)
 		ev.ID = e.id
 		ev.Late = after != "" && lock.CompareEventIDs(e.id, after) <= 0
 		evs = append(evs, ev)
@@ -458,7 +458,7 @@ func (j *journal) readClusterEventsBefore(ctx context.Context, before string, li
 	slices.SortFunc(all, func(a, b logEntry) int { return lock.CompareEventIDs(b.id, a.id) })
 	evs := make([]lock.Event, 0, min(limit, len(all)))
 	for _, e := range all[:min(limit, len(all))] {
-		ev := parseEvent(e.msg)
+		ev := j.parseEvent(e.msg)
 		ev.ID = e.id
 		evs = append(evs, ev)
 	}

@@ -56,7 +56,8 @@
 // scripts/lib.lua reads the session's):
 //
 //	<prefix>{s:<id>}:session    hash: owner, principal, ttl, delay, exp (ms), due (its score
-//	                            below), ended ('expired' or 'released'); no expiry while it
+//	                            below), ended ('expired' or 'released'), v (its layout,
+//	                            layout.SessionsV1; none is the same); no expiry while it
 //	                            lives, remembered an hour once it ended (the 410)
 //	<prefix>{s:<id>}:leases     hash: "<name>\n<lease id>" -> "<mode>\n<limit>\n<token>" of
 //	                            every bound lease; deleted once the session's leases ended

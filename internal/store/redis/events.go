@@ -10,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -87,7 +88,7 @@ func (j *journal) ReadEvents(ctx context.Context, after string, limit int) (_ []
 	if err != nil {
 		return nil, storeError(err)
 	}
-	return parseEvents(msgs), nil
+	return j.parseEvents(msgs), nil
 }
 
 // eventsGone returns lock.EventsGone when events recorded after after may
@@ -236,7 +237,7 @@ func (j *journal) ReadEventsBefore(ctx context.Context, before string, limit int
 		j.noteFailure(err)
 		return nil, storeError(err)
 	}
-	return parseEvents(msgs), nil
+	return j.parseEvents(msgs), nil
 }
 
 // LastEventID implements lock.EventLog.
@@ -258,22 +259,39 @@ func (j *journal) LastEventID(ctx context.Context) (_ string, err error) {
 	return msgs[0].ID, nil
 }
 
-func parseEvents(msgs []goredis.XMessage) []lock.Event {
+func (j *journal) parseEvents(msgs []goredis.XMessage) []lock.Event {
 	evs := make([]lock.Event, 0, len(msgs))
 	for _, m := range msgs {
-		evs = append(evs, parseEvent(m))
+		evs = append(evs, j.parseEvent(m))
 	}
 	return evs
 }
 
+// parseEvent is parseEventLayout that tells j.unknown of an entry whose
+// layout this version does not know.
+func (j *journal) parseEvent(m goredis.XMessage) lock.Event {
+	e := parseEvent(m)
+	if e.UnknownLayout != "" {
+		j.unknown.Tell(layout.Events, e.UnknownLayout, m.ID)
+	}
+	return e
+}
+
 // parseEvent reads a stream entry as record in scripts/lib.lua writes it:
-// one field, e, whose value is the event's fields in eventFields' order,
-// separated by newlines (none of them holds one). An entry written before
-// (one field per event field, named as eventFields names them) reads the
-// same.
+// v=2 (layout.EventsPacked) and one field, e, whose value is the event's
+// fields in eventFields' order, separated by newlines (none of them holds
+// one); e without v (builds before the layout versions) reads the same. An
+// entry of one field per event field named as eventFields names them
+// (layout.EventsFields, v0.1.0's: without v, or v=1) reads the same. An entry of
+// another layout is an event with only its ID, Time and UnknownLayout
+// (its v, or "?" when it has neither v nor t).
 func parseEvent(m goredis.XMessage) lock.Event {
+	ms, _, _ := lock.ParseEventID(m.ID)
 	var f [len(eventFields)]string
-	if e, ok := m.Values["e"].(string); ok {
+	v, versioned := m.Values["v"].(string)
+	e, packed := m.Values["e"].(string)
+	switch {
+	case versioned && v == layout.EventsPacked && packed, !versioned && packed:
 		for i := range f {
 			var more bool
 			f[i], e, more = strings.Cut(e, "\n")
@@ -281,14 +299,18 @@ func parseEvent(m goredis.XMessage) lock.Event {
 				break
 			}
 		}
-	} else {
+	case (!versioned || v == layout.EventsFields) && m.Values["t"] != nil:
 		for i, name := range eventFields {
 			f[i], _ = m.Values[name].(string)
 		}
+	default:
+		if !versioned || !layout.Plain(v) {
+			v = "?"
+		}
+		return lock.Event{ID: m.ID, Time: time.UnixMilli(int64(ms)).UTC(), UnknownLayout: v, Queue: -1}
 	}
 	num := func(s string) int { n, _ := strconv.Atoi(s); return n }
 	token, _ := strconv.ParseUint(f[6], 10, 64)
-	ms, _, _ := lock.ParseEventID(m.ID)
 	return lock.Event{
 		ID:        m.ID,
 		Type:      lock.EventType(f[0]),

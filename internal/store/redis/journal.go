@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/lockapi/lockapi/internal/layout"
 )
 
 // journal is the store's event log (docs/EVENTS.md), what lock.Store's
@@ -18,6 +20,8 @@ type journal struct {
 	*topology
 	max       string // the logs' MAXLEN, then " fields" with Options.EventsByField: the events argument's first line (events_from in scripts/lib.lua)
 	retention time.Duration
+	// unknown is told of entries of a layout this version does not know.
+	unknown layout.Unknown
 
 	// single is the log of a single Redis; clusterLogs those of a
 	// cluster's masters. Exactly one is set.
@@ -47,7 +51,7 @@ func newJournal(top *topology, ks keyspace, opts Options) *journal {
 	if max <= 0 {
 		max = DefaultEventsMax
 	}
-	j := &journal{keyspace: ks, topology: top, max: strconv.Itoa(max), retention: opts.EventsRetention}
+	j := &journal{keyspace: ks, topology: top, max: strconv.Itoa(max), retention: opts.EventsRetention, unknown: opts.UnknownLayout}
 	if opts.EventsByField {
 		j.max += " fields"
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -48,6 +49,8 @@ type Store struct {
 	sessions *sessions
 	// listBatches, when above 0, overrides the const listBatches (tests).
 	listBatches int
+	// unknown: see Options.UnknownLayout.
+	unknown layout.Unknown
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -85,6 +88,10 @@ type Options struct {
 	// write and read, for a rolling deploy from them: both layouts read
 	// the same here (docs/EVENTS.md).
 	EventsByField bool
+	// UnknownLayout, when set, is told of every record read whose layout
+	// this version does not know (package layout), written by a newer
+	// version during a rolling deploy.
+	UnknownLayout layout.Unknown
 	// NoSessions opens the store without sessions: a redlock master, whose
 	// store (internal/store/redlock) offers none. A Redis Cluster without
 	// Events has none either: its masters keep the sessions' shadows beside
@@ -129,6 +136,7 @@ func New(rdb goredis.UniversalClient, opts Options) (*Store, error) {
 		notifications: newNotifications(top, ks, follow),
 		minReplicas:   opts.MinReplicas,
 		journal:       j,
+		unknown:       opts.UnknownLayout,
 	}
 	s.reaper = newReaper(keys, run, j, s.publish)
 	// A single Redis's log is announced on the listener before it starts

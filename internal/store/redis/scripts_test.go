@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_7192ff991594dcf7"},
-		{"cluster", true, "lockapi_31c811f109df8c65"},
+		{"plain", false, "lockapi_edbc4cc8dfc3d572"},
+		{"cluster", true, "lockapi_b3be6e6b9468797e"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

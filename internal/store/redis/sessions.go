@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -25,6 +26,11 @@ func (s *Store) Sessions() lock.Sessions {
 	}
 	return s.sessions
 }
+
+// errSessionLayout answers a session stored in a layout this version
+// does not know: a newer instance, which wrote it, reads it.
+var errSessionLayout = &lock.Error{Code: lock.CodeUnavailable,
+	Detail: "this session was stored by a newer lockapi, in a layout this instance does not know: a newer instance reads it (docs/UPGRADING.md)"}
 
 var errNoSessions = lock.Unsupported("this store keeps no sessions: on Redis Cluster they need the event log (LOCKAPI_EVENTS), and a redlock master has none (docs/SESSIONS.md)")
 
@@ -279,6 +285,13 @@ func (ss *sessions) exec(ctx context.Context, name string, sc *script, id string
 		return nil, 0, lock.SessionNotFound(id)
 	case -6:
 		return nil, 0, lock.SessionLost(id)
+	case -7:
+		v := reply(res).str(1)
+		if !layout.Plain(v) {
+			v = "?"
+		}
+		ss.s.unknown.Tell(layout.Sessions, v, ss.keysOf(id)[0])
+		return nil, 0, errSessionLayout
 	}
 	return res, confirmed, nil
 }

@@ -28,10 +28,12 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/webhook"
 )
@@ -56,6 +58,55 @@ type State struct {
 	// construction, not a package variable: Changes' goroutine reads it
 	// for as long as it runs, which may be past the end of a test.
 	healthEvery time.Duration
+	// unknown is told of subscriptions and dead letters of a layout this
+	// version does not know (SetUnknownLayout).
+	unknown layout.Unknown
+}
+
+// SetUnknownLayout sets what is told of a subscription or dead letter
+// stored in a layout this version does not know, written by a newer one:
+// such a record is left out of List and of the dead letters, and Get
+// answers it unavailable (another instance, a newer one, reads it).
+func (s *State) SetUnknownLayout(u layout.Unknown) { s.unknown = u }
+
+// stored is a subscription's or a dead letter's JSON as kept in Redis:
+// the record's fields and v, its layout (layout.WebhooksV1; a record
+// without v, v0.1.0's, is layout 1 too).
+func stored(rec any) ([]byte, error) {
+	data, err := json.Marshal(rec)
+	if err != nil || len(data) < 2 || data[0] != '{' {
+		return data, err
+	}
+	head := `{"v":` + strconv.Itoa(layout.WebhooksV1)
+	if data[1] != '}' {
+		head += ","
+	}
+	return append([]byte(head), data[1:]...), nil
+}
+
+// errUnknownLayout is the error of a record of a layout this version does
+// not know.
+var errUnknownLayout = &lock.Error{Code: lock.CodeUnavailable,
+	Detail: "this webhook was stored by a newer lockapi, in a layout this instance does not know: a newer instance reads it (docs/UPGRADING.md)"}
+
+// decode reads a record that stored wrote into rec; at names it for the
+// log. A layout this version does not know is told and answered
+// errUnknownLayout.
+func (s *State) decode(data, at string, rec any) error {
+	var head struct {
+		V json.RawMessage `json:"v"`
+	}
+	if err := json.Unmarshal([]byte(data), &head); err != nil {
+		return err
+	}
+	if v := string(head.V); v != "" && v != strconv.Itoa(layout.WebhooksV1) {
+		if !layout.Plain(v) {
+			v = "?"
+		}
+		s.unknown.Tell(layout.Webhooks, v, at)
+		return errUnknownLayout
+	}
+	return json.Unmarshal([]byte(data), rec)
 }
 
 var (
@@ -99,7 +150,7 @@ func fail(err error) error {
 func (s *State) Create(ctx context.Context, sub webhook.Subscription, cursor string) error {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	data, err := json.Marshal(sub)
+	data, err := stored(sub)
 	if err != nil {
 		return err
 	}
@@ -231,7 +282,11 @@ func (s *State) List(ctx context.Context) ([]webhook.Subscription, error) {
 	out := make([]webhook.Subscription, 0, len(all))
 	for id, data := range all {
 		var sub webhook.Subscription
-		if err := json.Unmarshal([]byte(data), &sub); err != nil {
+		err := s.decode(data, s.subsKey()+" "+id, &sub)
+		if errors.Is(err, errUnknownLayout) {
+			continue // told: a newer instance delivers it
+		}
+		if err != nil {
 			return nil, &lock.Error{Code: lock.CodeInternal, Detail: "a stored webhook does not decode", Err: errors.Join(errors.New(id), err)}
 		}
 		out = append(out, sub)
@@ -250,7 +305,9 @@ func (s *State) Get(ctx context.Context, id string) (webhook.Subscription, error
 		return webhook.Subscription{}, fail(err)
 	}
 	var sub webhook.Subscription
-	if err := json.Unmarshal([]byte(data), &sub); err != nil {
+	if err := s.decode(data, s.subsKey()+" "+id, &sub); errors.Is(err, errUnknownLayout) {
+		return webhook.Subscription{}, err
+	} else if err != nil {
 		return webhook.Subscription{}, &lock.Error{Code: lock.CodeInternal, Detail: "a stored webhook does not decode", Err: err}
 	}
 	return sub, nil
@@ -301,7 +358,7 @@ func (s *State) SetCursor(ctx context.Context, id, cursor string) error {
 func (s *State) AddDeadLetter(ctx context.Context, id string, d webhook.DeadLetter) error {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	data, err := json.Marshal(d)
+	data, err := stored(d)
 	if err != nil {
 		return err
 	}
@@ -384,7 +441,11 @@ func (s *State) letters(ctx context.Context, key, after string, limit int) ([]we
 	out := make([]webhook.DeadLetter, 0, len(ids))
 	for _, eid := range ids {
 		var d webhook.DeadLetter
-		if err := json.Unmarshal([]byte(all[eid]), &d); err != nil {
+		err := s.decode(all[eid], key+" "+eid, &d)
+		if errors.Is(err, errUnknownLayout) {
+			continue // told: a newer instance shows it
+		}
+		if err != nil {
 			return nil, &lock.Error{Code: lock.CodeInternal, Detail: "a stored dead letter does not decode", Err: err}
 		}
 		out = append(out, d)

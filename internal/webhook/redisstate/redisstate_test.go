@@ -2,12 +2,15 @@ package redisstate_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
 	"github.com/lockapi/lockapi/internal/testkit/statetest"
@@ -120,5 +123,51 @@ func TestChanges_across_instances_and_silence(t *testing.T) {
 	case <-ch:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no notice of the other instance's Create")
+	}
+}
+
+// TestLayout: subscriptions and dead letters are stored with "v": 1; one
+// without v (v0.1.0's) reads as before, and one of a layout this version
+// does not know is told, left out of List and the dead letters, and
+// answered unavailable by Get.
+func TestLayout(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	prefix := "test:" + ulid.Make().String() + ":"
+	s := redisstate.New(rdb, prefix, 0)
+	var told []string
+	s.SetUnknownLayout(func(kind layout.Kind, v, at string) { told = append(told, string(kind)+" v="+v+" "+at) })
+	subs := prefix + "webhooks:subs"
+	old := webhook.Subscription{ID: "old", URL: "https://a.example/", Secrets: []string{webhook.NewSecret()}, Source: webhook.SourceAPI}
+	if err := s.Create(ctx, old, "1-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddDeadLetter(ctx, "old", webhook.DeadLetter{EventID: "2-0", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	data := rdb.HGet(ctx, subs, "old").Val()
+	if !strings.HasPrefix(data, `{"v":1,"id":"old",`) {
+		t.Fatalf("stored %s, want the layout first", data)
+	}
+	// As v0.1.0 wrote it, without v.
+	rdb.HSet(ctx, subs, "old", `{"id":"old",`+strings.TrimPrefix(data, `{"v":1,"id":"old",`))
+	rdb.HSet(ctx, subs, "new", `{"v":2,"id":"new","url":"https://b.example/"}`)
+	rdb.HSet(ctx, prefix+"webhooks:{wh:old}:dead", "3-0", `{"v":"x\ny","event_id":"3-0"}`)
+
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "old" || list[0].URL != old.URL {
+		t.Fatalf("List = %+v, %v; want the subscription without v alone", list, err)
+	}
+	_, err = s.Get(ctx, "new")
+	if lock.ErrorCode(err) != lock.CodeUnavailable {
+		t.Fatalf("Get of an unknown layout: %v, want unavailable", err)
+	}
+	dead, err := s.DeadLetters(ctx, "old", "", 10)
+	if err != nil || len(dead) != 1 || dead[0].EventID != "2-0" {
+		t.Fatalf("DeadLetters = %+v, %v; want 2-0 alone", dead, err)
+	}
+	want := []string{"webhooks v=2 " + subs + " new", "webhooks v=2 " + subs + " new", "webhooks v=? " + prefix + "webhooks:{wh:old}:dead 3-0"}
+	if !slices.Equal(told, want) {
+		t.Errorf("told %q, want %q", told, want)
 	}
 }

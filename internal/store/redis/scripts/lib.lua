@@ -209,7 +209,10 @@ end
 -- type, lock, lease id, owner, principal, mode, token, holds left, queue
 -- length and, for a lease bound to a session, the session, in that order
 -- in one field, e, separated by newlines (none of them holds one), which
--- costs Redis a third less than a field each. With EV_FIELDS, a field each,
+-- costs Redis a third less than a field each; the field v before it is the
+-- entry's layout, 2 (a stream stores the field names of entries like the
+-- first once, so v costs one byte an entry). A reader that does not know
+-- an entry's layout says so (docs/UPGRADING.md, internal/layout). With EV_FIELDS, a field each,
 -- as versions before wrote them: t, l, k, o, p, m, n, h, q, s (for a
 -- rolling deploy from those, which read only that layout; the store reads
 -- both, parseEvent in events.go). The stream trims itself to about
@@ -295,7 +298,7 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by,
 	if sess and sess ~= '' then
 		e = e .. '\n' .. sess
 	end
-	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 'e', e)
+	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 'v', '2', 'e', e)
 end
 
 -- track_exclusive notes the member of a fresh exclusive lease in the fence.
@@ -604,15 +607,22 @@ local SESSION_CHUNK = 200
 -- primary's clock (us) at its last write, which orders the shadows'
 -- copies; its 'masters' field lists the masters holding shadows (their
 -- logs' slots, each followed by a space); and it has no KEYS[3].
+-- SESSION_LAYOUT is the layout of the session hashes this version writes
+-- (field v; layout.SessionsV1 in Go): the fields above, as v0.1.0 wrote
+-- them without v. The lock scripts read only exp, ttl, delay, principal
+-- and ended (session_state), which a later layout keeps.
+local SESSION_LAYOUT = '1'
+
 local function session_begin(arg)
 	SESSION_CLUSTER = arg == 'c'
 end
 
 -- session_read reads the session hash, nil when there is none or it is
 -- another principal's ("" for anyone): owner, principal, ttl, delay, exp,
--- ended, due, ver, masters.
+-- ended, due, ver, masters, v (its layout: SESSION_LAYOUT, or none when
+-- v0.1.0 wrote it, the same layout).
 local function session_read(principal)
-	local v = redis.call('HMGET', KEYS[1], 'owner', 'principal', 'ttl', 'delay', 'exp', 'ended', 'due', 'ver', 'masters')
+	local v = redis.call('HMGET', KEYS[1], 'owner', 'principal', 'ttl', 'delay', 'exp', 'ended', 'due', 'ver', 'masters', 'v')
 	if not v[1] or (principal ~= '' and v[2] ~= principal) then
 		return nil
 	end
@@ -621,11 +631,16 @@ end
 
 -- session_live reads the session hash of a session that lives: its fields
 -- (as session_read), or nil and the reply for an unknown session or
--- another principal's ({-5}) or one that ended ({-6}).
+-- another principal's ({-5}), one that ended ({-6}), or one of a layout
+-- this version does not know ({-7, its layout}: written by a newer one,
+-- which the store reports, docs/UPGRADING.md).
 local function session_live(principal, now)
 	local v = session_read(principal)
 	if not v then
 		return nil, {-5}
+	end
+	if v[10] and v[10] ~= SESSION_LAYOUT then
+		return nil, {-7, v[10]}
 	end
 	if v[6] or tonumber(v[5]) <= now then
 		return nil, {-6}

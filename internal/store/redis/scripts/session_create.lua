@@ -16,10 +16,10 @@ local us, now = clock()
 local exp = fmt(now + tonumber(ARGV[3]))
 if SESSION_CLUSTER then
 	redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'principal', ARGV[2], 'ttl', ARGV[3], 'delay', ARGV[4],
-		'exp', exp, 'ver', fmt(us))
+		'exp', exp, 'ver', fmt(us), 'v', SESSION_LAYOUT)
 else
 	redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'principal', ARGV[2], 'ttl', ARGV[3], 'delay', ARGV[4],
-		'exp', exp, 'due', exp)
+		'exp', exp, 'due', exp, 'v', SESSION_LAYOUT)
 end
 session_due(ARGV[5], exp)
 return {1, ARGV[1], ARGV[2], ARGV[3], ARGV[4], exp}
