@@ -87,6 +87,12 @@ type Config struct {
 	// its bucket size; 0 turns rate limiting off (the default).
 	RateLimit float64
 	RateBurst int
+	// MaxSessionsPerPrincipal and MaxWebhooksPerPrincipal bound what one
+	// principal (everyone, on an open server) may create that outlives a
+	// request: live sessions and webhooks, 1000 and 100 by default. The
+	// store counts them, over every instance.
+	MaxSessionsPerPrincipal int
+	MaxWebhooksPerPrincipal int
 
 	// TLS, when set, makes Open serve HTTPS.
 	TLS *tls.Config
@@ -116,6 +122,9 @@ type Config struct {
 const (
 	DefaultMaxWaiters          = 10000
 	DefaultMaxWaitersPerCaller = 500
+
+	DefaultMaxSessionsPerPrincipal = 1000
+	DefaultMaxWebhooksPerPrincipal = 100
 )
 
 // Server serves the API. Handler serves it on any listener (httptest); Open
@@ -174,6 +183,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxWaitersPerCaller <= 0 {
 		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
+	}
+	if cfg.MaxSessionsPerPrincipal <= 0 {
+		cfg.MaxSessionsPerPrincipal = DefaultMaxSessionsPerPrincipal
+	}
+	if cfg.MaxWebhooksPerPrincipal <= 0 {
+		cfg.MaxWebhooksPerPrincipal = DefaultMaxWebhooksPerPrincipal
 	}
 	if cfg.EventsHeartbeat <= 0 {
 		cfg.EventsHeartbeat = DefaultEventsHeartbeat

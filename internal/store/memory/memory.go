@@ -38,7 +38,11 @@ type Store struct {
 	// sessions holds live sessions, and ended ones for
 	// lock.EndedSessionMemory (sessions.go).
 	sessions map[string]*memSession
-	log      *eventLog
+	// owned holds each principal's sessions that may live, to count them
+	// against a quota (lock.SessionRequest.Quota); ended ones leave at the
+	// next count.
+	owned map[string]map[*memSession]struct{}
+	log   *eventLog
 	// due holds every live lease, earliest expiry first; timer fires at
 	// the earliest (expiry.go). armedAt is when it is set to fire.
 	due     schedule
@@ -127,6 +131,7 @@ func NewWithOptions(o Options) *Store {
 		fences: make(map[string]*memFence),
 
 		sessions: make(map[string]*memSession),
+		owned:    make(map[string]map[*memSession]struct{}),
 		log:      newEventLog(o),
 		done:     make(chan struct{}),
 	}
