@@ -31,10 +31,10 @@ type hostileCase struct {
 type hostileFixture struct {
 	*secured
 	revoked, expired string // API keys
-	la, lbShared       Lease
-	regrantOld         string // release URL of the lease before the regrant
-	sessA, sessB       string // team-a's and team-b's session ids
-	uiCookie           *http.Cookie
+	la, lbShared     Lease
+	regrantOld       string // release URL of the lease before the regrant
+	sessA, sessB     string // team-a's and team-b's session ids
+	uiCookie         *http.Cookie
 }
 
 // startHostile starts the fixture: everything it makes is made before the
