@@ -342,3 +342,59 @@ func rawExchange(t *testing.T, addr, req string) (int, string, string) {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
 	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 }
+
+// TestSecurity_quotas: past LOCKAPI_MAX_SESSIONS_PER_PRINCIPAL live
+// sessions, or LOCKAPI_MAX_WEBHOOKS_PER_PRINCIPAL webhooks, a create is
+// answered 429 quota-exceeded (as openapi.yaml documents it); another
+// principal is not affected, and ending one frees its place.
+func TestSecurity_quotas(t *testing.T) {
+	s := startSecured(t, "--max-sessions-per-principal", "2", "--max-webhooks-per-principal", "1")
+	quota := func(r response) {
+		t.Helper()
+		if p := r.problem(t); r.Status != 429 || p.Type != problemType("quota-exceeded") {
+			t.Fatalf("past the quota: %d %s", r.Status, r.Body)
+		}
+	}
+	create := func(key string) response {
+		return s.do(t, call{method: "POST", path: "/v1/sessions", key: key, body: `{"ttl_ms":60000}`})
+	}
+	var first struct {
+		ID string `json:"session_id"`
+	}
+	for i := range 2 {
+		r := create(s.teamA)
+		if r.Status != 201 {
+			t.Fatalf("session %d: %d %s", i, r.Status, r.Body)
+		}
+		r.decode(t, &first)
+	}
+	quota(create(s.teamA))
+	if r := create(s.teamB); r.Status != 201 {
+		t.Fatalf("another principal's session: %d %s", r.Status, r.Body)
+	}
+	if r := s.do(t, call{method: "DELETE", path: "/v1/sessions/" + first.ID, key: s.teamA}); r.Status != 200 {
+		t.Fatalf("delete session: %d %s", r.Status, r.Body)
+	}
+	if r := create(s.teamA); r.Status != 201 {
+		t.Fatalf("a session after one ended: %d %s", r.Status, r.Body)
+	}
+
+	hook := func(url string) response {
+		return s.do(t, call{method: "POST", path: "/v1/webhooks", key: s.ops, body: `{"url":"` + url + `","prefix":"quota-none:"}`})
+	}
+	r := hook("https://1.1.1.1/a")
+	if r.Status != 201 {
+		t.Fatalf("webhook: %d %s", r.Status, r.Body)
+	}
+	var wh struct {
+		ID string `json:"id"`
+	}
+	r.decode(t, &wh)
+	quota(hook("https://1.1.1.1/b"))
+	if r := s.do(t, call{method: "DELETE", path: "/v1/webhooks/" + wh.ID, key: s.ops}); r.Status != 204 && r.Status != 200 {
+		t.Fatalf("delete webhook: %d %s", r.Status, r.Body)
+	}
+	if r := hook("https://1.1.1.1/b"); r.Status != 201 {
+		t.Fatalf("a webhook after one was deleted: %d %s", r.Status, r.Body)
+	}
+}
