@@ -813,6 +813,7 @@ type Problem struct {
 	// - `https://lockapi.dev/problems/forbidden`
 	// - `https://lockapi.dev/problems/reserved-name`
 	// - `https://lockapi.dev/problems/rate-limited`
+	// - `https://lockapi.dev/problems/quota-exceeded`
 	// - `https://lockapi.dev/problems/lock-held`
 	// - `https://lockapi.dev/problems/limit-mismatch`
 	// - `https://lockapi.dev/problems/upgrade-refused`
@@ -847,6 +848,7 @@ type Problem struct {
 // - `https://lockapi.dev/problems/forbidden`
 // - `https://lockapi.dev/problems/reserved-name`
 // - `https://lockapi.dev/problems/rate-limited`
+// - `https://lockapi.dev/problems/quota-exceeded`
 // - `https://lockapi.dev/problems/lock-held`
 // - `https://lockapi.dev/problems/limit-mismatch`
 // - `https://lockapi.dev/problems/upgrade-refused`
@@ -1204,6 +1206,11 @@ type PayloadTooLarge = Problem
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type RateLimited = Problem
+
+// RateLimitedOrQuota An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+//
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+type RateLimitedOrQuota = Problem
 
 // SessionLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
@@ -6870,7 +6877,7 @@ type CreateSessionResponse struct {
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *RateLimited
+	ApplicationProblemJSON429 *RateLimitedOrQuota
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
 	ApplicationProblemJSON501 *Unsupported
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -6930,7 +6937,7 @@ func (r CreateSessionResponse) GetApplicationProblemJSON415() *UnsupportedMediaT
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r CreateSessionResponse) GetApplicationProblemJSON429() *RateLimited {
+func (r CreateSessionResponse) GetApplicationProblemJSON429() *RateLimitedOrQuota {
 	return r.ApplicationProblemJSON429
 }
 
@@ -7777,7 +7784,7 @@ type CreateWebhookResponse struct {
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *RateLimited
+	ApplicationProblemJSON429 *RateLimitedOrQuota
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
 	ApplicationProblemJSON501 *WebhooksDisabled
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -7844,7 +7851,7 @@ func (r CreateWebhookResponse) GetApplicationProblemJSON415() *UnsupportedMediaT
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r CreateWebhookResponse) GetApplicationProblemJSON429() *RateLimited {
+func (r CreateWebhookResponse) GetApplicationProblemJSON429() *RateLimitedOrQuota {
 	return r.ApplicationProblemJSON429
 }
 
@@ -12089,7 +12096,7 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		response.ApplicationProblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+		var dest RateLimitedOrQuota
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -13185,7 +13192,7 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		response.ApplicationProblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+		var dest RateLimitedOrQuota
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
