@@ -67,6 +67,7 @@ type call struct {
 	key          string
 	body         string
 	contentType  string
+	header       http.Header // more headers, set as they are
 }
 
 func (s *secured) do(t *testing.T, c call) response {
@@ -89,6 +90,9 @@ func (s *secured) do(t *testing.T, c call) response {
 	}
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	for k, vs := range c.header {
+		req.Header[k] = vs
 	}
 	resp, err := client.Do(req)
 	if err != nil {

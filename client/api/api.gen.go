@@ -857,6 +857,7 @@ type Problem struct {
 	// - `https://lockapi.dev/problems/forbidden`
 	// - `https://lockapi.dev/problems/reserved-name`
 	// - `https://lockapi.dev/problems/rate-limited`
+	// - `https://lockapi.dev/problems/quota-exceeded`
 	// - `https://lockapi.dev/problems/lock-held`
 	// - `https://lockapi.dev/problems/limit-mismatch`
 	// - `https://lockapi.dev/problems/upgrade-refused`
@@ -891,6 +892,7 @@ type Problem struct {
 // - `https://lockapi.dev/problems/forbidden`
 // - `https://lockapi.dev/problems/reserved-name`
 // - `https://lockapi.dev/problems/rate-limited`
+// - `https://lockapi.dev/problems/quota-exceeded`
 // - `https://lockapi.dev/problems/lock-held`
 // - `https://lockapi.dev/problems/limit-mismatch`
 // - `https://lockapi.dev/problems/upgrade-refused`
@@ -1191,6 +1193,11 @@ type PayloadTooLarge = Problem
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
 type RateLimited = Problem
 
+// RateLimitedOrQuota An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
+//
+// Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
+type RateLimitedOrQuota = Problem
+
 // SessionLost An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
 // Example: {"detail":"lock \"deploy:prod\" is held by another owner","holder":{"expires_in_ms":12500,"fencing_token":41,"owner":"worker-3"},"instance":"/v1/locks/deploy:prod/leases","lock":"deploy:prod","queue_length":0,"status":409,"title":"Lock held","type":"https://lockapi.dev/problems/lock-held"}
@@ -1461,7 +1468,12 @@ type ClientInterface interface {
 	//
 	// Each event is `id: <id>`, `event: <type>` and `data: <Event as
 	// JSON>`, then a blank line. A comment line (`: keep-alive`) comes
-	// every 15 s while nothing else does.
+	// every 15 s while nothing else does. An event recorded in a layout
+	// this server does not know (by a newer version during a rolling
+	// deploy) is never skipped silently: the comment `: unknown-layout
+	// <id> v=<layout>: ...` stands in its place, without an `id:` line,
+	// so that a client resuming on a newer instance reads the event
+	// (`docs/UPGRADING.md`).
 	//
 	// Without a resume point the stream starts with the next event. With
 	// one (the `Last-Event-ID` header, which a reconnecting EventSource
@@ -2022,7 +2034,12 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 //
 // Each event is `id: <id>`, `event: <type>` and `data: <Event as
 // JSON>`, then a blank line. A comment line (`: keep-alive`) comes
-// every 15 s while nothing else does.
+// every 15 s while nothing else does. An event recorded in a layout
+// this server does not know (by a newer version during a rolling
+// deploy) is never skipped silently: the comment `: unknown-layout
+// <id> v=<layout>: ...` stands in its place, without an `id:` line,
+// so that a client resuming on a newer instance reads the event
+// (`docs/UPGRADING.md`).
 //
 // Without a resume point the stream starts with the next event. With
 // one (the `Last-Event-ID` header, which a reconnecting EventSource
@@ -4168,7 +4185,12 @@ type ClientWithResponsesInterface interface {
 	//
 	// Each event is `id: <id>`, `event: <type>` and `data: <Event as
 	// JSON>`, then a blank line. A comment line (`: keep-alive`) comes
-	// every 15 s while nothing else does.
+	// every 15 s while nothing else does. An event recorded in a layout
+	// this server does not know (by a newer version during a rolling
+	// deploy) is never skipped silently: the comment `: unknown-layout
+	// <id> v=<layout>: ...` stands in its place, without an `id:` line,
+	// so that a client resuming on a newer instance reads the event
+	// (`docs/UPGRADING.md`).
 	//
 	// Without a resume point the stream starts with the next event. With
 	// one (the `Last-Event-ID` header, which a reconnecting EventSource
@@ -6865,7 +6887,7 @@ type CreateSessionResponse struct {
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *RateLimited
+	ApplicationProblemJSON429 *RateLimitedOrQuota
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
 	ApplicationProblemJSON501 *Unsupported
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -6925,7 +6947,7 @@ func (r CreateSessionResponse) GetApplicationProblemJSON415() *UnsupportedMediaT
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r CreateSessionResponse) GetApplicationProblemJSON429() *RateLimited {
+func (r CreateSessionResponse) GetApplicationProblemJSON429() *RateLimitedOrQuota {
 	return r.ApplicationProblemJSON429
 }
 
@@ -7772,7 +7794,7 @@ type CreateWebhookResponse struct {
 	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationProblemJSON415 *UnsupportedMediaType
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *RateLimited
+	ApplicationProblemJSON429 *RateLimitedOrQuota
 	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
 	ApplicationProblemJSON501 *WebhooksDisabled
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -7839,7 +7861,7 @@ func (r CreateWebhookResponse) GetApplicationProblemJSON415() *UnsupportedMediaT
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r CreateWebhookResponse) GetApplicationProblemJSON429() *RateLimited {
+func (r CreateWebhookResponse) GetApplicationProblemJSON429() *RateLimitedOrQuota {
 	return r.ApplicationProblemJSON429
 }
 
@@ -8837,7 +8859,12 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 //
 // Each event is `id: <id>`, `event: <type>` and `data: <Event as
 // JSON>`, then a blank line. A comment line (`: keep-alive`) comes
-// every 15 s while nothing else does.
+// every 15 s while nothing else does. An event recorded in a layout
+// this server does not know (by a newer version during a rolling
+// deploy) is never skipped silently: the comment `: unknown-layout
+// <id> v=<layout>: ...` stands in its place, without an `id:` line,
+// so that a client resuming on a newer instance reads the event
+// (`docs/UPGRADING.md`).
 //
 // Without a resume point the stream starts with the next event. With
 // one (the `Last-Event-ID` header, which a reconnecting EventSource
@@ -12087,7 +12114,7 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		response.ApplicationProblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+		var dest RateLimitedOrQuota
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -13183,7 +13210,7 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		response.ApplicationProblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+		var dest RateLimitedOrQuota
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

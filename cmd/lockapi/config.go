@@ -45,6 +45,10 @@ type serveConfig struct {
 	MaxWaitersPerCaller int
 	RateLimit           float64
 	RateBurst           int
+	// MaxSessionsPerPrincipal and MaxWebhooksPerPrincipal are the quotas
+	// of what a principal creates that outlives a request.
+	MaxSessionsPerPrincipal int
+	MaxWebhooksPerPrincipal int
 	// MemoryLimit is Go's soft memory limit in bytes; -1: not given.
 	MemoryLimit int64
 
@@ -151,6 +155,8 @@ func (c *serveConfig) settings() []setting {
 
 		{"max-waiters", limits, "most requests waiting at once (long-poll acquires and blocking queries)", intValue(&c.MaxWaiters, lockhttp.DefaultMaxWaiters, positive)},
 		{"max-waiters-per-caller", limits, "most waiting requests of one principal (or client address on an open server)", intValue(&c.MaxWaitersPerCaller, lockhttp.DefaultMaxWaitersPerCaller, positive)},
+		{"max-sessions-per-principal", limits, "most live sessions of one principal (of all callers, on an open server), counted over every instance", intValue(&c.MaxSessionsPerPrincipal, lockhttp.DefaultMaxSessionsPerPrincipal, positive)},
+		{"max-webhooks-per-principal", limits, "most webhooks one principal may create over /v1/webhooks, counted over every instance", intValue(&c.MaxWebhooksPerPrincipal, lockhttp.DefaultMaxWebhooksPerPrincipal, positive)},
 		{"rate-limit", limits, "requests per second per principal (or client address); 0: no limit", rateValue(&c.RateLimit, 0)},
 		{"rate-burst", limits, "burst of the rate limit; 0: one second's worth", intValue(&c.RateBurst, 0, notNegative)},
 		{"memory-limit", limits, "Go's soft memory limit (debug.SetMemoryLimit), such as 512MiB; empty: GOMEMLIMIT's, or none", memoryLimitValue(&c.MemoryLimit)},

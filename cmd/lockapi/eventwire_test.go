@@ -173,7 +173,7 @@ func startWireServer(ctx context.Context, t *testing.T, log fixedLog) (url strin
 	state := memstate.New()
 	// Created with no cursor, it delivers from the log's oldest event.
 	sub := webhook.Subscription{ID: webhook.NewID(), URL: recv.URL, Secrets: []string{webhook.NewSecret()}, Source: webhook.SourceAPI}
-	if err := state.Create(ctx, sub, ""); err != nil {
+	if err := state.Create(ctx, sub, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := webhook.New(webhook.Config{Store: mem, Log: log, Feed: feed, State: state,

@@ -176,16 +176,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Logger:      log,
 		MinReplicas: c.MinReplicas,
 
-		Keys:                keys,
-		Release:             signer,
-		MaxWaiters:          c.MaxWaiters,
-		MaxWaitersPerCaller: c.MaxWaitersPerCaller,
-		RateLimit:           c.RateLimit,
-		RateBurst:           c.RateBurst,
-		TLS:                 tlsConfig,
-		Metrics:             m,
-		Webhooks:            webhooksAPI(hooks),
-		Events:              feed,
+		Keys:                    keys,
+		Release:                 signer,
+		MaxWaiters:              c.MaxWaiters,
+		MaxWaitersPerCaller:     c.MaxWaitersPerCaller,
+		MaxSessionsPerPrincipal: c.MaxSessionsPerPrincipal,
+		MaxWebhooksPerPrincipal: c.MaxWebhooksPerPrincipal,
+		RateLimit:               c.RateLimit,
+		RateBurst:               c.RateBurst,
+		TLS:                     tlsConfig,
+		Metrics:                 m,
+		Webhooks:                webhooksAPI(hooks),
+		Events:                  feed,
 	})
 	// The admin dashboard, beside the API and a client of its rules: its
 	// live feed asks the API for /v1/events, and its force release is the

@@ -149,7 +149,7 @@ func runBareFront(ctx context.Context, cfg *config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// lockapi's timeouts (internal/http's readHeaderTimeout and idleTimeout).
+	// lockapi's timeouts (internal/http's DefaultHeaderTimeout and idleTimeout).
 	srv := &http.Server{Handler: front.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -284,7 +284,7 @@ func statusError(what string, rep reply) error {
 	case http.StatusForbidden:
 		hint = " (the API key lacks locks:write or may not use these names: check -key and -prefix)"
 	case http.StatusTooManyRequests:
-		hint = " (the server's rate limit or waiter limit: raise LOCKAPI_RATE_LIMIT, or LOCKAPI_MAX_WAITERS and LOCKAPI_MAX_WAITERS_PER_CALLER)"
+		hint = " (the server's rate limit, waiter limit or session quota: raise LOCKAPI_RATE_LIMIT, LOCKAPI_MAX_WAITERS and LOCKAPI_MAX_WAITERS_PER_CALLER, or LOCKAPI_MAX_SESSIONS_PER_PRINCIPAL)"
 	case http.StatusServiceUnavailable:
 		hint = " (the server cannot reach its store, or is shutting down)"
 	}

@@ -65,6 +65,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		var c caller
 		if s.cfg.Keys.Len() != 0 {
+			values := r.Header.Values("Authorization")
+			if len(values) > 1 {
+				// Two credentials name no one caller: taking the first
+				// would let a proxy's header and a client's disagree.
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lockapi", error="invalid_request"`)
+				Error(w, r, &httpError{kindUnauthorized, "send one Authorization header, not several"})
+				return
+			}
 			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 			if !strings.EqualFold(scheme, "Bearer") || token == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="lockapi"`)

@@ -41,6 +41,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength > 0 && !isJSON(ct) {
 		return errMediaType
 	}
+	// No content coding is decoded: a compressed body would be read as
+	// JSON, and a gzip bomb is no risk where nothing inflates it.
+	if ce := r.Header.Values("Content-Encoding"); len(ce) > 1 || len(ce) == 1 && !strings.EqualFold(ce[0], "identity") {
+		return errContentEncoding
+	}
 
 	if r.ContentLength > MaxBodyBytes {
 		return errTooLarge
@@ -188,6 +193,9 @@ func readBody(r *http.Request) ([]byte, error) {
 var (
 	errMediaType = &httpError{kindMediaType, "the request body must be application/json"}
 	errTooLarge  = &httpError{kindTooLarge, fmt.Sprintf("the request body is over %d bytes", MaxBodyBytes)}
+	// errContentEncoding refuses a body with a content coding (RFC 9110
+	// §15.5.16): lockapi decodes none.
+	errContentEncoding = &httpError{kindMediaType, "the request body must be plain application/json: no Content-Encoding (gzip, deflate, ...) is decoded"}
 )
 
 // isJSON reports whether a Content-Type is application/json, with any

@@ -44,6 +44,7 @@ var (
 	kindForbidden    = problemKind{http.StatusForbidden, "forbidden", "Forbidden"}
 	kindReserved     = problemKind{http.StatusForbidden, "reserved-name", "Reserved name"}
 	kindRateLimited  = problemKind{http.StatusTooManyRequests, "rate-limited", "Too many requests"}
+	kindQuota        = problemKind{http.StatusTooManyRequests, "quota-exceeded", "Quota exceeded"}
 	kindInternal     = problemKind{http.StatusInternalServerError, "internal", "Internal server error"}
 	kindUnavailable  = problemKind{http.StatusServiceUnavailable, "unavailable", "Service unavailable"}
 	kindEventsOff    = problemKind{http.StatusNotImplemented, "events-disabled", "Events disabled"}
@@ -72,6 +73,7 @@ var codeKinds = map[lock.Code]problemKind{
 	lock.CodeEventsGone:    kindEventsGone,
 	lock.CodeUnavailable:   kindUnavailable,
 	lock.CodeUnsupported:   kindUnsupported,
+	lock.CodeQuotaExceeded: kindQuota,
 	lock.CodeInternal:      kindInternal,
 
 	lock.CodeSessionLost:     kindSessionLost,

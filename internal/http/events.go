@@ -16,9 +16,10 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// eventsWriteTimeout bounds each write to an event stream: a client that
-// stops reading is cut off then, rather than holding its handler forever.
-const eventsWriteTimeout = 30 * time.Second
+// DefaultEventsWriteTimeout bounds each write to an event stream
+// (Config.EventsWriteTimeout): a client that stops reading is cut off
+// then, rather than holding its handler forever.
+const DefaultEventsWriteTimeout = 30 * time.Second
 
 // newEvent returns the data of e's Server-Sent Event; admins also see the
 // lease id.
@@ -97,7 +98,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return // the answer a GET would start with, and no stream
 	}
-	st := &eventStream{w: w, rc: http.NewResponseController(w)}
+	st := &eventStream{w: w, rc: http.NewResponseController(w), writeTimeout: s.cfg.EventsWriteTimeout}
 	// No deadline outlives the stream: the connection may serve a long
 	// poll next.
 	defer st.rc.SetWriteDeadline(time.Time{})
@@ -223,6 +224,8 @@ type eventStream struct {
 	rc    *http.ResponseController
 	buf   []byte
 	wrote time.Time // the last write
+	// writeTimeout bounds each write (Config.EventsWriteTimeout).
+	writeTimeout time.Duration
 }
 
 // event writes one event: its id, its type as the event name, and v as the
@@ -251,7 +254,7 @@ func (st *eventStream) comment(text string) error {
 // write writes and flushes what buf holds.
 func (st *eventStream) write() error {
 	st.wrote = time.Now()
-	_ = st.rc.SetWriteDeadline(st.wrote.Add(eventsWriteTimeout))
+	_ = st.rc.SetWriteDeadline(st.wrote.Add(st.writeTimeout))
 	if len(st.buf) > 0 {
 		if _, err := st.w.Write(st.buf); err != nil {
 			return err

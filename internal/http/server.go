@@ -49,9 +49,9 @@ const MaxTTLCeiling = 30 * 24 * time.Hour
 // stays, and a read timeout would cancel them. An event stream bounds each
 // of its writes instead.
 const (
-	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 120 * time.Second
-	maxHeaderBytes    = 64 << 10
+	DefaultHeaderTimeout = 10 * time.Second
+	idleTimeout          = 120 * time.Second
+	maxHeaderBytes       = 64 << 10
 	// maxStreams is how many requests one HTTP/2 connection may have in
 	// flight: enough for a client to park its waiters on a few connections.
 	maxStreams = 1000
@@ -87,6 +87,12 @@ type Config struct {
 	// its bucket size; 0 turns rate limiting off (the default).
 	RateLimit float64
 	RateBurst int
+	// MaxSessionsPerPrincipal and MaxWebhooksPerPrincipal bound what one
+	// principal (everyone, on an open server) may create that outlives a
+	// request: live sessions and webhooks, 1000 and 100 by default. The
+	// store counts them, over every instance.
+	MaxSessionsPerPrincipal int
+	MaxWebhooksPerPrincipal int
 
 	// TLS, when set, makes Open serve HTTPS.
 	TLS *tls.Config
@@ -98,6 +104,11 @@ type Config struct {
 	// BodyTimeout is how long a client has to send a request's body, from
 	// the end of its header (30s; body.go).
 	BodyTimeout time.Duration
+	// HeaderTimeout is how long a client has to send a request's header
+	// (10s), on a listener of Open; EventsWriteTimeout bounds each write
+	// to an event stream (30s): a client that stops reading is cut off.
+	HeaderTimeout      time.Duration
+	EventsWriteTimeout time.Duration
 
 	// EventsHeartbeat is how often GET /v1/events writes a keep-alive
 	// comment to a stream with nothing to send (15s).
@@ -116,6 +127,9 @@ type Config struct {
 const (
 	DefaultMaxWaiters          = 10000
 	DefaultMaxWaitersPerCaller = 500
+
+	DefaultMaxSessionsPerPrincipal = 1000
+	DefaultMaxWebhooksPerPrincipal = 100
 )
 
 // Server serves the API. Handler serves it on any listener (httptest); Open
@@ -175,11 +189,23 @@ func (cfg Config) withDefaults() Config {
 	if cfg.MaxWaitersPerCaller <= 0 {
 		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
 	}
+	if cfg.MaxSessionsPerPrincipal <= 0 {
+		cfg.MaxSessionsPerPrincipal = DefaultMaxSessionsPerPrincipal
+	}
+	if cfg.MaxWebhooksPerPrincipal <= 0 {
+		cfg.MaxWebhooksPerPrincipal = DefaultMaxWebhooksPerPrincipal
+	}
 	if cfg.EventsHeartbeat <= 0 {
 		cfg.EventsHeartbeat = DefaultEventsHeartbeat
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if cfg.EventsWriteTimeout <= 0 {
+		cfg.EventsWriteTimeout = DefaultEventsWriteTimeout
 	}
 	return cfg
 }
@@ -298,7 +324,7 @@ func (s *Server) Open(addr string) (err error) {
 	protocols.SetUnencryptedHTTP2(true)
 	s.server = &http.Server{
 		Handler:           s.router,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          log.New(s.log.With().Str("component", "http").Logger(), "", 0),

@@ -185,7 +185,7 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, err)
 		return
 	}
-	req.Principal = c.principal
+	req.Principal, req.Quota = c.principal, s.cfg.MaxSessionsPerPrincipal
 	sess, err := ss.CreateSession(r.Context(), req)
 	if err != nil {
 		Error(w, r, err)

@@ -223,7 +223,8 @@ func (s *Server) handleCreateWebhook(w http.ResponseWriter, r *http.Request) {
 		Error(w, r, errWebhooksOff)
 		return
 	}
-	sub, err := s.cfg.Webhooks.Create(r.Context(), webhook.Spec{URL: req.URL, Prefix: req.Prefix, Types: req.Types})
+	sub, err := s.cfg.Webhooks.Create(r.Context(), webhook.Spec{URL: req.URL, Prefix: req.Prefix, Types: req.Types,
+		Principal: callerOf(r).principal, Quota: s.cfg.MaxWebhooksPerPrincipal})
 	if err != nil {
 		Error(w, r, err)
 		return

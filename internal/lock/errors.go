@@ -25,7 +25,11 @@ const (
 	// CodeUnsupported: this store cannot do what was asked (a semaphore in
 	// redlock mode, say), whatever the input (501).
 	CodeUnsupported Code = "unsupported"
-	CodeInternal    Code = "internal" // anything else: a bug (500)
+	// CodeQuotaExceeded: the caller's principal already has as many of a
+	// thing that outlives a request (sessions, webhooks) as the server
+	// allows one principal (429).
+	CodeQuotaExceeded Code = "quota-exceeded"
+	CodeInternal      Code = "internal" // anything else: a bug (500)
 )
 
 // Error is lockapi's one error type. Detail is safe to show to clients; Err,
@@ -132,6 +136,12 @@ func Unavailable(err error) *Error {
 // Unsupported is the error of a feature that this store does not offer.
 func Unsupported(detail string) *Error {
 	return &Error{Code: CodeUnsupported, Detail: detail}
+}
+
+// QuotaExceeded is the refusal to create one more of what (plural:
+// "sessions") for a principal that has max of them.
+func QuotaExceeded(what string, max int) *Error {
+	return &Error{Code: CodeQuotaExceeded, Detail: fmt.Sprintf("your principal already has %d live %s, the most this server allows one principal; end one first", max, what)}
 }
 
 // Invalid builds a validation error from the fields that failed.

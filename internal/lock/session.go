@@ -42,6 +42,11 @@ type SessionRequest struct {
 	Principal string
 	TTL       time.Duration
 	LockDelay time.Duration
+	// Quota is the most live sessions Principal may have, this one
+	// included: past it CreateSession fails with CodeQuotaExceeded. 0: no
+	// bound. The server chooses it (LOCKAPI_MAX_SESSIONS_PER_PRINCIPAL);
+	// the store counts, so that the bound holds over every instance.
+	Quota int
 }
 
 // SessionRef names a session. Principal, when set, must be the principal
@@ -73,6 +78,8 @@ func (f SessionFilter) Shows(s Session) bool {
 // an acquire that names a session with CodeUnsupported.
 type Sessions interface {
 	// CreateSession starts a session; req is valid (SessionRequest.Validate).
+	// When req.Principal already has req.Quota live sessions it fails with
+	// CodeQuotaExceeded.
 	CreateSession(ctx context.Context, req SessionRequest) (Session, error)
 	// RenewSession resets the session's expiry to now plus ttl (0: its own
 	// TTL) and so every bound lease's. An ended session fails with

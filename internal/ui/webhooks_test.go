@@ -48,14 +48,14 @@ func newWebhookFixture(t *testing.T) *webhookFixture {
 	}
 	grant("ci:a")
 	f.ci = sub("ci-hook", "https://ci.example/hooks/lockapi", "ci:", lock.EventGranted)
-	if err := f.state.Create(ctx, f.ci, last()); err != nil {
+	if err := f.state.Create(ctx, f.ci, last(), 0); err != nil {
 		t.Fatal(err)
 	}
 	grant("ci:b")
 	grant("other")
 	grant("ci:c")
 	f.teamA = sub("team-a-hook", "https://a.example/hook", "team-a:")
-	if err := f.state.Create(ctx, f.teamA, last()); err != nil {
+	if err := f.state.Create(ctx, f.teamA, last(), 0); err != nil {
 		t.Fatal(err)
 	}
 	for i, id := range []string{"1-0", "2-0"} {

@@ -144,7 +144,7 @@ func addWebhook(t *testing.T, f *fixture, spec webhook.Spec) webhook.Subscriptio
 	sub.ID, sub.Secrets, sub.Source, sub.CreatedAt = webhook.NewID(), []string{webhook.NewSecret()}, webhook.SourceAPI, time.Now().UTC()
 	cursor, err := f.store.LastEventID(ctx)
 	if err == nil {
-		err = f.state.Create(ctx, sub, cursor)
+		err = f.state.Create(ctx, sub, cursor, 0)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -281,11 +281,12 @@ func (s *Service) Create(ctx context.Context, spec Spec) (Subscription, error) {
 	sub.Secrets = []string{NewSecret()}
 	sub.Source = SourceAPI
 	sub.CreatedAt = time.Now().UTC()
+	sub.Principal = spec.Principal
 	cursor, err := s.cfg.Log.LastEventID(ctx)
 	if err != nil {
 		return Subscription{}, err
 	}
-	if err := s.cfg.State.Create(ctx, sub, cursor); err != nil {
+	if err := s.cfg.State.Create(ctx, sub, cursor, spec.Quota); err != nil {
 		return Subscription{}, err
 	}
 	s.poke()

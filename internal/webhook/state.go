@@ -21,8 +21,11 @@ import (
 type State interface {
 	// Create adds sub, with cursor as its starting point (the last event
 	// before it existed). When a subscription with the same DedupeKey
-	// exists it adds nothing and fails with CodeExists.
-	Create(ctx context.Context, sub Subscription, cursor string) error
+	// exists it adds nothing and fails with CodeExists. When quota is above
+	// 0 and sub.Principal has quota subscriptions already it adds nothing
+	// and fails with lock.CodeQuotaExceeded: the State counts, so that the
+	// bound holds over every instance that shares it.
+	Create(ctx context.Context, sub Subscription, cursor string, quota int) error
 	// List returns every subscription, in no particular order.
 	List(ctx context.Context) ([]Subscription, error)
 	// Get returns one subscription, or fails with CodeNotFound.

@@ -74,6 +74,9 @@ type Subscription struct {
 	Secrets   []string  `json:"secrets"`
 	Source    Source    `json:"source"`
 	CreatedAt time.Time `json:"created_at"`
+	// Principal created it over the API ("" on an open server, and for
+	// the file's): its quota counts it (Spec.Quota).
+	Principal string `json:"principal,omitempty"`
 }
 
 // Filter is the event filter of the subscription.
@@ -150,6 +153,11 @@ type Spec struct {
 	URL    string
 	Prefix string
 	Types  []string
+	// Principal asks for it, over the API; Quota, when above 0, is the
+	// most subscriptions that principal may have, this one included
+	// (LOCKAPI_MAX_WEBHOOKS_PER_PRINCIPAL): the server chooses it.
+	Principal string
+	Quota     int
 }
 
 // MaxURLLen bounds a subscription's URL.

@@ -45,7 +45,11 @@ type Store struct {
 	// sessions holds live sessions, and ended ones for
 	// lock.EndedSessionMemory (sessions.go).
 	sessions map[string]*memSession
-	log      *eventLog
+	// owned holds each principal's sessions that may live, to count them
+	// against a quota (lock.SessionRequest.Quota); ended ones leave at the
+	// next count.
+	owned map[string]map[*memSession]struct{}
+	log   *eventLog
 	// due holds every live lease, earliest expiry first; timer fires at
 	// the earliest (expiry.go). armedAt is when it is set to fire.
 	due     schedule
@@ -135,6 +139,7 @@ func NewWithOptions(o Options) *Store {
 		delays: make(map[string]struct{}),
 
 		sessions: make(map[string]*memSession),
+		owned:    make(map[string]map[*memSession]struct{}),
 		log:      newEventLog(o),
 		done:     make(chan struct{}),
 	}

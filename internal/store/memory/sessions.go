@@ -102,6 +102,9 @@ func (m *Store) CreateSession(ctx context.Context, req lock.SessionRequest) (loc
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
+	if req.Quota > 0 && m.liveSessionsOf(req.Principal, now) >= req.Quota {
+		return lock.Session{}, lock.QuotaExceeded("sessions", req.Quota)
+	}
 	s := &memSession{
 		Session: lock.Session{
 			ID:        ulid.Make().String(),
@@ -114,7 +117,29 @@ func (m *Store) CreateSession(ctx context.Context, req lock.SessionRequest) (loc
 		leases: make(map[*memLease]struct{}),
 	}
 	m.sessions[s.ID] = s
+	owned := m.owned[req.Principal]
+	if owned == nil {
+		owned = make(map[*memSession]struct{})
+		m.owned[req.Principal] = owned
+	}
+	owned[s] = struct{}{}
 	return s.view(), nil
+}
+
+// liveSessionsOf counts principal's live sessions, and forgets its ended
+// ones, so that a count costs what the principal has, not every session
+// the store remembers. Callers hold m.mu.
+func (m *Store) liveSessionsOf(principal string, now time.Time) int {
+	owned := m.owned[principal]
+	for s := range owned {
+		if !s.live(now) {
+			delete(owned, s)
+		}
+	}
+	if len(owned) == 0 {
+		delete(m.owned, principal)
+	}
+	return len(owned)
 }
 
 // RenewSession implements lock.Sessions: the session's expiry, and every
@@ -219,6 +244,12 @@ func (m *Store) forgetSessions(now time.Time) {
 	for id, s := range m.sessions {
 		if now.Sub(s.ExpiresAt) > lock.EndedSessionMemory {
 			delete(m.sessions, id)
+			if owned := m.owned[s.Principal]; owned != nil {
+				delete(owned, s)
+				if len(owned) == 0 {
+					delete(m.owned, s.Principal)
+				}
+			}
 		}
 	}
 }

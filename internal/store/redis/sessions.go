@@ -117,9 +117,17 @@ func (ss *sessions) notice(payload string) {
 // CreateSession implements lock.Sessions.
 func (ss *sessions) CreateSession(ctx context.Context, req lock.SessionRequest) (lock.Session, error) {
 	id := ulid.Make().String()
+	if req.Quota > 0 {
+		if err := ss.claimSession(ctx, id, req); err != nil {
+			return lock.Session{}, err
+		}
+	}
 	res, confirmed, err := ss.write(ctx, "session_create", ss.s.scripts.sessionCreate, id,
 		req.Owner, req.Principal, req.TTL.Milliseconds(), req.LockDelay.Milliseconds(), id)
 	if err != nil {
+		if req.Quota > 0 && lock.ErrorCode(err) != lock.CodeUnavailable {
+			ss.unclaimSession(ctx, req.Principal, id)
+		}
 		return lock.Session{}, err
 	}
 	if err := ss.confirm("session", confirmed, "it ends by itself at its TTL; create another"); err != nil {
@@ -176,6 +184,9 @@ func (ss *sessions) EndSession(ctx context.Context, ref lock.SessionRef) (lock.S
 		sess, err = ss.endShadows(ctx, ref.ID, res)
 	} else if sess, err = sessionOf(ref.ID, res); err == nil {
 		err = ss.finish(ctx, ref.ID)
+	}
+	if sess.ID != "" {
+		ss.unclaimSession(ctx, sess.Principal, sess.ID)
 	}
 	if err != nil {
 		return sess, err

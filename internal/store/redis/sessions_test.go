@@ -328,3 +328,71 @@ func renewalCost(t *testing.T, ss lock.Sessions, masters []*redistest.Node, id s
 	}
 	return c
 }
+
+// TestSessions_quota_over_instances: two instances on one Redis count one
+// principal's sessions together, creates racing from both never pass the
+// quota, and a renewed session past its first expiry still counts.
+func TestSessions_quota_over_instances(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisstore.NewClient(redisstore.ClientConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var stores [2]lock.Sessions
+	for i := range stores {
+		s, err := redisstore.New(c, redisstore.Options{Prefix: "quota:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s.Sessions()
+	}
+	const quota = 5
+	req := lock.SessionRequest{Owner: "w", Principal: "p", TTL: time.Minute, Quota: quota}
+	// A short session, renewed: its first expiry passes, it lives on.
+	short := req
+	short.TTL = lock.MinSessionTTL
+	renewed, err := stores[0].CreateSession(ctx, short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stores[1].RenewSession(ctx, lock.SessionRef{ID: renewed.ID}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lock.MinSessionTTL + 1200*time.Millisecond) // past its first expiry and the slack
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made, refused := 0, 0
+	for i := range 40 {
+		wg.Go(func() {
+			_, err := stores[i%2].CreateSession(ctx, req)
+			mu.Lock()
+			defer mu.Unlock()
+			switch lock.ErrorCode(err) {
+			case "":
+				made++
+			case lock.CodeQuotaExceeded:
+				refused++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	list, err := stores[0].ListSessions(ctx, lock.SessionFilter{Principal: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made+1 > quota || len(list) != made+1 || refused != 40-made {
+		t.Fatalf("40 racing creates with a quota of %d and 1 renewed session: %d made, %d refused, %d listed", quota, made, refused, len(list))
+	}
+	// Whatever the race refused, the places left can be taken one by one.
+	for range quota - 1 - made {
+		if _, err := stores[1].CreateSession(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = stores[0].CreateSession(ctx, req)
+	storetest.WantCode(t, err, lock.CodeQuotaExceeded)
+}

@@ -50,6 +50,7 @@ var behaviours = []behaviour{
 	{"DeadLetters_and_Replay", deadLettersAndReplay},
 	{"Changes", changes},
 	{"DeadLetters_bounded", deadLettersBounded},
+	{"Quota_per_principal", quotaPerPrincipal},
 }
 
 var ctx = context.Background()
@@ -67,7 +68,7 @@ func createListGetDelete(t *testing.T, newState Backend) {
 	s := newState(t)
 	a, b := subscription("https://a.example/"), subscription("https://b.example/")
 	for _, x := range []webhook.Subscription{a, b} {
-		if err := s.Create(ctx, x, "5-0"); err != nil {
+		if err := s.Create(ctx, x, "5-0", 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,11 +105,11 @@ func createListGetDelete(t *testing.T, newState Backend) {
 func errExists(t *testing.T, newState Backend) {
 	s := newState(t)
 	a := subscription("https://a.example/")
-	if err := s.Create(ctx, a, ""); err != nil {
+	if err := s.Create(ctx, a, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	dup := subscription("https://a.example/")
-	err := s.Create(ctx, dup, "")
+	err := s.Create(ctx, dup, "", 0)
 	if lock.ErrorCode(err) != webhook.CodeExists {
 		t.Fatalf("duplicate Create: %v", err)
 	}
@@ -119,7 +120,7 @@ func errExists(t *testing.T, newState Backend) {
 	if err := s.Delete(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Create(ctx, dup, ""); err != nil {
+	if err := s.Create(ctx, dup, "", 0); err != nil {
 		t.Fatalf("Create after the original's Delete: %v", err)
 	}
 }
@@ -148,7 +149,7 @@ func cursor(t *testing.T, newState Backend) {
 func deadLettersAndReplay(t *testing.T, newState Backend) {
 	s := newState(t)
 	a := subscription("https://a.example/")
-	if err := s.Create(ctx, a, ""); err != nil {
+	if err := s.Create(ctx, a, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	// Event order, not string order: 9-0 before 10-0.
@@ -251,7 +252,7 @@ func changes(t *testing.T, newState Backend) {
 	notice("subscribing") // changes before it may have been missed
 	quiet("subscribing")
 	a := subscription("https://a.example/")
-	if err := s.Create(ctx, a, ""); err != nil {
+	if err := s.Create(ctx, a, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	notice("Create")
@@ -300,5 +301,43 @@ func deadLettersBounded(t *testing.T, newState Backend) {
 	all, err := s.DeadLetters(ctx, "busy", "", 0)
 	if err != nil || len(all) != webhook.MaxDeadLetters || all[0].EventID != "3-0" {
 		t.Fatalf("%d letters from %v, %v; want %d from 3-0", len(all), all[0].EventID, err, webhook.MaxDeadLetters)
+	}
+}
+
+// quotaPerPrincipal: past its quota a principal's create is refused and
+// stores nothing; another principal, and a create without a quota, are
+// not affected; a deleted subscription frees its place.
+func quotaPerPrincipal(t *testing.T, newState Backend) {
+	s := newState(t)
+	mine := func(url, principal string) webhook.Subscription {
+		sub := subscription(url)
+		sub.Principal = principal
+		return sub
+	}
+	first := mine("https://a.example/1", "alice")
+	for _, sub := range []webhook.Subscription{first, mine("https://a.example/2", "alice"), mine("https://b.example/1", "bob")} {
+		if err := s.Create(ctx, sub, "", 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	over := mine("https://a.example/3", "alice")
+	if err := s.Create(ctx, over, "", 2); lock.ErrorCode(err) != lock.CodeQuotaExceeded {
+		t.Fatalf("a create past the quota: %v", err)
+	}
+	if _, err := s.Get(ctx, over.ID); lock.ErrorCode(err) != webhook.CodeNotFound {
+		t.Fatal("a create refused for its quota was stored")
+	}
+	// Its dedupe key was not kept either: with room, it is made.
+	if err := s.Delete(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, over, "", 2); err != nil {
+		t.Fatalf("a create after a delete freed a place: %v", err)
+	}
+	if err := s.Create(ctx, mine("https://a.example/4", "alice"), "", 2); lock.ErrorCode(err) != lock.CodeQuotaExceeded {
+		t.Fatalf("a create past the quota again: %v", err)
+	}
+	if err := s.Create(ctx, mine("https://a.example/5", "alice"), "", 0); err != nil {
+		t.Fatalf("a create without a quota: %v", err)
 	}
 }

@@ -24,6 +24,7 @@ var sessionBehaviours = []behaviour{
 	{"Lock_delay_is_shown_and_listed_until_it_ends", lockDelayIsShown},
 	{"Session_of_another_principal_is_not_found", sessionOfAnotherPrincipal},
 	{"Acquire_with_an_unknown_or_ended_session_changes_nothing", acquireWithBadSession},
+	{"Session_quota_counts_each_principals_live_sessions", sessionQuota},
 }
 
 // openSessions opens a store of b and its sessions, skipping the test on a
@@ -439,4 +440,49 @@ func acquireWithBadSession(t *testing.T, b Backend) {
 	if st := Inspect(t, s, "bad"); st.Held || st.LastToken != 0 {
 		t.Fatalf("refused acquires changed the lock: %+v", st)
 	}
+}
+
+// sessionQuota: past SessionRequest.Quota live sessions of one principal a
+// create is refused and changes nothing; another principal is not
+// affected, and a session that ends (deleted, or expired) frees its place.
+func sessionQuota(t *testing.T, b Backend) {
+	_, ss := openSessions(t, b)
+	alice := lock.SessionRequest{Principal: "alice", Quota: 3}
+	short := newSession(t, ss, lock.SessionRequest{Principal: "alice", Quota: 3, TTL: lock.MinSessionTTL})
+	first := newSession(t, ss, alice)
+	newSession(t, ss, alice)
+	_, err := ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", Principal: "alice", TTL: time.Minute, Quota: 3})
+	WantCode(t, err, lock.CodeQuotaExceeded)
+	list, err := ss.ListSessions(ctx, lock.SessionFilter{Principal: "alice"})
+	if err != nil || len(list) > 3 {
+		t.Fatalf("alice's sessions after a refusal = %d, %v", len(list), err)
+	}
+	// A renewal keeps its place, another principal has its own count.
+	if _, err := ss.RenewSession(ctx, lock.SessionRef{ID: first.ID}, 0); err != nil {
+		t.Fatal(err)
+	}
+	newSession(t, ss, lock.SessionRequest{Principal: "bob", Quota: 1})
+	_, err = ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", Principal: "bob", TTL: time.Minute, Quota: 1})
+	WantCode(t, err, lock.CodeQuotaExceeded)
+	// A deleted session frees its place at once.
+	if _, err := ss.EndSession(ctx, lock.SessionRef{ID: first.ID}); err != nil {
+		t.Fatal(err)
+	}
+	newSession(t, ss, alice)
+	// An expired one frees it soon after its expiry (a store may keep
+	// counting it a moment longer, for clocks that differ).
+	deadline := short.ExpiresAt.Add(5 * time.Second)
+	for {
+		_, err := ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", Principal: "alice", TTL: time.Minute, Quota: 3})
+		if err == nil {
+			break
+		}
+		WantCode(t, err, lock.CodeQuotaExceeded)
+		if time.Now().After(deadline) {
+			t.Fatal("an expired session still counts 5 s after its expiry")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, err = ss.CreateSession(ctx, lock.SessionRequest{Owner: "w", Principal: "alice", TTL: time.Minute, Quota: 3})
+	WantCode(t, err, lock.CodeQuotaExceeded)
 }

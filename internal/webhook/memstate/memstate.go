@@ -77,18 +77,33 @@ func clone(s webhook.Subscription) webhook.Subscription {
 	return s
 }
 
-func (m *State) Create(ctx context.Context, sub webhook.Subscription, cursor string) error {
+func (m *State) Create(ctx context.Context, sub webhook.Subscription, cursor string, quota int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := sub.DedupeKey()
 	if id, ok := m.dedupe[key]; ok {
 		return webhook.Exists(id)
 	}
+	if quota > 0 && m.countOf(sub.Principal) >= quota {
+		return lock.QuotaExceeded("webhooks", quota)
+	}
 	m.dedupe[key] = sub.ID
 	m.subs[sub.ID] = clone(sub)
 	m.cursors[sub.ID] = cursor
 	m.changedLocked()
 	return nil
+}
+
+// countOf counts principal's subscriptions; m.mu is held. A State holds a
+// few hundred at most: a walk costs less than an index to keep.
+func (m *State) countOf(principal string) int {
+	n := 0
+	for _, s := range m.subs {
+		if s.Principal == principal {
+			n++
+		}
+	}
+	return n
 }
 
 func (m *State) List(ctx context.Context) ([]webhook.Subscription, error) {

@@ -9,6 +9,7 @@
 //	webhooks:{wh:<id>}:cursor      string: the last event id the subscription is done with
 //	webhooks:{wh:<id>}:dead        hash: event id -> dead letter JSON
 //	webhooks:{wh:<id>}:replay      hash: event id -> dead letter JSON, queued for replay
+//	webhooks:by-principal:<p>      set: the ids of principal p's subscriptions, for its quota
 //
 // A subscription's own keys share the hash tag {wh:<id>}, so the commands
 // that touch several of them at once (MULTI, DEL) work on Redis Cluster too;
@@ -29,8 +30,10 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lockapi/lockapi/internal/layout"
@@ -130,6 +133,9 @@ func (s *State) cursorKey(id string) string  { return s.tag(id) + ":cursor" }
 func (s *State) deadKey(id string) string    { return s.tag(id) + ":dead" }
 func (s *State) replaysKey(id string) string { return s.tag(id) + ":replay" }
 func (s *State) channel() string             { return s.prefix + "changed" }
+func (s *State) ownedKey(principal string) string {
+	return s.prefix + "by-principal:" + principal
+}
 
 func (s *State) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
@@ -147,7 +153,7 @@ func fail(err error) error {
 	return lock.Unavailable(err)
 }
 
-func (s *State) Create(ctx context.Context, sub webhook.Subscription, cursor string) error {
+func (s *State) Create(ctx context.Context, sub webhook.Subscription, cursor string, quota int) error {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	data, err := stored(sub)
@@ -175,6 +181,14 @@ func (s *State) Create(ctx context.Context, sub webhook.Subscription, cursor str
 		// subscription, or a delete died half-way: the claim is stale.
 		if err := s.rdb.HSet(ctx, s.dedupeKey(), key, sub.ID).Err(); err != nil {
 			return fail(err)
+		}
+	}
+	if quota > 0 {
+		if err := s.claim(ctx, sub, quota); err != nil {
+			if owner, herr := s.rdb.HGet(ctx, s.dedupeKey(), key).Result(); herr == nil && owner == sub.ID {
+				_ = s.rdb.HDel(ctx, s.dedupeKey(), key).Err()
+			}
+			return err
 		}
 	}
 	// The cursor first: once the subscription is listed, a worker may
@@ -323,6 +337,9 @@ func (s *State) Delete(ctx context.Context, id string) error {
 	if err := s.rdb.HDel(ctx, s.subsKey(), id).Err(); err != nil {
 		return fail(err)
 	}
+	// Uncounted once gone from the list; should this fail, the next
+	// create past the quota finds the id gone and uncounts it.
+	_ = s.rdb.SRem(ctx, s.ownedKey(sub.Principal), id).Err()
 	// Gone from the list: the workers stop even if what follows fails.
 	defer s.changed(ctx, id)
 	// The dedupe entry goes only if it is still this subscription's; a
@@ -451,4 +468,78 @@ func (s *State) letters(ctx context.Context, key, after string, limit int) ([]we
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// claim counts sub against its principal's quota, in Redis so that the
+// bound holds over every instance: its id joins the principal's set
+// first, and the set is counted after. Past the quota it takes out the
+// ids whose subscriptions are gone (a create or a delete that died half
+// way), counts again, and past it still takes its own id out and fails.
+// Two creates racing near the bound may so both fail, never both pass.
+func (s *State) claim(ctx context.Context, sub webhook.Subscription, quota int) error {
+	key := s.ownedKey(sub.Principal)
+	var n *goredis.IntCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.SAdd(ctx, key, sub.ID)
+		n = p.SCard(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	count := n.Val()
+	if count > int64(quota) {
+		if count, err = s.recount(ctx, key, sub.ID); err != nil {
+			_ = s.rdb.SRem(ctx, key, sub.ID).Err()
+			return err
+		}
+	}
+	if count > int64(quota) {
+		if err := s.rdb.SRem(ctx, key, sub.ID).Err(); err != nil {
+			return fail(err)
+		}
+		return lock.QuotaExceeded("webhooks", quota)
+	}
+	return nil
+}
+
+// claimGrace is how long an id may be counted before its subscription is
+// listed: a create between its claim and its listing makes a few calls,
+// each within the State's call timeout.
+const claimGrace = time.Minute
+
+// young reports whether id (a ULID, as webhook.NewID makes them) was made
+// less than claimGrace ago: its create may still be on its way.
+func young(id string) bool {
+	u, err := ulid.ParseStrict(strings.ToUpper(id))
+	return err == nil && time.Since(ulid.Time(u.Time())) < claimGrace
+}
+
+// recount takes out of the principal's set key the ids whose
+// subscriptions are gone, but for mine (being created), and counts again.
+func (s *State) recount(ctx context.Context, key, mine string) (int64, error) {
+	ids, err := s.rdb.SMembers(ctx, key).Result()
+	if err != nil {
+		return 0, fail(err)
+	}
+	ids = slices.DeleteFunc(ids, func(id string) bool { return id == mine })
+	if len(ids) == 0 {
+		return 1, nil
+	}
+	subs, err := s.rdb.HMGet(ctx, s.subsKey(), ids...).Result()
+	if err != nil {
+		return 0, fail(err)
+	}
+	var gone []any
+	for i, v := range subs {
+		if v == nil && !young(ids[i]) {
+			gone = append(gone, ids[i])
+		}
+	}
+	if len(gone) > 0 {
+		if err := s.rdb.SRem(ctx, key, gone...).Err(); err != nil {
+			return 0, fail(err)
+		}
+	}
+	return int64(len(ids)-len(gone)) + 1, nil
 }

@@ -65,7 +65,7 @@ func TestKeys(t *testing.T) {
 		rdb.Del(ctx, "pin:webhooks:subs", "pin:webhooks:dedupe", "pin:webhooks:{wh:abc}:cursor", "pin:webhooks:{wh:abc}:dead", "pin:webhooks:{wh:abc}:replay")
 	})
 	sub := webhook.Subscription{ID: "abc", URL: "https://a.example/", Secrets: []string{webhook.NewSecret()}, Source: webhook.SourceAPI}
-	if err := s.Create(ctx, sub, "1-0"); err != nil {
+	if err := s.Create(ctx, sub, "1-0", 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AddDeadLetter(ctx, "abc", webhook.DeadLetter{EventID: "2-0", Payload: []byte(`{}`)}); err != nil {
@@ -115,7 +115,7 @@ func TestChanges_across_instances_and_silence(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 	sub := webhook.Subscription{ID: webhook.NewID(), URL: "https://a.example/", Secrets: []string{webhook.NewSecret()}, Source: webhook.SourceAPI}
-	if err := b.Create(context.Background(), sub, ""); err != nil {
+	if err := b.Create(context.Background(), sub, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Delete(context.Background(), sub.ID) })
@@ -139,7 +139,7 @@ func TestLayout(t *testing.T) {
 	s.SetUnknownLayout(func(kind layout.Kind, v, at string) { told = append(told, string(kind)+" v="+v+" "+at) })
 	subs := prefix + "webhooks:subs"
 	old := webhook.Subscription{ID: "old", URL: "https://a.example/", Secrets: []string{webhook.NewSecret()}, Source: webhook.SourceAPI}
-	if err := s.Create(ctx, old, "1-0"); err != nil {
+	if err := s.Create(ctx, old, "1-0", 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AddDeadLetter(ctx, "old", webhook.DeadLetter{EventID: "2-0", Payload: []byte(`{}`)}); err != nil {
