@@ -224,23 +224,41 @@ func TestService_hanging_receivers_hold_the_probation_share(t *testing.T) {
 }
 
 // hangingReceiver never answers: each request waits until its client
-// gives up. It records how many it held at once.
+// gives up. It records how many it held at once, counting a request as held
+// for at most countedHold after it arrived: its client gives up a second
+// (the test's Timeout) after sending it, and the server only notices that
+// some time later, by as much as a loaded machine delays the read that
+// sees the connection close. Counting up to that notice made lingering
+// handlers of attempts the service had already given up look like more
+// attempts at once than it makes. The count errs low by at most the last
+// 300 ms of each attempt; a service that ignored probation would still show
+// all 100 hanging webhooks at once.
 type hangingReceiver struct {
 	URL  string
 	now  atomic.Int32
 	most atomic.Int32
 }
 
+// countedHold is how long hangingReceiver counts a request as held: less
+// than the one-second Timeout of the tests that use it.
+const countedHold = 700 * time.Millisecond
+
 func newHangingReceiver(t *testing.T) *hangingReceiver {
 	r := &hangingReceiver{}
 	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
 		n := r.now.Add(1)
-		defer r.now.Add(-1)
 		for m := r.most.Load(); n > m && !r.most.CompareAndSwap(m, n); m = r.most.Load() {
 		}
+		held := time.NewTimer(countedHold)
+		defer held.Stop()
 		// Read to the end, so that the server notices the client
 		// leave: the request's context ends with the connection.
 		_, _ = io.Copy(io.Discard, req.Body)
+		select {
+		case <-req.Context().Done():
+		case <-held.C:
+		}
+		r.now.Add(-1)
 		<-req.Context().Done()
 	}))
 	t.Cleanup(func() {
