@@ -135,7 +135,9 @@ func (e *ProblemError) Is(target error) bool {
 	case ErrLeaseLost:
 		return e.Status == http.StatusGone
 	case ErrUnavailable:
-		return transientStatus(e.Status)
+		// A quota is not transient: asking again fails until the
+		// principal ends sessions or webhooks it holds.
+		return transientStatus(e.Status) && e.Type != problemTypeBase+"quota-exceeded"
 	}
 	return false
 }

@@ -354,6 +354,10 @@ func TestSecurity_quotas(t *testing.T) {
 		if p := r.problem(t); r.Status != 429 || p.Type != problemType("quota-exceeded") {
 			t.Fatalf("past the quota: %d %s", r.Status, r.Body)
 		}
+		// Waiting does not help, so nothing tells the client to retry.
+		if ra := r.Header.Get("Retry-After"); ra != "" {
+			t.Fatalf("past the quota: Retry-After %q", ra)
+		}
 	}
 	create := func(key string) response {
 		return s.do(t, call{method: "POST", path: "/v1/sessions", key: key, body: `{"ttl_ms":60000}`})

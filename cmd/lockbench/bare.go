@@ -83,7 +83,14 @@ func (f *bareFront) acquire(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	g, err := f.st.TryAcquire(r.Context(), lock.AcquireRequest{Lock: r.PathValue("name"), Owner: b.Owner, TTL: time.Duration(b.TTLMs) * time.Millisecond})
+	req := lock.AcquireRequest{Lock: r.PathValue("name"), Owner: b.Owner, TTL: time.Duration(b.TTLMs) * time.Millisecond}
+	// Stores trust a validated request (internal/lock), as the server's
+	// handlers validate it.
+	if err := req.Validate(); err != nil {
+		lockhttp.Error(w, r, err)
+		return
+	}
+	g, err := f.st.TryAcquire(r.Context(), req)
 	if err != nil {
 		lockhttp.Error(w, r, err)
 		return

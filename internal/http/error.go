@@ -152,7 +152,9 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 	if retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(retryAfter, 10))
 	}
-	if p.Status == kindRateLimited.status && w.Header().Get("Retry-After") == "" {
+	// A rate limit passes with time; a quota only when the principal ends
+	// what it holds, so its 429 carries no Retry-After.
+	if p.Type == ProblemTypeBase+kindRateLimited.slug && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 

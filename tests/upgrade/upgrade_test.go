@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -621,14 +623,16 @@ func unknownLayouts(t *testing.T, cur *instance, rdb *goredis.Client) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, line := range []string{`lockapi_unknown_layout_total{kind="events"} 2`, `lockapi_unknown_layout_total{kind="sessions"} 1`} {
-		if !bytes.Contains(metrics, []byte(line+"\n")) {
-			t.Errorf("/metrics has no %s", line)
+	// The counter counts reads, not records: a reader that reads an entry
+	// again (a webhook catching up, the stream) counts it again. At least
+	// the injected records: 2 events, 1 session, 1 webhook.
+	for kind, least := range map[string]int{"events": 2, "sessions": 1, "webhooks": 1} {
+		m := regexp.MustCompile(`(?m)^lockapi_unknown_layout_total\{kind="` + kind + `"\} ([0-9]+)$`).FindSubmatch(metrics)
+		if n := 0; m == nil {
+			t.Errorf("/metrics has no lockapi_unknown_layout_total{kind=%q}", kind)
+		} else if n, _ = strconv.Atoi(string(m[1])); n < least {
+			t.Errorf("lockapi_unknown_layout_total{kind=%q} = %d, want at least %d", kind, n, least)
 		}
-	}
-	// The webhook service reads the subscriptions too: at least 1.
-	if !bytes.Contains(metrics, []byte(`lockapi_unknown_layout_total{kind="webhooks"} `)) || bytes.Contains(metrics, []byte(`lockapi_unknown_layout_total{kind="webhooks"} 0`)) {
-		t.Errorf("/metrics counts no webhook of an unknown layout")
 	}
 	logs := cur.logs.String()
 	for _, kind := range []string{"events", "sessions", "webhooks"} {

@@ -71,29 +71,38 @@ func (ss *sessions) claimSession(ctx context.Context, id string, req lock.Sessio
 
 // recount looks at the sessions ids whose scores in key have passed: one
 // that lives on (renewed) gets its expiry as its score, one that ended
-// leaves. It returns the count after.
+// leaves. It returns the count after. It reads every session in one
+// pipeline and writes the set in another (a Cluster client splits the
+// reads by node): a principal with a thousand renewed sessions costs two
+// round trips, not two thousand inside one call's deadline.
 func (ss *sessions) recount(ctx context.Context, key string, ids []string, now time.Time) (int64, error) {
-	for _, id := range ids {
-		v, err := ss.s.rdb.HMGet(ctx, ss.s.sessionKey(id), "exp", "ended").Result()
-		if err != nil {
-			return 0, storeError(err)
+	reads := make([]*goredis.SliceCmd, len(ids))
+	if _, err := ss.s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, id := range ids {
+			reads[i] = p.HMGet(ctx, ss.s.sessionKey(id), "exp", "ended")
 		}
-		exp, _ := v[0].(string)
-		ms, perr := strconv.ParseInt(exp, 10, 64)
-		if ended, _ := v[1].(string); perr != nil || ended != "" || time.UnixMilli(ms).Add(quotaClockSlack).Before(now) {
-			err = ss.s.rdb.ZRem(ctx, key, id).Err()
-		} else {
-			err = ss.s.rdb.ZAddXX(ctx, key, goredis.Z{Score: quotaScore(time.UnixMilli(ms)), Member: id}).Err()
-		}
-		if err != nil {
-			return 0, storeError(err)
-		}
-	}
-	n, err := ss.s.rdb.ZCard(ctx, key).Result()
-	if err != nil {
+		return nil
+	}); err != nil {
 		return 0, storeError(err)
 	}
-	return n, nil
+	var card *goredis.IntCmd
+	if _, err := ss.s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, id := range ids {
+			v := reads[i].Val()
+			exp, _ := v[0].(string)
+			ms, perr := strconv.ParseInt(exp, 10, 64)
+			if ended, _ := v[1].(string); perr != nil || ended != "" || time.UnixMilli(ms).Add(quotaClockSlack).Before(now) {
+				p.ZRem(ctx, key, id)
+			} else {
+				p.ZAddXX(ctx, key, goredis.Z{Score: quotaScore(time.UnixMilli(ms)), Member: id})
+			}
+		}
+		card = p.ZCard(ctx, key)
+		return nil
+	}); err != nil {
+		return 0, storeError(err)
+	}
+	return card.Val(), nil
 }
 
 // unclaimSession stops counting session id of principal: it ended, or was

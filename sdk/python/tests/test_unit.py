@@ -45,6 +45,7 @@ class ErrorFromResponseTest(unittest.TestCase):
             (403, "forbidden", lockapi.Forbidden),
             (503, "unavailable", lockapi.Unavailable),
             (429, "rate-limited", lockapi.Unavailable),
+            (429, "quota-exceeded", lockapi.APIError),  # waiting does not help
             (409, "limit-mismatch", lockapi.APIError),
             (400, "invalid-request", lockapi.APIError),
             (410, "session-lost", lockapi.SessionLost),

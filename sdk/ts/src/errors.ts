@@ -286,7 +286,9 @@ export async function responseError(res: Response, lockName: string): Promise<Ap
     case 403:
       return new ForbiddenError(p);
   }
-  if (isTransientStatus(res.status)) {
+  // A quota (429 quota-exceeded) is not transient: asking again fails
+  // until the principal ends sessions or webhooks it holds.
+  if (isTransientStatus(res.status) && p.type !== problemTypeBase + "quota-exceeded") {
     return new UnavailableError(p);
   }
   return new ApiError(p);

@@ -211,7 +211,9 @@ def error_from_response(status: int, headers: Mapping[str, str], body: bytes, lo
     if cls is None and not slug:
         # No problem type: classify by status alone.
         cls = Unavailable if status in TRANSIENT_STATUSES else _BY_STATUS.get(status)
-    if cls is None and status in TRANSIENT_STATUSES:
+    # A quota (429 quota-exceeded) is not transient: asking again fails
+    # until the principal ends sessions or webhooks it holds.
+    if cls is None and status in TRANSIENT_STATUSES and slug != "quota-exceeded":
         cls = Unavailable
     return (cls or APIError)(detail, **kw)
 
