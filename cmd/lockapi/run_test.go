@@ -169,12 +169,12 @@ func mustSee(t *testing.T, ch <-chan struct{}, what string, r *Run) {
 
 func heldBy(t *testing.T, url, name string) string {
 	t.Helper()
-	resp, err := newTestClient(t, url).API().GetLockWithResponse(context.Background(), name, nil)
-	if err != nil || resp.JSON200 == nil {
-		t.Fatalf("get lock: %v %v", err, resp)
+	st, err := newTestClient(t, url).Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatalf("get lock: %v", err)
 	}
-	if resp.JSON200.Held {
-		return resp.JSON200.Holder.Owner
+	if st.Held {
+		return st.Holder.Owner
 	}
 	return ""
 }
@@ -327,9 +327,8 @@ func TestRun_LeaseLostTerminatesCommand(t *testing.T) {
 		`trap 'echo got-term > "$MARKER"; kill $! 2>/dev/null; exit 0' TERM; echo started; sleep 30 & wait`)
 	mustSee(t, r.Stdout.Seen("started"), "the command to start", r)
 
-	resp, err := newTestClient(t, url).API().ForceReleaseWithResponse(context.Background(), "job")
-	if err != nil || resp.JSON200 == nil || !resp.JSON200.Released {
-		t.Fatalf("force release: %v %v", err, resp)
+	if released, err := newTestClient(t, url).ForceRelease(context.Background(), "job"); err != nil || !released {
+		t.Fatalf("force release: released %v, %v", released, err)
 	}
 	res := r.Wait(t, time.Second+promptly)
 	if res.Code != exitLeaseLost {
@@ -349,7 +348,7 @@ func TestRun_LeaseLostKillsAfterGrace(t *testing.T) {
 	r := start(context.Background(), "run", "--server", url, "--ttl", "1s", "--grace", "300ms", "job", "--", "sh", "-c",
 		`trap '' TERM; echo started; exec sleep 30`)
 	mustSee(t, r.Stdout.Seen("started"), "the command to start", r)
-	if _, err := newTestClient(t, url).API().ForceReleaseWithResponse(context.Background(), "job"); err != nil {
+	if _, err := newTestClient(t, url).ForceRelease(context.Background(), "job"); err != nil {
 		t.Fatal(err)
 	}
 	res := r.Wait(t, time.Second+promptly)
