@@ -53,6 +53,23 @@ func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
+// DefaultURL is the server of FromEnv when LOCKAPI_URL is not set.
+const DefaultURL = "http://localhost:8080"
+
+// FromEnv returns a client configured as every lockapi client is: the
+// server at $LOCKAPI_URL (DefaultURL if unset), with $LOCKAPI_API_KEY as
+// its API key if set. opts apply after, and so override the key.
+func FromEnv(opts ...Option) (*Client, error) {
+	url := os.Getenv("LOCKAPI_URL")
+	if url == "" {
+		url = DefaultURL
+	}
+	if key := os.Getenv("LOCKAPI_API_KEY"); key != "" {
+		opts = append([]Option{WithAPIKey(key)}, opts...)
+	}
+	return New(url, opts...)
+}
+
 // New returns a client of the lockapi server at baseURL, e.g.
 // "http://localhost:8080".
 func New(baseURL string, opts ...Option) (*Client, error) {

@@ -224,3 +224,21 @@ func TestClient_webhooks_and_VerifyWebhook(t *testing.T) {
 		t.Fatalf("get of a deleted webhook: %v", err)
 	}
 }
+
+// FromEnv reads LOCKAPI_URL and LOCKAPI_API_KEY, as every lockapi client does.
+func TestFromEnv(t *testing.T) {
+	e := MustOpenMemoryEnv(t, lockhttp.Config{})
+	t.Setenv("LOCKAPI_URL", e.URL)
+	t.Setenv("LOCKAPI_API_KEY", "lka_not_checked_by_an_open_server")
+	c, err := client.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Inspect(context.Background(), "env"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LOCKAPI_URL", "localhost:8080")
+	if _, err := client.FromEnv(); err == nil {
+		t.Fatal("FromEnv took a URL without a scheme")
+	}
+}

@@ -406,11 +406,19 @@ func TestRun_ServerUnavailable(t *testing.T) {
 	}
 }
 
+// The server is $LOCKAPI_URL, as the SDKs read it; LOCKAPI_SERVER, its
+// older name, still works, with a warning.
 func TestRun_ServerFromEnvironment(t *testing.T) {
 	url := startServer(t, lockhttp.Config{})
+	t.Setenv("LOCKAPI_URL", url)
+	t.Setenv("LOCKAPI_SERVER", "http://127.0.0.1:1")
+	if r := lockapi(t, "run", "job", "true"); r.Code != 0 || strings.Contains(r.Stderr, "deprecated") {
+		t.Errorf("LOCKAPI_URL: exit %d: %s", r.Code, r.Stderr)
+	}
+	t.Setenv("LOCKAPI_URL", "")
 	t.Setenv("LOCKAPI_SERVER", url)
-	if r := lockapi(t, "run", "job", "true"); r.Code != 0 {
-		t.Errorf("exit %d: %s", r.Code, r.Stderr)
+	if r := lockapi(t, "run", "job", "true"); r.Code != 0 || strings.Count(r.Stderr, "LOCKAPI_SERVER is deprecated") != 1 {
+		t.Errorf("LOCKAPI_SERVER: exit %d, want 0 and one warning: %s", r.Code, r.Stderr)
 	}
 }
 
