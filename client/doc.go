@@ -28,6 +28,11 @@
 // resources you guard and have them refuse tokens smaller than one they
 // have seen.
 //
+// AcquireOptions.Manual takes a lease without its watchdog: the caller
+// renews it with Lease.Renew. FromEnv configures a client from
+// LOCKAPI_URL and LOCKAPI_API_KEY, as every lockapi client does.
+// VerifyWebhook checks a webhook delivery and returns its event.
+//
 // Every operation of the API is a method of Client, on this package's own
 // types: Inspect and Watch (a blocking query) read a lock's state, ListLocks
 // and Locks list the held locks, ForceRelease ends a lock's leases;

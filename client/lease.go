@@ -38,6 +38,7 @@ type Lease struct {
 	limit      int    // the semaphore's permits; 0 for a lock
 	releaseAll bool   // the owner is unique to this lease: Release drops every hold
 	bound      bool   // bound to a session, which renews it
+	releaseURL string
 
 	mu        sync.Mutex
 	ttl       time.Duration
@@ -68,6 +69,7 @@ func newLease(c *Client, g *api.Lease, releaseAll bool, sent time.Time) *Lease {
 		mode:       string(g.Mode),
 		limit:      int(g.Limit),
 		releaseAll: releaseAll,
+		releaseURL: g.ReleaseURL,
 		ttl:        time.Duration(g.TTLMs) * time.Millisecond,
 		holdCount:  int(g.HoldCount),
 		renewedAt:  sent,
@@ -91,6 +93,11 @@ func (l *Lease) Limit() int { return l.limit }
 
 // ID returns the lease id, the capability to renew and release the lease.
 func (l *Lease) ID() string { return l.id }
+
+// ReleaseURL returns the lease's signed release URL, relative to the
+// server: a POST to it, with no API key, releases every hold (for a CI
+// system or a webhook to end the lease). Keep it as secret as the ID.
+func (l *Lease) ReleaseURL() string { return l.releaseURL }
 
 // Owner returns the owner the lease was granted to.
 func (l *Lease) Owner() string { return l.owner }

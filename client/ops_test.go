@@ -75,6 +75,18 @@ func TestClient_locks_and_sessions(t *testing.T) {
 		}
 	})
 
+	t.Run("OK_ReleaseURL_frees_the_lock", func(t *testing.T) {
+		l := e.MustAcquire("ops:url", client.AcquireOptions{Owner: "w"})
+		resp, err := http.Post(e.URL+l.ReleaseURL(), "", nil) // no API key: the URL is the capability
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if st, err := e.Client.Inspect(ctx, "ops:url"); err != nil || st.Held {
+			t.Fatalf("after a POST to %q (%d): %+v, %v", l.ReleaseURL(), resp.StatusCode, st, err)
+		}
+	})
+
 	t.Run("OK_sessions", func(t *testing.T) {
 		s, err := e.Client.NewSession(ctx, client.SessionOptions{Owner: "ops-sess", TTL: 10 * time.Second})
 		if err != nil {
