@@ -53,6 +53,23 @@ func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
+// DefaultURL is the server of FromEnv when LOCKAPI_URL is not set.
+const DefaultURL = "http://localhost:8080"
+
+// FromEnv returns a client configured as every lockapi client is: the
+// server at $LOCKAPI_URL (DefaultURL if unset), with $LOCKAPI_API_KEY as
+// its API key if set. opts apply after, and so override the key.
+func FromEnv(opts ...Option) (*Client, error) {
+	url := os.Getenv("LOCKAPI_URL")
+	if url == "" {
+		url = DefaultURL
+	}
+	if key := os.Getenv("LOCKAPI_API_KEY"); key != "" {
+		opts = append([]Option{WithAPIKey(key)}, opts...)
+	}
+	return New(url, opts...)
+}
+
 // New returns a client of the lockapi server at baseURL, e.g.
 // "http://localhost:8080".
 func New(baseURL string, opts ...Option) (*Client, error) {
@@ -81,11 +98,6 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	}
 	return &Client{api: a, timeout: cfg.timeout}, nil
 }
-
-// API returns the low-level client, generated from openapi.yaml, that c
-// sends its requests with: for the operations Client has no method for,
-// such as ListLocks and ForceRelease.
-func (c *Client) API() *api.ClientWithResponses { return c.api }
 
 // AcquireOptions tunes an acquire. Every field is optional.
 type AcquireOptions struct {
@@ -121,6 +133,14 @@ type AcquireOptions struct {
 	// Fair waits in arrival order: while others queued first, the lock goes
 	// to them. It matters only with Wait.
 	Fair bool
+	// Manual takes the lease without its watchdog, as redislock's Obtain
+	// does: the caller renews it with Lease.Renew, more often than its TTL
+	// (a third of it is what the watchdog does). Lost still closes when
+	// the lease is lost: when Renew or Release learns it, or when no
+	// renewal succeeded before the safety margin ahead of its expiry. A
+	// lease bound to a session has no renewal of its own: Manual does not
+	// apply to it.
+	Manual bool
 }
 
 // body is the acquire request that opts describe.
@@ -190,9 +210,9 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		case err != nil:
 			err = unavailable(err)
 		case resp.JSON201 != nil:
-			return c.grant(ctx, resp.JSON201, unique, wait > 0, sent, received, sess)
+			return c.grant(ctx, resp.JSON201, unique, opts.Manual, wait > 0, sent, received, sess)
 		case resp.JSON200 != nil:
-			return c.grant(ctx, resp.JSON200, unique, wait > 0, sent, received, sess)
+			return c.grant(ctx, resp.JSON200, unique, opts.Manual, wait > 0, sent, received, sess)
 		default:
 			err = responseError(name, resp.HTTPResponse, resp.Body)
 		}
@@ -224,9 +244,10 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 
 // grant makes the lease of a granted acquire and starts its watchdog; a
 // lease bound to sess has none of its own, and follows the session's.
-func (c *Client) grant(ctx context.Context, g *api.Lease, unique, waited bool, sent, received time.Time, sess *Session) (*Lease, error) {
+func (c *Client) grant(ctx context.Context, g *api.Lease, unique, manual, waited bool, sent, received time.Time, sess *Session) (*Lease, error) {
 	l := newLease(c, g, unique, sent)
 	if sess != nil {
+		l.bound = true
 		go l.follow(sess)
 		return l, nil
 	}
@@ -242,6 +263,10 @@ func (c *Client) grant(ctx context.Context, g *api.Lease, unique, waited bool, s
 			cancel()
 			return nil, fmt.Errorf("lockapi: acquire %q: granted after waiting, but the grant could not be confirmed: %w", l.name, err)
 		}
+	}
+	if manual {
+		go l.expire()
+		return l, nil
 	}
 	go watch(l.watchCtx, l, c.timeout, l.watchDone)
 	return l, nil
@@ -340,7 +365,7 @@ func earliest(a, b time.Time) time.Time {
 // one at a time in one global order and never holds some while it waits for
 // the others, so overlapping AcquireAll calls cannot deadlock. The leases
 // come back in the order of names; each renews itself and is released on
-// its own (ReleaseAll releases them together). opts.Limit and opts.Fair do
+// its own (Client.ReleaseAll releases them together). opts.Limit and opts.Fair do
 // not apply to several locks at once.
 //
 // When a lock is still held after opts.Wait, the error is a *HeldError
@@ -385,7 +410,7 @@ func (c *Client) acquireAll(ctx context.Context, names []string, opts AcquireOpt
 		case err != nil:
 			return nil, fmt.Errorf("lockapi: acquire %s: %w", what, unavailable(err))
 		case resp.JSON201 != nil:
-			return c.grantAll(ctx, resp.JSON201.Leases, unique, wait > 0, sent, received, sess)
+			return c.grantAll(ctx, resp.JSON201.Leases, unique, opts.Manual, wait > 0, sent, received, sess)
 		}
 		err = responseError(what, resp.HTTPResponse, resp.Body)
 		if !(IsHeld(err) || IsLockDelay(err)) || opts.Wait <= 0 || time.Until(deadline) < time.Millisecond {
@@ -398,13 +423,13 @@ func (c *Client) acquireAll(ctx context.Context, names []string, opts AcquireOpt
 }
 
 // grantAll makes the leases of a granted multi-lock, all or none.
-func (c *Client) grantAll(ctx context.Context, gs []api.Lease, unique, waited bool, sent, received time.Time, sess *Session) ([]*Lease, error) {
+func (c *Client) grantAll(ctx context.Context, gs []api.Lease, unique, manual, waited bool, sent, received time.Time, sess *Session) ([]*Lease, error) {
 	leases := make([]*Lease, 0, len(gs))
 	for i := range gs {
-		l, err := c.grant(ctx, &gs[i], unique, waited, sent, received, sess)
+		l, err := c.grant(ctx, &gs[i], unique, manual, waited, sent, received, sess)
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
-			_ = ReleaseAll(rctx, leases)
+			_ = c.ReleaseAll(rctx, leases)
 			for _, g := range gs[i+1:] {
 				_ = newLease(c, &g, unique, sent).delete(rctx)
 			}
@@ -418,7 +443,7 @@ func (c *Client) grantAll(ctx context.Context, gs []api.Lease, unique, waited bo
 
 // ReleaseAll releases leases (from AcquireAll, or any others) and returns
 // their errors joined.
-func ReleaseAll(ctx context.Context, leases []*Lease) error {
+func (c *Client) ReleaseAll(ctx context.Context, leases []*Lease) error {
 	var errs []error
 	for _, l := range leases {
 		errs = append(errs, l.Release(ctx))

@@ -28,8 +28,18 @@
 // resources you guard and have them refuse tokens smaller than one they
 // have seen.
 //
-// Inspect reads a lock's state. The operations without a method here
-// (listing and force-releasing locks, blocking queries) are on the
-// low-level client that Client.API returns, generated from openapi.yaml
-// into package github.com/lockapi/lockapi/client/api.
+// AcquireOptions.Manual takes a lease without its watchdog: the caller
+// renews it with Lease.Renew. FromEnv configures a client from
+// LOCKAPI_URL and LOCKAPI_API_KEY, as every lockapi client does.
+// VerifyWebhook checks a webhook delivery and returns its event.
+//
+// Every operation of the API is a method of Client, on this package's own
+// types: Inspect and Watch (a blocking query) read a lock's state, ListLocks
+// and Locks list the held locks, ForceRelease ends a lock's leases;
+// NewSession, GetSession, ListSessions and DeleteSession handle sessions;
+// CreateWebhook, ListWebhooks, GetWebhook, DeleteWebhook, PingWebhook,
+// ListDeadLetters and ReplayDeadLetter handle webhooks; Events streams the
+// changes of locks. The client generated from openapi.yaml (package
+// client/api) is how this package speaks HTTP, and is no part of its API:
+// it exists for the tests that hold the server to its contract.
 package client

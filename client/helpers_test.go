@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/client"
+	"github.com/lockapi/lockapi/client/api"
 	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -36,6 +37,7 @@ type Env struct {
 	URL    string
 	Rec    *Recorder
 	Client *client.Client
+	API    *api.ClientWithResponses
 
 	mu     sync.Mutex
 	server *lockhttp.Server // nil while stopped
@@ -103,6 +105,12 @@ func mustOpenEnv(t *testing.T, st lock.Store, cfg lockhttp.Config) *Env {
 		t.Fatal(err)
 	}
 	e.Client = c
+	// The generated client, for the tests that compare the SDK with the
+	// server's own answers.
+	e.API, err = api.NewClientWithResponses(e.URL, api.WithHTTPClient(&http.Client{Transport: e.Rec}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(e.Stop)
 	return e
 }
@@ -152,30 +160,24 @@ func (e *Env) MustAcquire(name string, opts client.AcquireOptions) *client.Lease
 	return l
 }
 
-// ForceRelease frees name through the low-level client, as an operator.
+// ForceRelease frees name, as an operator.
 func (e *Env) ForceRelease(name string) {
 	e.t.Helper()
-	resp, err := e.Client.API().ForceReleaseWithResponse(context.Background(), name)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if resp.JSON200 == nil || !resp.JSON200.Released {
-		e.t.Fatalf("force release %q: %d %s", name, resp.StatusCode(), resp.Body)
+	released, err := e.Client.ForceRelease(context.Background(), name)
+	if err != nil || !released {
+		e.t.Fatalf("force release %q: released %v, %v", name, released, err)
 	}
 }
 
 // Holder returns the owner and hold count of name's holder ("" if free).
 func (e *Env) Holder(name string) (owner string, holds int) {
 	e.t.Helper()
-	resp, err := e.Client.API().GetLockWithResponse(context.Background(), name, nil)
+	st, err := e.Client.Inspect(context.Background(), name)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if resp.JSON200 == nil {
-		e.t.Fatalf("get lock %q: %d %s", name, resp.StatusCode(), resp.Body)
-	}
-	if h := resp.JSON200.Holder; resp.JSON200.Held && h != nil {
-		return h.Owner, int(h.HoldCount)
+	if h := st.Holder; st.Held && h != nil {
+		return h.Owner, h.HoldCount
 	}
 	return "", 0
 }

@@ -4,19 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
+	"net/http"
 	"time"
 
 	"github.com/lockapi/lockapi/client/api"
 )
 
 // LockMode says how a lock is held.
-type LockMode = api.LockMode
+type LockMode string
 
 // The lock modes (docs/LOCK_KINDS.md).
 const (
-	ModeExclusive = api.LockModeExclusive // one writer, perhaps with shared leases of its own owner
-	ModeShared    = api.LockModeShared    // readers only
-	ModeSemaphore = api.LockModeSemaphore // permits of a semaphore
+	ModeExclusive LockMode = "exclusive" // one writer, perhaps with shared leases of its own owner
+	ModeShared    LockMode = "shared"    // readers only
+	ModeSemaphore LockMode = "semaphore" // permits of a semaphore
 )
 
 // LockState is a lock's state, as anyone with read access may see it: the
@@ -67,18 +69,123 @@ type Holder struct {
 // name, a refused API key), a failure wrapping ErrUnavailable, or ctx's
 // error.
 func (c *Client) Inspect(ctx context.Context, name string) (*LockState, error) {
-	rctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	resp, err := c.api.GetLockWithResponse(rctx, name, nil)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("lockapi: inspect %q: %w", name, context.Cause(ctx))
-	case err != nil:
-		return nil, fmt.Errorf("lockapi: inspect %q: %w", name, unavailable(err))
-	case resp.JSON200 == nil:
-		return nil, responseError(name, resp.HTTPResponse, resp.Body)
+	return c.getLock(ctx, name, nil, 0)
+}
+
+// Watch is a blocking query of the lock name, as Consul's: it answers with
+// the lock's state as soon as its Index differs from index, or after wait
+// (clamped to the server's maximum wait, 60s by default) with the state as
+// it is. Pass each answer's Index to the next Watch to follow a lock:
+//
+//	st, err := c.Inspect(ctx, name)
+//	for err == nil {
+//		// ... st is the lock's latest state
+//		st, err = c.Watch(ctx, name, st.Index, time.Minute)
+//	}
+//
+// An index of "" answers at once, as Inspect does. Errors are Inspect's.
+func (c *Client) Watch(ctx context.Context, name, index string, wait time.Duration) (*LockState, error) {
+	params := &api.GetLockParams{}
+	if index != "" {
+		params.Index = &index
 	}
-	return newLockState(resp.JSON200), nil
+	if wait > 0 {
+		ms := ceilMs(wait)
+		params.WaitMs = &ms
+	}
+	return c.getLock(ctx, name, params, wait)
+}
+
+func (c *Client) getLock(ctx context.Context, name string, params *api.GetLockParams, wait time.Duration) (*LockState, error) {
+	var s api.LockState
+	err := c.call(ctx, fmt.Sprintf("inspect %q", name), name, wait+c.timeout, func(ctx context.Context) (*http.Response, error) {
+		return c.api.GetLock(ctx, name, params)
+	}, http.StatusOK, &s)
+	if err != nil {
+		return nil, err
+	}
+	return newLockState(&s), nil
+}
+
+// ListLocksOptions selects a page of ListLocks. Every field is optional.
+type ListLocksOptions struct {
+	// Prefix selects the locks whose names start with it.
+	Prefix string
+	// Limit is the most locks on a page; 0 is the server's default.
+	Limit int
+	// Cursor continues a listing where the last page's NextCursor left off.
+	Cursor string
+}
+
+// LockPage is one page of ListLocks.
+type LockPage struct {
+	Locks []*LockState
+	// NextCursor is the Cursor of the next page; "" on the last.
+	NextCursor string
+}
+
+// ListLocks returns a page of the held locks (GET /v1/locks), in name
+// order; Locks walks every page. Errors are Inspect's.
+func (c *Client) ListLocks(ctx context.Context, opts ListLocksOptions) (*LockPage, error) {
+	params := &api.ListLocksParams{}
+	if opts.Prefix != "" {
+		params.Prefix = &opts.Prefix
+	}
+	if opts.Limit > 0 {
+		params.Limit = &opts.Limit
+	}
+	if opts.Cursor != "" {
+		params.Cursor = &opts.Cursor
+	}
+	var list api.LockList
+	err := c.call(ctx, "list locks", "", 0, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ListLocks(ctx, params)
+	}, http.StatusOK, &list)
+	if err != nil {
+		return nil, err
+	}
+	page := &LockPage{Locks: make([]*LockState, 0, len(list.Locks))}
+	for i := range list.Locks {
+		page.Locks = append(page.Locks, newLockState(&list.Locks[i]))
+	}
+	if list.NextCursor != nil {
+		page.NextCursor = *list.NextCursor
+	}
+	return page, nil
+}
+
+// Locks walks every page of ListLocks from opts.Cursor on, and yields each
+// held lock; an error ends the sequence.
+func (c *Client) Locks(ctx context.Context, opts ListLocksOptions) iter.Seq2[*LockState, error] {
+	return func(yield func(*LockState, error) bool) {
+		for {
+			page, err := c.ListLocks(ctx, opts)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, st := range page.Locks {
+				if !yield(st, nil) {
+					return
+				}
+			}
+			if page.NextCursor == "" {
+				return
+			}
+			opts.Cursor = page.NextCursor
+		}
+	}
+}
+
+// ForceRelease ends every lease of the lock name, as an admin (DELETE
+// /v1/locks/{name}); released reports whether it was held. Its holders
+// learn it at their next renewal (410): their leases are lost.
+func (c *Client) ForceRelease(ctx context.Context, name string) (released bool, err error) {
+	var res api.ForceReleaseResult
+	err = c.call(ctx, fmt.Sprintf("force release %q", name), name, 0, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ForceRelease(ctx, name)
+	}, http.StatusOK, &res)
+	return res.Released, err
 }
 
 func newLockState(s *api.LockState) *LockState {
@@ -91,7 +198,7 @@ func newLockState(s *api.LockState) *LockState {
 		Index:       s.Index,
 	}
 	if s.Mode != nil {
-		st.Mode = *s.Mode
+		st.Mode = LockMode(*s.Mode)
 	}
 	if s.LockDelayRemainingMs != nil {
 		st.LockDelay = time.Duration(*s.LockDelayRemainingMs) * time.Millisecond
@@ -134,7 +241,8 @@ func (s LockState) MarshalJSON() ([]byte, error) {
 		Index:        s.Index,
 	}
 	if s.Mode != "" {
-		out.Mode = &s.Mode
+		mode := api.LockMode(s.Mode)
+		out.Mode = &mode
 	}
 	if s.LockDelay > 0 {
 		ms := ceilMs(s.LockDelay)

@@ -81,7 +81,7 @@ func TestInspect(t *testing.T) {
 		t.Run("OK_json_as_the_server_answers", func(t *testing.T) {
 			e.MustAcquire("js", client.AcquireOptions{Owner: "w", Metadata: map[string]string{"k": "v"}})
 			for _, name := range []string{"js", "rw", "sem", "fresh"} {
-				resp, err := e.Client.API().GetLockWithResponse(ctx, name, nil)
+				resp, err := e.API.GetLockWithResponse(ctx, name, nil)
 				if err != nil || resp.JSON200 == nil {
 					t.Fatalf("get %s: %v %v", name, err, resp)
 				}

@@ -78,7 +78,7 @@ func TestAcquire_semaphore(t *testing.T) {
 		if _, err := e.Client.Acquire(ctx, "sem", client.AcquireOptions{Limit: 3}); !client.IsHeld(err) {
 			t.Fatalf("a fourth permit: %v", err)
 		}
-		if err := client.ReleaseAll(ctx, permits); err != nil {
+		if err := e.Client.ReleaseAll(ctx, permits); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -100,8 +100,8 @@ func TestAcquire_fair_queue_refusal_is_held(t *testing.T) {
 		// holder is gone... until the waiter has had its turn.
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			st, err := e.Client.API().GetLockWithResponse(ctx, "fq", nil)
-			if err == nil && st.JSON200 != nil && st.JSON200.QueueLength == 1 {
+			st, err := e.Client.Inspect(ctx, "fq")
+			if err == nil && st.QueueLength == 1 {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -149,7 +149,7 @@ func TestAcquireAll(t *testing.T) {
 		if len(ls) != 3 || ls[0].Name() != "c" || ls[1].Name() != "a" || ls[2].Name() != "b" {
 			t.Fatalf("leases %v", ls)
 		}
-		if err := client.ReleaseAll(ctx, ls); err != nil {
+		if err := e.Client.ReleaseAll(ctx, ls); err != nil {
 			t.Fatal(err)
 		}
 		if owner, _ := e.Holder("b"); owner != "" {

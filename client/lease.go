@@ -37,6 +37,8 @@ type Lease struct {
 	mode       string // "exclusive" or "shared"
 	limit      int    // the semaphore's permits; 0 for a lock
 	releaseAll bool   // the owner is unique to this lease: Release drops every hold
+	bound      bool   // bound to a session, which renews it
+	releaseURL string
 
 	mu        sync.Mutex
 	ttl       time.Duration
@@ -67,6 +69,7 @@ func newLease(c *Client, g *api.Lease, releaseAll bool, sent time.Time) *Lease {
 		mode:       string(g.Mode),
 		limit:      int(g.Limit),
 		releaseAll: releaseAll,
+		releaseURL: g.ReleaseURL,
 		ttl:        time.Duration(g.TTLMs) * time.Millisecond,
 		holdCount:  int(g.HoldCount),
 		renewedAt:  sent,
@@ -90,6 +93,11 @@ func (l *Lease) Limit() int { return l.limit }
 
 // ID returns the lease id, the capability to renew and release the lease.
 func (l *Lease) ID() string { return l.id }
+
+// ReleaseURL returns the lease's signed release URL, relative to the
+// server: a POST to it, with no API key, releases every hold (for a CI
+// system or a webhook to end the lease). Keep it as secret as the ID.
+func (l *Lease) ReleaseURL() string { return l.releaseURL }
 
 // Owner returns the owner the lease was granted to.
 func (l *Lease) Owner() string { return l.owner }
@@ -141,6 +149,59 @@ func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
+}
+
+// Renew renews the lease now, for its full TTL, and reports whether it is
+// still held: nil, or an error wrapping ErrLeaseLost once it is lost (the
+// server answered 410, or no renewal succeeded before the safety margin
+// ahead of its expiry; Lost is then closed). Other failures
+// (ErrUnavailable, ctx) leave the lease as it was: try again, before
+// ExpiresAt less the safety margin. A lease taken with
+// AcquireOptions.Manual is renewed only this way; a watched one may be
+// renewed early with it too. A lease bound to a session is renewed by its
+// session: Renew of one returns an error.
+func (l *Lease) Renew(ctx context.Context) error {
+	if l.bound {
+		return fmt.Errorf("lockapi: renew lock %q: the lease is bound to a session, which renews it", l.name)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	safe := l.safeDeadline()
+	if !time.Now().Before(safe) {
+		err := l.timeoutError(nil)
+		l.end(err, true)
+		return l.Err()
+	}
+	err := l.renewOnce(ctx, earliest(safe, time.Now().Add(l.c.timeout)))
+	switch {
+	case err == nil:
+		return l.Err() // nil, unless it ended meanwhile
+	case ctx.Err() != nil:
+		return fmt.Errorf("lockapi: renew lock %q: %w", l.name, context.Cause(ctx))
+	case errors.Is(err, ErrUnavailable):
+		return fmt.Errorf("lockapi: renew lock %q: %w", l.name, err)
+	}
+	l.end(l.lostError(err), true)
+	return l.Err()
+}
+
+// expire is the watchdog of a manual lease: it renews nothing, and ends
+// the lease as lost once the safety margin ahead of its expiry is reached
+// without a renewal (Renew moves that deadline on). Release stops it.
+func (l *Lease) expire() {
+	defer close(l.watchDone)
+	for {
+		safe := l.safeDeadline()
+		if !sleepUntil(l.watchCtx, safe) {
+			return
+		}
+		if !time.Now().Before(l.safeDeadline()) {
+			l.end(&lostError{lock: l.name, leaseID: l.id, token: l.token,
+				reason: fmt.Sprintf("it was not renewed (Lease.Renew) until %v before its expiry, after which another holder may exist", safetyMargin(l.TTL()))}, true)
+			return
+		}
+	}
 }
 
 // Release stops the renewals and releases the lease: one hold, or every

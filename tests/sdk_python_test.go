@@ -60,7 +60,7 @@ func TestPythonSDK(t *testing.T) {
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
-			s := startServer(t, []string{st.store(t), keys})
+			s := startServer(t, []string{st.store(t), keys, "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true"})
 			out := runTool(t, dir, 2*time.Minute, []string{
 				"LOCKAPI_URL=" + s.URL,
 				"LOCKAPI_API_KEY=" + adminKey,

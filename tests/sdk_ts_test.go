@@ -47,7 +47,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
-			s := startServer(t, append(st.env(t), "LOCKAPI_API_KEYS="+keys.lines))
+			s := startServer(t, append(st.env(t), "LOCKAPI_API_KEYS="+keys.lines, "LOCKAPI_WEBHOOKS_ALLOW_PRIVATE=true"))
 			out := runTool(t, dir, 3*time.Minute, append(keys.env(s.URL), "LOCKAPI_STORE="+st.name), npm, "test")
 			// node --test exits non-zero on a failure; an exit 0 must also
 			// have run tests, not found none.

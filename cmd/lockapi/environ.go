@@ -11,16 +11,18 @@ import (
 // docs/CONFIGURATION.md lists them; TestEnviron_every_name_in_the_repository_is_known
 // keeps this list whole.
 var otherNames = map[string]string{
-	// Read by the command-line clients (run, status, events).
-	"LOCKAPI_SERVER":  "client",
+	// Read by the command-line clients (run, status, events) and by the
+	// SDKs' default constructors; LOCKAPI_SERVER is LOCKAPI_URL's
+	// deprecated older name, which the command-line clients still read.
+	"LOCKAPI_URL":     "client",
 	"LOCKAPI_API_KEY": "client",
+	"LOCKAPI_SERVER":  "client",
 	// Set by `lockapi run` for the command it runs.
 	"LOCKAPI_LOCK":          "run",
 	"LOCKAPI_LEASE_ID":      "run",
 	"LOCKAPI_FENCING_TOKEN": "run",
 	// Read by lockapi's own test suites and the SDKs' tests, which start
 	// servers in the environment they run in; LOCKAPI_TEST_* too (testPrefix).
-	"LOCKAPI_URL":                "test",
 	"LOCKAPI_KEY":                "test",
 	"LOCKAPI_ADMIN_KEY":          "test",
 	"LOCKAPI_NARROW_KEY":         "test",

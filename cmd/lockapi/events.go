@@ -24,7 +24,7 @@ server restart: it resumes after the last event it printed, and says on
 stderr why and where from each time it reconnects.
 
 Flags:
-  --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
+  --server URL   lockapi server (default $LOCKAPI_URL, else http://localhost:8080)
   --lock NAME    only the events of the lock NAME
   --prefix P     only the events of locks whose names start with P
   --types T,...  only these types: %s
@@ -46,7 +46,7 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("events", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported below
 	fs.Usage = func() {}
-	server := fs.String("server", defaultServer(), "")
+	server := fs.String("server", defaultServer(stderr), "")
 	var opts client.EventsOptions
 	fs.StringVar(&opts.Lock, "lock", "", "")
 	fs.StringVar(&opts.Prefix, "prefix", "", "")

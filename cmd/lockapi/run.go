@@ -41,7 +41,7 @@ after --grace, and lockapi run exits 70. Give the fencing token to whatever
 the command writes to, so that a late write is refused.
 
 Flags:
-  --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
+  --server URL   lockapi server (default $LOCKAPI_URL, else http://localhost:8080)
   --ttl D        lease TTL; renewed every TTL/3 (default 30s)
   --wait D       how long to wait for a held lock (or through a lock-delay);
                  0 tries once (default 5m)
@@ -81,10 +81,10 @@ type runConfig struct {
 	command []string
 }
 
-func parseRunFlags(args []string) (runConfig, error) {
+func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	var c runConfig
 	f := newFlags("run")
-	f.bind("server", stringValue(&c.server, defaultServer()))
+	f.bind("server", stringValue(&c.server, defaultServer(stderr)))
 	f.bind("ttl", durationValue(&c.ttl, 30*time.Second, positive))
 	f.bind("wait", durationValue(&c.wait, 5*time.Minute, notNegative))
 	f.bind("owner", stringValue(&c.owner, ""))
@@ -131,11 +131,18 @@ func limitValue(p *int) value {
 	return v
 }
 
-func defaultServer() string {
-	if s := os.Getenv("LOCKAPI_SERVER"); s != "" {
+// defaultServer is the server of --server's default: $LOCKAPI_URL, as
+// every SDK reads it; else $LOCKAPI_SERVER, its deprecated older name
+// (with a warning on stderr); else the local server.
+func defaultServer(stderr io.Writer) string {
+	if s := os.Getenv("LOCKAPI_URL"); s != "" {
 		return s
 	}
-	return "http://localhost:8080"
+	if s := os.Getenv("LOCKAPI_SERVER"); s != "" {
+		fmt.Fprintln(stderr, "lockapi: warning: LOCKAPI_SERVER is deprecated: set LOCKAPI_URL, which the SDKs read too")
+		return s
+	}
+	return client.DefaultURL
 }
 
 // newClient returns a client of server, with $LOCKAPI_API_KEY if set.
@@ -149,7 +156,7 @@ func newClient(server string) (*client.Client, error) {
 
 // runCmd implements `lockapi run`.
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, err := parseRunFlags(args)
+	c, err := parseRunFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, runUsage)
 		return 0

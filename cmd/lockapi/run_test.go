@@ -169,12 +169,12 @@ func mustSee(t *testing.T, ch <-chan struct{}, what string, r *Run) {
 
 func heldBy(t *testing.T, url, name string) string {
 	t.Helper()
-	resp, err := newTestClient(t, url).API().GetLockWithResponse(context.Background(), name, nil)
-	if err != nil || resp.JSON200 == nil {
-		t.Fatalf("get lock: %v %v", err, resp)
+	st, err := newTestClient(t, url).Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatalf("get lock: %v", err)
 	}
-	if resp.JSON200.Held {
-		return resp.JSON200.Holder.Owner
+	if st.Held {
+		return st.Holder.Owner
 	}
 	return ""
 }
@@ -327,9 +327,8 @@ func TestRun_LeaseLostTerminatesCommand(t *testing.T) {
 		`trap 'echo got-term > "$MARKER"; kill $! 2>/dev/null; exit 0' TERM; echo started; sleep 30 & wait`)
 	mustSee(t, r.Stdout.Seen("started"), "the command to start", r)
 
-	resp, err := newTestClient(t, url).API().ForceReleaseWithResponse(context.Background(), "job")
-	if err != nil || resp.JSON200 == nil || !resp.JSON200.Released {
-		t.Fatalf("force release: %v %v", err, resp)
+	if released, err := newTestClient(t, url).ForceRelease(context.Background(), "job"); err != nil || !released {
+		t.Fatalf("force release: released %v, %v", released, err)
 	}
 	res := r.Wait(t, time.Second+promptly)
 	if res.Code != exitLeaseLost {
@@ -349,7 +348,7 @@ func TestRun_LeaseLostKillsAfterGrace(t *testing.T) {
 	r := start(context.Background(), "run", "--server", url, "--ttl", "1s", "--grace", "300ms", "job", "--", "sh", "-c",
 		`trap '' TERM; echo started; exec sleep 30`)
 	mustSee(t, r.Stdout.Seen("started"), "the command to start", r)
-	if _, err := newTestClient(t, url).API().ForceReleaseWithResponse(context.Background(), "job"); err != nil {
+	if _, err := newTestClient(t, url).ForceRelease(context.Background(), "job"); err != nil {
 		t.Fatal(err)
 	}
 	res := r.Wait(t, time.Second+promptly)
@@ -407,11 +406,19 @@ func TestRun_ServerUnavailable(t *testing.T) {
 	}
 }
 
+// The server is $LOCKAPI_URL, as the SDKs read it; LOCKAPI_SERVER, its
+// older name, still works, with a warning.
 func TestRun_ServerFromEnvironment(t *testing.T) {
 	url := startServer(t, lockhttp.Config{})
+	t.Setenv("LOCKAPI_URL", url)
+	t.Setenv("LOCKAPI_SERVER", "http://127.0.0.1:1")
+	if r := lockapi(t, "run", "job", "true"); r.Code != 0 || strings.Contains(r.Stderr, "deprecated") {
+		t.Errorf("LOCKAPI_URL: exit %d: %s", r.Code, r.Stderr)
+	}
+	t.Setenv("LOCKAPI_URL", "")
 	t.Setenv("LOCKAPI_SERVER", url)
-	if r := lockapi(t, "run", "job", "true"); r.Code != 0 {
-		t.Errorf("exit %d: %s", r.Code, r.Stderr)
+	if r := lockapi(t, "run", "job", "true"); r.Code != 0 || strings.Count(r.Stderr, "LOCKAPI_SERVER is deprecated") != 1 {
+		t.Errorf("LOCKAPI_SERVER: exit %d, want 0 and one warning: %s", r.Code, r.Stderr)
 	}
 }
 

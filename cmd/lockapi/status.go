@@ -23,7 +23,7 @@ and until when; for a read-write lock or a semaphore, every holder; how
 many waiters are queued; and what is left of a lock-delay that closes it.
 
 Flags:
-  --server URL   lockapi server (default $LOCKAPI_SERVER, else http://localhost:8080)
+  --server URL   lockapi server (default $LOCKAPI_URL, else http://localhost:8080)
   --json         print the state as one line of JSON, in the form of the
                  server's answer (LockState in openapi.yaml)
 
@@ -39,7 +39,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported below
 	fs.Usage = func() {}
-	server := fs.String("server", defaultServer(), "")
+	server := fs.String("server", defaultServer(stderr), "")
 	asJSON := fs.Bool("json", false, "")
 	// Flags may come before or after NAME.
 	var names []string

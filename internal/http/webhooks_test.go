@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/client"
 	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
@@ -83,7 +84,7 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 			r.fail--
 		}
 		r.mu.Unlock()
-		if err := (webhook.Verifier{Secrets: []string{secret}}).Verify(req.Header, body); err != nil {
+		if _, err := (client.WebhookVerifier{Secrets: []string{secret}}).Verify(req.Header, body); err != nil {
 			t.Errorf("receiver: %v", err)
 			w.WriteHeader(http.StatusUnauthorized)
 			return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/client"
 	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -61,9 +62,9 @@ func (r *receiver) setSecret(s string) {
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	r.mu.Lock()
-	v := webhook.Verifier{Secrets: r.secrets}
+	v := client.WebhookVerifier{Secrets: r.secrets}
 	r.mu.Unlock()
-	if err := v.Verify(req.Header, body); err != nil {
+	if _, err := v.Verify(req.Header, body); err != nil {
 		r.t.Errorf("receiver: %v (headers %v)", err, req.Header)
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockapi/lockapi/client"
 	"github.com/lockapi/lockapi/internal/webhook"
 )
 
@@ -30,8 +31,8 @@ func TestSign_spec_vector(t *testing.T) {
 	h.Set("webhook-id", specID)
 	h.Set("webhook-timestamp", strconv.Itoa(specTimestamp))
 	h.Set("webhook-signature", "v1,bm9wZQ== "+specSignature) // another signature first
-	v := webhook.Verifier{Secrets: []string{specSecret}, Now: func() time.Time { return time.Unix(specTimestamp+10, 0) }}
-	if err := v.Verify(h, []byte(specBody)); err != nil {
+	v := client.WebhookVerifier{Secrets: []string{specSecret}, Now: func() time.Time { return time.Unix(specTimestamp+10, 0) }}
+	if _, err := v.Verify(h, []byte(specBody)); err != nil {
 		t.Fatalf("Verify of the spec vector: %v", err)
 	}
 }
@@ -51,7 +52,7 @@ func TestVerify(t *testing.T) {
 
 	t.Run("OK", func(t *testing.T) {
 		h := signed(t, []string{newSecret}, "1-0", now, body)
-		if err := (webhook.Verifier{Secrets: []string{newSecret}, Now: clock}).Verify(h, []byte(body)); err != nil {
+		if _, err := (client.WebhookVerifier{Secrets: []string{newSecret}, Now: clock}).Verify(h, []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -63,14 +64,14 @@ func TestVerify(t *testing.T) {
 			t.Fatalf("signature header %q: want 2 signatures", h.Get("webhook-signature"))
 		}
 		for _, s := range []string{oldSecret, newSecret} {
-			if err := (webhook.Verifier{Secrets: []string{s}, Now: clock}).Verify(h, []byte(body)); err != nil {
+			if _, err := (client.WebhookVerifier{Secrets: []string{s}, Now: clock}).Verify(h, []byte(body)); err != nil {
 				t.Fatalf("verify with one of two secrets: %v", err)
 			}
 		}
 	})
 	t.Run("ErrSignature", func(t *testing.T) {
 		h := signed(t, []string{newSecret}, "1-0", now, body)
-		v := webhook.Verifier{Secrets: []string{newSecret}, Now: clock}
+		v := client.WebhookVerifier{Secrets: []string{newSecret}, Now: clock}
 		cases := map[string]func() (http.Header, string){
 			"tampered body": func() (http.Header, string) { return h, strings.Replace(body, "released", "granted", 1) },
 			"other id":      func() (http.Header, string) { h2 := h.Clone(); h2.Set("webhook-id", "2-0"); return h2, body },
@@ -88,22 +89,22 @@ func TestVerify(t *testing.T) {
 		}
 		for name, c := range cases {
 			hh, b := c()
-			if err := v.Verify(hh, []byte(b)); !errors.Is(err, webhook.ErrSignature) {
+			if _, err := v.Verify(hh, []byte(b)); !errors.Is(err, client.ErrWebhookSignature) {
 				t.Errorf("%s: %v, want ErrSignature", name, err)
 			}
 		}
 	})
 	t.Run("ErrTimestamp", func(t *testing.T) {
-		v := webhook.Verifier{Secrets: []string{newSecret}, Now: clock}
-		for _, at := range []time.Time{now.Add(-webhook.DefaultTolerance - time.Second), now.Add(webhook.DefaultTolerance + time.Second)} {
+		v := client.WebhookVerifier{Secrets: []string{newSecret}, Now: clock}
+		for _, at := range []time.Time{now.Add(-client.DefaultWebhookTolerance - time.Second), now.Add(client.DefaultWebhookTolerance + time.Second)} {
 			h := signed(t, []string{newSecret}, "1-0", at, body)
-			if err := v.Verify(h, []byte(body)); !errors.Is(err, webhook.ErrTimestamp) {
+			if _, err := v.Verify(h, []byte(body)); !errors.Is(err, client.ErrWebhookTimestamp) {
 				t.Errorf("timestamp %v off: %v, want ErrTimestamp", at.Sub(now), err)
 			}
 		}
 		h := signed(t, []string{newSecret}, "1-0", now, body)
 		h.Set("webhook-timestamp", "soon")
-		if err := v.Verify(h, []byte(body)); !errors.Is(err, webhook.ErrTimestamp) {
+		if _, err := v.Verify(h, []byte(body)); !errors.Is(err, client.ErrWebhookTimestamp) {
 			t.Errorf("malformed timestamp: %v", err)
 		}
 	})
@@ -111,7 +112,7 @@ func TestVerify(t *testing.T) {
 		for _, name := range []string{"webhook-id", "webhook-timestamp", "webhook-signature"} {
 			h := signed(t, []string{newSecret}, "1-0", now, body)
 			h.Del(name)
-			if err := (webhook.Verifier{Secrets: []string{newSecret}, Now: clock}).Verify(h, []byte(body)); !errors.Is(err, webhook.ErrMissingHeaders) {
+			if _, err := (client.WebhookVerifier{Secrets: []string{newSecret}, Now: clock}).Verify(h, []byte(body)); !errors.Is(err, client.ErrWebhookHeaders) {
 				t.Errorf("without %s: %v", name, err)
 			}
 		}

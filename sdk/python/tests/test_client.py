@@ -35,6 +35,19 @@ class AcquireTest(ServerTestCase):
         self.assertGreater(again.fencing_token, lease.fencing_token, "a fresh grant's token rises")
         again.release()
 
+    def test_manual_renewal(self) -> None:
+        # acquire starts no watchdog: the lease lives while renewed by hand.
+        name = self.name()
+        lease = self.client.acquire(name, ttl=1.5)
+        for _ in range(3):
+            time.sleep(0.5)
+            lease.renew()
+        self.assertEqual(self.holder(name), lease.owner, "renewed by hand past its TTL")
+        time.sleep(2.5)  # left alone, nothing renews it
+        with self.assertRaises(lockapi.LeaseLost):
+            lease.renew()
+        self.assertTrue(lease.lost.is_set())
+
     def test_reentrant_owner(self) -> None:
         name = self.name()
         first = self.client.acquire(name, owner="worker-7")

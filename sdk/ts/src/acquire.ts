@@ -45,6 +45,14 @@ export interface AcquireOptions {
   idempotencyKey?: string;
   /** Aborts the acquire (its reason is the rejection). */
   signal?: AbortSignal;
+  /**
+   * Takes the lease without its watchdog: the caller renews it with
+   * `lease.renew()`, more often than its TTL (the watchdog renews every
+   * TTL/3). A renewal or the release that finds the lease gone rejects
+   * with LeaseLostError and aborts `signal`; nothing else watches it. It
+   * does not apply to a lease bound to a session, which its session renews.
+   */
+  manual?: boolean;
 }
 
 /** Tunes a multi-lock (acquireAll): limit, fair and idempotencyKey do not apply to several locks at once. */
@@ -70,7 +78,7 @@ export async function acquireOne(http: Http, name: string, opts: AcquireOptions,
         timeoutMs: Math.max(wait, 0) + http.timeoutMs,
         lockName: name,
       });
-      return await grant(http, a.data, unique, wait > 0, sent, monotonicNow(), session);
+      return await grant(http, a.data, unique, opts.manual === true, wait > 0, sent, monotonicNow(), session);
     } catch (e) {
       if (opts.signal?.aborted || e instanceof LeaseLostError) {
         throw e;
@@ -110,7 +118,7 @@ export async function acquireMany(http: Http, names: string[], opts: AcquireAllO
         timeoutMs: Math.max(wait, 0) + http.timeoutMs,
         lockName: what,
       });
-      return await grantAll(http, a.data.leases, unique, wait > 0, sent, monotonicNow(), session);
+      return await grantAll(http, a.data.leases, unique, opts.manual === true, wait > 0, sent, monotonicNow(), session);
     } catch (e) {
       if (opts.signal?.aborted || e instanceof LeaseLostError) {
         throw e;
@@ -167,7 +175,7 @@ function setWait(body: Record<string, unknown>, deadline: number | undefined): n
  * Makes the lease of a granted acquire. A lease bound to a session follows
  * the session's watchdog; any other starts its own.
  */
-async function grant(http: Http, g: LeaseData, unique: boolean, waited: boolean, sent: number, received: number, session?: SessionBinding): Promise<Lease> {
+async function grant(http: Http, g: LeaseData, unique: boolean, manual: boolean, waited: boolean, sent: number, received: number, session?: SessionBinding): Promise<Lease> {
   const l = new Lease(http, g, unique, sent, session);
   if (session) {
     l.follow(session);
@@ -179,16 +187,18 @@ async function grant(http: Http, g: LeaseData, unique: boolean, waited: boolean,
   if (waited && received - sent > l.ttlMs / 10) {
     await l.confirmGrant(received);
   }
-  l.startWatchdog();
+  if (!manual) {
+    l.startWatchdog();
+  }
   return l;
 }
 
 /** Makes the leases of a granted multi-lock, all or none: when one cannot be confirmed, the others are given back. */
-async function grantAll(http: Http, gs: LeaseData[], unique: boolean, waited: boolean, sent: number, received: number, session?: SessionBinding): Promise<Lease[]> {
+async function grantAll(http: Http, gs: LeaseData[], unique: boolean, manual: boolean, waited: boolean, sent: number, received: number, session?: SessionBinding): Promise<Lease[]> {
   const leases: Lease[] = [];
   for (let i = 0; i < gs.length; i++) {
     try {
-      leases.push(await grant(http, gs[i]!, unique, waited, sent, received, session));
+      leases.push(await grant(http, gs[i]!, unique, manual, waited, sent, received, session));
     } catch (e) {
       const rest = gs.slice(i + 1).map((g) => new Lease(http, g, unique, sent, session));
       await Promise.allSettled([...leases, ...rest].map((l) => l.release()));

@@ -20,14 +20,34 @@ export interface ClientOptions {
   fetch?: FetchLike;
 }
 
+/** The server of a Client given none, when LOCKAPI_URL is not set. */
+export const defaultUrl = "http://localhost:8080";
+
+/** The environment variable name, where there is an environment (Node.js, Deno, Bun); undefined in a browser. */
+function fromEnv(name: string): string | undefined {
+  const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return p?.env?.[name] || undefined;
+}
+
 /** A lockapi server's client. */
 export class Client {
   private readonly http: Http;
 
-  /** A client of the server at baseUrl, e.g. "http://localhost:8080". */
-  constructor(baseUrl: string, options: ClientOptions = {}) {
+  /**
+   * A client of the server at baseUrl, e.g. "http://localhost:8080".
+   * Without baseUrl, the client is configured by the environment, as every
+   * lockapi client is: the server is $LOCKAPI_URL (else defaultUrl) and,
+   * unless options.apiKey is set, the key is $LOCKAPI_API_KEY if set. With
+   * baseUrl, nothing is read from the environment.
+   */
+  constructor(baseUrl?: string, options: ClientOptions = {}) {
     const timeout = options.requestTimeoutMs !== undefined && options.requestTimeoutMs > 0 ? options.requestTimeoutMs : defaultRequestTimeoutMs;
-    this.http = new Http(baseUrl, options.apiKey, timeout, options.fetch);
+    let apiKey = options.apiKey;
+    if (baseUrl === undefined) {
+      baseUrl = fromEnv("LOCKAPI_URL") ?? defaultUrl;
+      apiKey ??= fromEnv("LOCKAPI_API_KEY");
+    }
+    this.http = new Http(baseUrl, apiKey, timeout, options.fetch);
   }
 
   /**
@@ -56,6 +76,19 @@ export class Client {
    */
   acquireAll(names: string[], opts: AcquireAllOptions = {}): Promise<Lease[]> {
     return acquireMany(this.http, names, opts);
+  }
+
+  /**
+   * Releases leases (from acquireAll, or any others), each as
+   * `lease.release()` does, also when one fails; then rejects with the
+   * first failure, if any.
+   */
+  async releaseAll(leases: Lease[]): Promise<void> {
+    const results = await Promise.allSettled(leases.map((l) => l.release()));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) {
+      throw failed.reason;
+    }
   }
 
   /**

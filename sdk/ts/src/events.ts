@@ -218,6 +218,11 @@ function decodeEvent(id: string, data: string): LockEvent {
   } catch (e) {
     throw new ApiError({ status: 200, type: "", title: "Malformed event", detail: `event "${id}": ${(e as Error).message}` });
   }
+  return eventFrom(d, id);
+}
+
+/** The LockEvent of a decoded event's JSON object; id stands in for a missing "id". */
+export function eventFrom(d: Record<string, unknown>, id = ""): LockEvent {
   const str = (v: unknown) => (typeof v === "string" ? v : "");
   const num = (v: unknown, dflt: number) => (typeof v === "number" ? v : dflt);
   return {

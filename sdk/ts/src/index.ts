@@ -1,7 +1,7 @@
 // @lockapi/client: the TypeScript/JavaScript client of lockapi.
 // See README.md, and docs/SDK_TS.md in the lockapi repository.
 
-export { Client, defaultRequestTimeoutMs } from "./client.js";
+export { Client, defaultRequestTimeoutMs, defaultUrl } from "./client.js";
 export type { ClientOptions } from "./client.js";
 export type { AcquireAllOptions, AcquireOptions } from "./acquire.js";
 export { Lease, LeaseReleasedError } from "./lease.js";
@@ -22,3 +22,12 @@ export {
 export type { FieldError, Holder } from "./errors.js";
 export type { EventsOptions, EventType, LockEvent } from "./events.js";
 export type { FetchLike } from "./http.js";
+export {
+  defaultWebhookToleranceMs,
+  verifyWebhook,
+  WebhookHeadersError,
+  WebhookSignatureError,
+  WebhookTimestampError,
+  WebhookVerificationError,
+} from "./webhook.js";
+export type { VerifyWebhookOptions, WebhookHeaders, WebhookPing } from "./webhook.js";

@@ -197,3 +197,25 @@ test("renew and keepAlive", async () => {
   assert.equal(l.lost, false, "a refused TTL does not lose the lease");
   await l.release();
 });
+
+test("manual: no watchdog, renewed by hand; releaseAll releases together", async () => {
+  const c = newClient();
+  const name = uniqueName("manual");
+  const l = await c.acquire(name, { ttlMs: 1500, manual: true });
+  for (let i = 0; i < 3; i++) {
+    await delay(500);
+    await l.renew(); // by hand, past its TTL: still held
+  }
+  assert.equal(l.signal.aborted, false);
+  // Left alone, nothing renews it: the server lets it expire.
+  await delay(2500);
+  await assert.rejects(l.renew(), LeaseLostError);
+  assert.equal(l.signal.aborted, true, "the renewal that found it gone lost it");
+
+  const names = [uniqueName("all"), uniqueName("all")];
+  const leases = await c.acquireAll(names, { manual: true });
+  await c.releaseAll(leases);
+  for (const l of leases) {
+    assert.ok(l.error instanceof LeaseReleasedError);
+  }
+});

@@ -9,7 +9,7 @@
 See docs/SDK_PYTHON.md for the whole API.
 """
 
-from ._client import DEFAULT_TIMEOUT, Client
+from ._client import DEFAULT_TIMEOUT, DEFAULT_URL, Client
 from ._errors import (
     PROBLEM_BASE,
     APIError,
@@ -26,12 +26,22 @@ from ._errors import (
 from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, Event
 from ._lease import Lease, release_all
 from ._session import Session
+from ._webhook import (
+    DEFAULT_WEBHOOK_TOLERANCE,
+    PING,
+    WebhookHeadersError,
+    WebhookSignatureError,
+    WebhookTimestampError,
+    WebhookVerificationError,
+    verify_webhook,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client",
     "DEFAULT_TIMEOUT",
+    "DEFAULT_URL",
     "Lease",
     "Session",
     "release_all",
@@ -53,4 +63,11 @@ __all__ = [
     "RELEASED",
     "EXPIRED",
     "FORCE_RELEASED",
+    "PING",
+    "verify_webhook",
+    "DEFAULT_WEBHOOK_TOLERANCE",
+    "WebhookVerificationError",
+    "WebhookHeadersError",
+    "WebhookTimestampError",
+    "WebhookSignatureError",
 ]

@@ -9,7 +9,7 @@ import secrets
 import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from ._errors import APIError, LeaseLost, LockDelay, LockHeld, Unavailable, error_from_response
 from ._events import Event, stream_events
@@ -20,19 +20,29 @@ from ._timing import Backoff, attempt_timeout
 
 DEFAULT_TIMEOUT = 30.0
 
+#: The server of a Client given none, when LOCKAPI_URL is not set.
+DEFAULT_URL = "http://localhost:8080"
+
 
 class Client:
     """A client of the lockapi server at base_url, e.g. "http://localhost:8080".
 
-    api_key is sent as a bearer token with every request, for a server
+    Without base_url, the client is configured by the environment, as every
+    lockapi client is: the server is $LOCKAPI_URL (else DEFAULT_URL), and,
+    unless api_key is given, the key is $LOCKAPI_API_KEY if set. With
+    base_url, nothing is read from the environment. api_key is sent as a bearer token with every request, for a server
     configured with API keys. timeout (seconds) bounds each request that does
     not wait for a lock; a waiting acquire may take its wait on top of it.
     ssl_context replaces the default one for https URLs. A Client is safe to
     share between threads.
     """
 
-    def __init__(self, base_url: str, api_key: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+    def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None,
+                 timeout: float = DEFAULT_TIMEOUT, ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        if base_url is None:  # configured by the environment, as every client is
+            base_url = os.environ.get("LOCKAPI_URL") or DEFAULT_URL
+            if api_key is None:
+                api_key = os.environ.get("LOCKAPI_API_KEY") or None
         self._http = Transport(base_url, api_key, ssl_context)
         self.timeout = timeout if timeout > 0 else DEFAULT_TIMEOUT
 
@@ -237,6 +247,12 @@ class Client:
                     pass
                 raise
         return leases
+
+    def release_all(self, leases: Iterable[Lease]) -> None:
+        """Releases every lease (from :meth:`acquire_all`, or any others),
+        each as :meth:`Lease.release` does, also when one fails; then raises
+        the first failure, if any."""
+        release_all(leases)
 
     def session(self, ttl: Optional[float] = 10.0, lock_delay: float = 0.0,
                 owner: Optional[str] = None) -> Session:
