@@ -697,8 +697,8 @@ func closeForDelay(t *testing.T, url, name string, delay time.Duration) {
 	if _, err := s.Acquire(ctx, name, client.AcquireOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if resp, err := c.API().ForceReleaseWithResponse(ctx, name); err != nil || resp.StatusCode() != 200 {
-		t.Fatalf("force release %s: %v, %v", name, resp, err)
+	if freed, err := c.ForceRelease(ctx, name); err != nil || !freed {
+		t.Fatalf("force release %s: %v, %v", name, freed, err)
 	}
 }
 
