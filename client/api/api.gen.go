@@ -6851,7 +6851,7 @@ type CreateSessionResponse415Headers struct {
 
 // CreateSessionResponse429Headers the declared response headers of an HTTP 429 response for CreateSession
 type CreateSessionResponse429Headers struct {
-	RetryAfter int
+	RetryAfter *int
 	XRequestID string
 }
 
@@ -7756,7 +7756,7 @@ type CreateWebhookResponse415Headers struct {
 
 // CreateWebhookResponse429Headers the declared response headers of an HTTP 429 response for CreateWebhook
 type CreateWebhookResponse429Headers struct {
-	RetryAfter int
+	RetryAfter *int
 	XRequestID string
 }
 
@@ -12222,10 +12222,10 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		var headers CreateSessionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
@@ -13328,10 +13328,10 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		var headers CreateWebhookResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
