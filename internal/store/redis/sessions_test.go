@@ -39,16 +39,24 @@ func TestSessions_renewal_costs_the_same(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		before := commandCalls(t, rdb)
-		renewed, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, 0)
-		if err != nil || len(renewed.Leases) != n {
-			t.Fatalf("renew = %d leases, %v; want %d", len(renewed.Leases), err, n)
-		}
-		var cost int64
-		for name, calls := range commandsSince(t, rdb, before) {
-			// The sessions sweeper's look and pub/sub pings run beside.
-			if name != "zrangebyscore" && name != "ping" {
-				cost += calls
+		// The least of three renewals: the store's background work (the
+		// sessions sweeper's look, pub/sub pings, a reaper) can land in
+		// one renewal's window and only ever adds commands.
+		cost := int64(-1)
+		for range 3 {
+			before := commandCalls(t, rdb)
+			renewed, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, 0)
+			if err != nil || len(renewed.Leases) != n {
+				t.Fatalf("renew = %d leases, %v; want %d", len(renewed.Leases), err, n)
+			}
+			var c int64
+			for name, calls := range commandsSince(t, rdb, before) {
+				if name != "zrangebyscore" && name != "ping" {
+					c += calls
+				}
+			}
+			if cost < 0 || c < cost {
+				cost = c
 			}
 		}
 		costs = append(costs, cost)
