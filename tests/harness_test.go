@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -96,8 +97,21 @@ func launch(t *testing.T, scheme string, ready *http.Client, env []string, args 
 // launchServer starts s serving scheme, and stops it when t ends.
 func launchServer(t *testing.T, s *server, scheme string) *server {
 	t.Helper()
-	s.URL = scheme + "://" + s.addr
-	s.start()
+	// A first start whose port was taken between freeAddr and lockapi's
+	// bind tries another port (restarts keep theirs: their clients know it).
+	for tries := 1; ; tries++ {
+		s.URL = scheme + "://" + s.addr
+		err := s.tryStart()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errPortTaken) || tries == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("%v; trying another port", errPortTaken)
+		s.resetLogs()
+		s.addr = freeAddr(t)
+	}
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
@@ -118,6 +132,22 @@ func freeAddr(t *testing.T) string {
 }
 
 func (s *server) start() {
+	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// errPortTaken is tryStart's answer when lockapi could not listen on its
+// address: freeAddr closes the port it found before lockapi binds it, and
+// with packages and tests running side by side another process may take
+// it in between.
+var errPortTaken = errors.New("address already in use")
+
+// tryStart starts lockapi on s.addr and waits until /healthz answers. It
+// fails (with errPortTaken when the address was taken) if lockapi exits
+// first or does not answer in time.
+func (s *server) tryStart() error {
 	s.t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", s.addr, "--log-level", "debug"}, s.args...)...)
 	cmd.Env = append(os.Environ(), s.env...)
@@ -152,16 +182,19 @@ func (s *server) start() {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
 		select {
 		case err := <-exit:
-			s.t.Fatalf("lockapi exited at start: %v\n%s", err, s.Logs())
+			if logs := s.Logs(); strings.Contains(logs, "address already in use") {
+				return fmt.Errorf("lockapi exited at start: %w (%s)\n%s", errPortTaken, s.addr, logs)
+			}
+			return fmt.Errorf("lockapi exited at start: %v\n%s", err, s.Logs())
 		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("lockapi did not answer /healthz: %v\n%s", err, s.Logs())
+			return fmt.Errorf("lockapi did not answer /healthz: %v\n%s", err, s.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -202,6 +235,13 @@ func (s *server) Logs() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.logs.String()
+}
+
+// resetLogs forgets the logs of a start that failed.
+func (s *server) resetLogs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.logs.Reset()
 }
 
 // api is a client for one server whose every response is validated against
