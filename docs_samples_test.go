@@ -9,12 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/lockapi/lockapi/internal/auth"
-	lockhttp "github.com/lockapi/lockapi/internal/http"
-	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/testkit/docsample"
+	"github.com/lockapi/lockapi/internal/testkit/memserver"
 )
 
 // Every section of docs/ marked <!-- runnable:start --> ... <!--
@@ -44,7 +40,7 @@ func TestDocs_runnable_samples_run(t *testing.T) {
 			n++
 			t.Run(filepath.Base(path)+":"+strconv.Itoa(script.Line), func(t *testing.T) {
 				t.Parallel()
-				runSample(t, startServer(t), script.Text)
+				runSample(t, memserver.Start(t), script.Text)
 			})
 		}
 	}
@@ -65,27 +61,6 @@ func needTools(t *testing.T, tools ...string) {
 			t.Skipf("the docs' samples need %s", tool)
 		}
 	}
-}
-
-// startServer starts a server on a fresh memory store and returns its URL.
-func startServer(t *testing.T) string {
-	t.Helper()
-	mem := memory.New()
-	t.Cleanup(func() { _ = mem.Close() })
-	release, err := auth.NewReleaseSigner(auth.RandomSecret())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := lockhttp.NewServer(mem, lockhttp.Config{Logger: zerolog.Nop(), Release: release})
-	if err := srv.Open("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-	})
-	return srv.URL()
 }
 
 // runSample runs script in a temporary directory against the server at url.

@@ -5,15 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/client/api"
-	"github.com/lockapi/lockapi/internal/auth"
-	lockhttp "github.com/lockapi/lockapi/internal/http"
-	"github.com/lockapi/lockapi/internal/store/memory"
 	"github.com/lockapi/lockapi/internal/testkit/apitest"
+	"github.com/lockapi/lockapi/internal/testkit/memserver"
 )
 
 // The generated client, written the natural way (only the fields meant),
@@ -23,7 +18,7 @@ import (
 // refuses (issue 33): the spec gives request fields no default, and its
 // AcquireRequest says not both.
 func TestGeneratedClient_session_bound_acquires(t *testing.T) {
-	url := startServer(t)
+	url := memserver.Start(t)
 	c, err := api.NewClientWithResponses(url, api.WithHTTPClient(apitest.NewClient(t, url, apitest.ValidateRequests())))
 	if err != nil {
 		t.Fatal(err)
@@ -92,25 +87,4 @@ func TestGeneratedClient_session_bound_acquires(t *testing.T) {
 // answer is a response's status and body, for failure messages.
 func answer(resp *http.Response, body []byte) string {
 	return fmt.Sprintf("%d %s", resp.StatusCode, body)
-}
-
-// startServer starts a server on a fresh memory store and returns its URL.
-func startServer(t *testing.T) string {
-	t.Helper()
-	mem := memory.New()
-	t.Cleanup(func() { _ = mem.Close() })
-	release, err := auth.NewReleaseSigner(auth.RandomSecret())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := lockhttp.NewServer(mem, lockhttp.Config{Logger: zerolog.Nop(), Release: release})
-	if err := srv.Open("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-	})
-	return srv.URL()
 }
