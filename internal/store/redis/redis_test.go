@@ -74,6 +74,26 @@ func waitForScripts(t *testing.T, rdb *goredis.Client, n int64) {
 	}
 }
 
+// waitForQuiet waits until Redis has run no command for a whole quiet
+// window. A count of script calls says the waiters' tries have started, not
+// that each has finished what follows it: on a loaded machine one waiter's
+// last try can still be on its way when the count is reached.
+func waitForQuiet(t *testing.T, rdb *goredis.Client, quiet time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		before := commandCalls(t, rdb)
+		time.Sleep(quiet)
+		diff := commandsSince(t, rdb, before)
+		if len(diff) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis never went quiet for %v: still %v", quiet, diff)
+		}
+	}
+}
+
 func pubsubClients(t *testing.T, rdb *goredis.Client) int {
 	t.Helper()
 	list, err := rdb.ClientList(ctx).Result()
@@ -121,6 +141,7 @@ func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 	// Each waiter tries once, registers, and tries once more before it
 	// sleeps: wait until all those tries have run.
 	waitForScripts(t, observer, 1+2*n)
+	waitForQuiet(t, observer, 300*time.Millisecond)
 
 	if got := pubsubClients(t, observer); got > 2 {
 		t.Errorf("%d waiters use %d pub/sub connections, want at most 2", n, got)
@@ -174,6 +195,7 @@ func TestRedis_release_does_not_stampede(t *testing.T) {
 	}
 	storetest.WaitForWaiters(t, s, n)
 	waitForScripts(t, observer, 1+2*n)
+	waitForQuiet(t, observer, 300*time.Millisecond)
 	before := commandCalls(t, observer)
 	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "herd", ID: holder.ID}, false); err != nil {
 		t.Fatal(err)
