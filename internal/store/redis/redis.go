@@ -900,9 +900,6 @@ func (s *Store) MasterSwitches() int64 { return s.listener.stats().masterSwitche
 // and how many wait to be.
 func (s *Store) Ghosts() (abandoned, pending int64) { return s.reaper.stats() }
 
-// WatcherCount returns the number of registered waiters and watchers.
-func (s *Store) WatcherCount() int { return s.hub.Len() }
-
 // storeError classifies a go-redis error. Connection trouble and Redis states
 // that pass (loading, failover, cluster down) are "unavailable"; a client that
 // went away keeps its context error; anything else is a bug.
