@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/metrics"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/store/redlock"
@@ -27,6 +28,7 @@ func openRedlock(ctx context.Context, c serveConfig, m *metrics.Metrics, log zer
 	}
 	var masters []*redisstore.Store
 	var opened []*redisstore.Client
+	layouts := layout.NewReporter(log.With().Str("component", "layout").Logger(), m.UnknownLayout)
 	defer func() {
 		if err != nil {
 			for _, s := range masters {
@@ -48,7 +50,8 @@ func openRedlock(ctx context.Context, c serveConfig, m *metrics.Metrics, log zer
 		if err := checkTopology(ctx, c, rdb, log); err != nil {
 			return nil, nil, err
 		}
-		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedlockTimeout, MinReplicas: c.MinReplicas, NoSessions: true}
+		opts := redisstore.Options{Prefix: c.KeyPrefix, Batch: c.RedisBatch, CallTimeout: c.RedlockTimeout, MinReplicas: c.MinReplicas, NoSessions: true,
+			UnknownLayout: layouts.Unknown}
 		if m != nil {
 			opts.ObserveScript = m.Script
 		}

@@ -24,10 +24,11 @@ const (
 	Events   Kind = "events"   // the event log's entries
 	Sessions Kind = "sessions" // a session's hash
 	Webhooks Kind = "webhooks" // a webhook subscription or dead letter
+	Leases   Kind = "leases"   // a lock's lock hash, fence or shared record
 )
 
 // Kinds lists every kind, for metrics that show each from the start.
-var Kinds = []Kind{Events, Sessions, Webhooks}
+var Kinds = []Kind{Events, Sessions, Webhooks, Leases}
 
 // The layouts this version writes and reads.
 const (
@@ -44,6 +45,11 @@ const (
 	// WebhooksV1 is a subscription's or a dead letter's JSON as v0.1.0
 	// writes it and as this version writes it, with "v": 1.
 	WebhooksV1 = 1
+	// LeasesV1 is a lock's records as v0.1.0 writes them and as this
+	// version writes them, with v=1: the lock hash, the fence hash and
+	// each shared lease's or permit's record (LEASE_LAYOUT in the Redis
+	// store's scripts/lib.lua).
+	LeasesV1 = "1"
 )
 
 // Unknown is told of a record of kind whose layout (its v) this version

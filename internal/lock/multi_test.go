@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 func newMemory(t *testing.T) *memory.Store {
@@ -181,7 +182,7 @@ func TestValidateAll(t *testing.T) {
 // A waiting multi-lock holds nothing while it waits, and takes the whole
 // set once the name in the way is released.
 func TestAcquireAll_waits_holding_nothing(t *testing.T) {
-	s := newMemory(t)
+	s := storetest.Watch(newMemory(t))
 	holder := mustHold(t, s, "b", "other")
 	done := make(chan error, 1)
 	var grants []lock.Grant
@@ -190,9 +191,7 @@ func TestAcquireAll_waits_holding_nothing(t *testing.T) {
 		grants, err = lock.AcquireAll(context.Background(), s, multi("me", "a", "b", "c"), 10*time.Second)
 		done <- err
 	}()
-	for s.WatcherCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	storetest.WaitForWaiters(t, s, 1)
 	time.Sleep(20 * time.Millisecond) // let a broken waiter take something
 	if got := holders(t, s, "a", "b", "c"); !slices.Equal(got, []string{"", "other", ""}) {
 		t.Fatalf("while waiting: holders %q, want only b held by other", got)
@@ -219,16 +218,14 @@ func TestAcquireAll_waits_holding_nothing(t *testing.T) {
 // A multi-lock that waits for one name and then finds another in the way
 // watches that one instead.
 func TestAcquireAll_follows_the_name_in_the_way(t *testing.T) {
-	s := newMemory(t)
+	s := storetest.Watch(newMemory(t))
 	hb := mustHold(t, s, "b", "other")
 	done := make(chan error, 1)
 	go func() {
 		_, err := lock.AcquireAll(context.Background(), s, multi("me", "a", "b", "c"), 10*time.Second)
 		done <- err
 	}()
-	for s.WatcherCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	storetest.WaitForWaiters(t, s, 1)
 	// c is taken before b goes: the waiter wakes, finds c held, and must
 	// wait for c now.
 	hc := mustHold(t, s, "c", "other")
@@ -286,7 +283,7 @@ func TestAcquireAll_release_before_the_watch_is_not_missed(t *testing.T) {
 }
 
 func TestAcquireAll_wait_runs_out_holding_nothing(t *testing.T) {
-	s := newMemory(t)
+	s := storetest.Watch(newMemory(t))
 	mustHold(t, s, "b", "other")
 	start := time.Now()
 	_, err := lock.AcquireAll(context.Background(), s, multi("me", "a", "b"), 100*time.Millisecond)
@@ -299,13 +296,13 @@ func TestAcquireAll_wait_runs_out_holding_nothing(t *testing.T) {
 	if got := holders(t, s, "a", "b"); !slices.Equal(got, []string{"", "other"}) {
 		t.Fatalf("holders %q", got)
 	}
-	if s.WatcherCount() != 0 {
-		t.Fatalf("%d watchers left behind", s.WatcherCount())
+	if n := watchers(s); n != 0 {
+		t.Fatalf("%d watchers left behind", n)
 	}
 }
 
 func TestAcquireAll_cancelled_holds_nothing(t *testing.T) {
-	s := newMemory(t)
+	s := storetest.Watch(newMemory(t))
 	mustHold(t, s, "b", "other")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -313,9 +310,7 @@ func TestAcquireAll_cancelled_holds_nothing(t *testing.T) {
 		_, err := lock.AcquireAll(ctx, s, multi("me", "a", "b", "c"), time.Minute)
 		done <- err
 	}()
-	for s.WatcherCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	storetest.WaitForWaiters(t, s, 1)
 	cancel()
 	select {
 	case err := <-done:
@@ -377,7 +372,7 @@ func TestAcquireAll_no_deadlock(t *testing.T) {
 		duration = 3 * time.Second
 		wait     = 2 * time.Second
 	)
-	s := newMemory(t)
+	s := storetest.Watch(newMemory(t))
 	names := make([]string, nNames)
 	for i := range names {
 		names[i] = fmt.Sprintf("n%d", i)
@@ -435,7 +430,7 @@ func TestAcquireAll_no_deadlock(t *testing.T) {
 	if got := holders(t, s, names...); strings.Join(got, "") != "" {
 		t.Fatalf("names still held at the end: %q", got)
 	}
-	if s.WatcherCount() != 0 {
-		t.Fatalf("%d watchers left behind", s.WatcherCount())
+	if n := watchers(s); n != 0 {
+		t.Fatalf("%d watchers left behind", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 type answer struct {
@@ -16,9 +17,9 @@ type answer struct {
 }
 
 // parkOn holds "x" as a, and parks b's wait of wait on it.
-func parkOn(t *testing.T, wait time.Duration) (*memory.Store, lock.Grant, context.CancelFunc, func(), chan answer) {
+func parkOn(t *testing.T, wait time.Duration) (*storetest.Watched, lock.Grant, context.CancelFunc, func(), chan answer) {
 	t.Helper()
-	m := memory.New()
+	m := storetest.Watch(memory.New())
 	t.Cleanup(func() { m.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -33,6 +34,12 @@ func parkOn(t *testing.T, wait time.Duration) (*memory.Store, lock.Grant, contex
 	answers := make(chan answer, 2)
 	wake := wt.Park(ctx, func(g lock.Grant, err error) { answers <- answer{g, err} })
 	return m, holder, cancel, wake, answers
+}
+
+// watchers is how many watchers s has registered now.
+func watchers(s *storetest.Watched) int {
+	n, _ := s.Waiters()
+	return n
 }
 
 func within(t *testing.T, answers chan answer) answer {
@@ -57,8 +64,8 @@ func TestWaiting_Park_granted_on_release(t *testing.T) {
 	if a.err != nil || a.g.Lease.Owner != "b" {
 		t.Fatalf("answer = %+v, %v", a.g.Lease, a.err)
 	}
-	if m.WatcherCount() != 0 {
-		t.Errorf("%d watchers left", m.WatcherCount())
+	if n := watchers(m); n != 0 {
+		t.Errorf("%d watchers left", n)
 	}
 	select {
 	case a := <-answers:
@@ -74,8 +81,8 @@ func TestWaiting_Park_deadline(t *testing.T) {
 	if lock.ErrorCode(a.err) != lock.CodeHeld {
 		t.Fatalf("answer error = %v, want lock-held", a.err)
 	}
-	if m.WatcherCount() != 0 {
-		t.Errorf("%d watchers left", m.WatcherCount())
+	if n := watchers(m); n != 0 {
+		t.Errorf("%d watchers left", n)
 	}
 }
 
@@ -104,9 +111,9 @@ type multiAnswer struct {
 
 // parkAllOn holds "x" and "y" as a, and parks b's multi-lock of both, with
 // a wait of wait, on them.
-func parkAllOn(t *testing.T, wait time.Duration) (*memory.Store, []lock.Grant, context.CancelFunc, func(), chan multiAnswer) {
+func parkAllOn(t *testing.T, wait time.Duration) (*storetest.Watched, []lock.Grant, context.CancelFunc, func(), chan multiAnswer) {
 	t.Helper()
-	m := memory.New()
+	m := storetest.Watch(memory.New())
 	t.Cleanup(func() { m.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -139,7 +146,7 @@ func withinAll(t *testing.T, answers chan multiAnswer) multiAnswer {
 	}
 }
 
-func release(t *testing.T, m *memory.Store, g lock.Grant) {
+func release(t *testing.T, m lock.Store, g lock.Grant) {
 	t.Helper()
 	if _, err := m.Release(context.Background(), lock.LeaseRef{Lock: g.Lease.Lock, ID: g.Lease.ID}, true); err != nil {
 		t.Fatal(err)
@@ -162,8 +169,8 @@ func TestMultiWaiting_Park_granted_on_releases(t *testing.T) {
 		a.grants[0].Lease.Owner != "b" || a.grants[1].Lease.Owner != "b" {
 		t.Fatalf("answer = %+v, %v", a.grants, a.err)
 	}
-	if m.WatcherCount() != 0 {
-		t.Errorf("%d watchers left", m.WatcherCount())
+	if n := watchers(m); n != 0 {
+		t.Errorf("%d watchers left", n)
 	}
 }
 
@@ -180,8 +187,8 @@ func TestMultiWaiting_Park_deadline(t *testing.T) {
 	if st, err := m.Inspect(context.Background(), "y"); err != nil || st.Held {
 		t.Fatalf("y = %+v, %v: the multi-lock kept part of its set", st, err)
 	}
-	if m.WatcherCount() != 0 {
-		t.Errorf("%d watchers left", m.WatcherCount())
+	if n := watchers(m); n != 0 {
+		t.Errorf("%d watchers left", n)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
+	"github.com/lockapi/lockapi/internal/testkit/storetest"
 )
 
 // flaky is the memory store whose TryAcquire answers unavailable while
@@ -40,14 +41,13 @@ func TestAcquireWait_rides_out_an_unavailable_store(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w := storetest.Watch(s)
 	done := make(chan error, 1)
 	go func() {
-		_, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "x", Owner: "b", TTL: time.Minute}, 10*time.Second)
+		_, err := lock.AcquireWait(ctx, w, lock.AcquireRequest{Lock: "x", Owner: "b", TTL: time.Minute}, 10*time.Second)
 		done <- err
 	}()
-	for s.WatcherCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	storetest.WaitForWaiters(t, w, 1)
 	s.failing.Store(3)
 	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "x", ID: holder.Lease.ID}, true); err != nil {
 		t.Fatal(err)
@@ -75,14 +75,13 @@ func TestAcquireWait_unavailable_until_the_deadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
+	w := storetest.Watch(s)
 	done := make(chan error, 1)
 	go func() {
-		_, err := lock.AcquireWait(ctx, s, lock.AcquireRequest{Lock: "x", Owner: "b", TTL: time.Minute}, 500*time.Millisecond)
+		_, err := lock.AcquireWait(ctx, w, lock.AcquireRequest{Lock: "x", Owner: "b", TTL: time.Minute}, 500*time.Millisecond)
 		done <- err
 	}()
-	for s.WatcherCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	storetest.WaitForWaiters(t, w, 1)
 	s.failing.Store(1 << 30)
 	if _, err := s.Release(ctx, lock.LeaseRef{Lock: "x", ID: holder.Lease.ID}, true); err != nil {
 		t.Fatal(err)

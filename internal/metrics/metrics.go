@@ -74,7 +74,7 @@ func New() *Metrics {
 	m.scripts = f.histogramVec("lockapi_store_script_duration_seconds", "Redis script round trips by script.",
 		[]float64{.0001, .0002, .0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}, "script")
 	m.webhooks = f.counterVec("lockapi_webhook_deliveries_total", "Webhook delivery attempts by outcome: delivered, rejected (a non-2xx answer), unreachable, refused (a destination not allowed); dead_lettered counts events given up.", "outcome")
-	layouts := f.counterVec("lockapi_unknown_layout_total", "Records read from Redis in a layout this version does not know (written by a newer one), by kind: events, sessions, webhooks (docs/UPGRADING.md).", "kind")
+	layouts := f.counterVec("lockapi_unknown_layout_total", "Records read from Redis in a layout this version does not know (written by a newer one), by kind: events, sessions, webhooks, leases (docs/UPGRADING.md).", "kind")
 	m.layouts = map[layout.Kind]prometheus.Counter{}
 	for _, k := range layout.Kinds {
 		m.layouts[k] = layouts.WithLabelValues(string(k))

@@ -578,6 +578,34 @@ func crossSessions(t *testing.T, both []*instance) {
 	}
 }
 
+// unknownLease: a lock whose lock hash has a layout this release does not
+// know is neither granted to another, renewed nor shown: 503 each, and the
+// lock hash stays as it was.
+func unknownLease(t *testing.T, cur *instance, rdb *goredis.Client) {
+	ctx := context.Background()
+	var l lease
+	if st := cur.call(t, "POST", "/v1/locks/up:later/leases", map[string]any{"owner": "a", "ttl_ms": 20000}, &l); st != http.StatusCreated {
+		t.Fatalf("acquire up:later: %d", st)
+	}
+	key := "lockapi:{up:later}:lock"
+	rdb.HSet(ctx, key, "v", "2")
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/v1/locks/up:later/leases", map[string]any{"owner": "b", "ttl_ms": 20000}},
+		{"POST", "/v1/locks/up:later/leases/" + l.LeaseID + "/renew", map[string]any{"ttl_ms": 20000}},
+		{"GET", "/v1/locks/up:later", nil},
+	} {
+		if st := cur.call(t, c.method, c.path, c.body, nil); st != http.StatusServiceUnavailable {
+			t.Errorf("%s %s on a lock of an unknown layout: %d, want 503", c.method, c.path, st)
+		}
+	}
+	if owner, _ := rdb.HGet(ctx, key, "owner").Result(); owner != "a" {
+		t.Errorf("the lock of an unknown layout is held by %q, want a", owner)
+	}
+}
+
 // unknownLayouts: records of a layout this release does not know (a later
 // one's) are counted by kind, logged once per kind, and an event stream
 // says so in their place (docs/UPGRADING.md).
@@ -617,6 +645,7 @@ func unknownLayouts(t *testing.T, cur *instance, rdb *goredis.Client) {
 	if st := cur.call(t, "GET", "/v1/webhooks/later", nil, nil); st != http.StatusServiceUnavailable {
 		t.Errorf("a webhook of an unknown layout: %d, want 503", st)
 	}
+	unknownLease(t, cur, rdb)
 	resp, err := http.Get(cur.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -626,7 +655,7 @@ func unknownLayouts(t *testing.T, cur *instance, rdb *goredis.Client) {
 	// The counter counts reads, not records: a reader that reads an entry
 	// again (a webhook catching up, the stream) counts it again. At least
 	// the injected records: 2 events, 1 session, 1 webhook.
-	for kind, least := range map[string]int{"events": 2, "sessions": 1, "webhooks": 1} {
+	for kind, least := range map[string]int{"events": 2, "sessions": 1, "webhooks": 1, "leases": 3} {
 		m := regexp.MustCompile(`(?m)^lockapi_unknown_layout_total\{kind="` + kind + `"\} ([0-9]+)$`).FindSubmatch(metrics)
 		if n := 0; m == nil {
 			t.Errorf("/metrics has no lockapi_unknown_layout_total{kind=%q}", kind)
@@ -635,7 +664,7 @@ func unknownLayouts(t *testing.T, cur *instance, rdb *goredis.Client) {
 		}
 	}
 	logs := cur.logs.String()
-	for _, kind := range []string{"events", "sessions", "webhooks"} {
+	for _, kind := range []string{"events", "sessions", "webhooks", "leases"} {
 		if n := strings.Count(logs, `"kind":"`+kind+`","layout"`); n != 1 {
 			t.Errorf("%d log lines for unknown %s layouts, want 1:\n%s", n, kind, logs)
 		}

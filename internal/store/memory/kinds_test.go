@@ -226,7 +226,7 @@ func TestShared_downgrade(t *testing.T) {
 // A writer that waits for readers queues, and new readers wait behind it
 // while the readers already holding keep their leases.
 func TestShared_writer_does_not_starve(t *testing.T) {
-	s := newStore(t)
+	s := storetest.Watch(newStore(t))
 	r1 := grant(t, s, lock.AcquireRequest{Lock: "ws", Owner: "r1", Mode: lock.Shared})
 	done := wait(s, lock.AcquireRequest{Lock: "ws", Owner: "w"}, 20*time.Second)
 	storetest.WaitForWaiters(t, s, 1) // its first try, which queued it, came before
@@ -332,7 +332,7 @@ func TestSemaphore_expired_permit_comes_back(t *testing.T) {
 // Fair waiters are granted in arrival order, and a plain acquire does not
 // jump the queue.
 func TestFair_arrival_order(t *testing.T) {
-	s := newStore(t)
+	s := storetest.Watch(newStore(t))
 	a := grant(t, s, lock.AcquireRequest{Lock: "fifo", Owner: "a"})
 	owners := []string{"w1", "w2", "w3", "w4"}
 	var waits []<-chan result
@@ -367,7 +367,7 @@ func TestFair_arrival_order(t *testing.T) {
 // A waiter that stops renewing its place (its lockapi instance died) drops
 // out, and the next one, renewing, reaches the head.
 func TestFair_dead_waiter_drops_out(t *testing.T) {
-	s := newStore(t)
+	s := storetest.Watch(newStore(t))
 	a := grant(t, s, lock.AcquireRequest{Lock: "dead", Owner: "a"})
 	joined := time.Now()
 	join(t, s, lock.AcquireRequest{Lock: "dead", Owner: "ghost", Fair: true})
@@ -490,7 +490,7 @@ func TestNotices_wake_the_queue_head(t *testing.T) {
 // With a queue empty, a release wakes a plain waiter; AcquireWait's waiters
 // hand the lock on from one to the next.
 func TestNotices_release_hands_off(t *testing.T) {
-	s := newStore(t)
+	s := storetest.Watch(newStore(t))
 	sh := grant(t, s, lock.AcquireRequest{Lock: "h", Owner: "r", Mode: lock.Shared, TTL: time.Hour})
 	plain, err := s.Watch(bg, "h", lock.WaitForRelease)
 	if err != nil {

@@ -855,6 +855,3 @@ func copyLease(l *lock.Lease) lock.Lease {
 	out.Metadata = maps.Clone(l.Metadata)
 	return out
 }
-
-// WatcherCount returns the number of registered waiters and watchers.
-func (m *Store) WatcherCount() int { return m.hub.Len() }

@@ -28,14 +28,20 @@
 // Redis Cluster:
 //
 //	<prefix>{<name>}:lock       hash: the current lease, the last idempotency key, a mark per
-//	                            re-entry and settled request (s:<id>); expires with it
-//	<prefix>{<name>}:fence      hash: last token, last released lease, version; never expires
+//	                            re-entry and settled request (s:<id>), v (its layout,
+//	                            layout.LeasesV1; none is the same); expires with it
+//	<prefix>{<name>}:fence      hash: last token, last released lease, version, v (its
+//	                            layout, as the lock hash's); never expires
 //	<prefix>{<name>}:abandoned  set: request ids abandoned after an unknown outcome; expires
 //	                            after abandonMemory
 //	<prefix>{<name>}:unlock     pub/sub channel (sharded on Cluster): "r" when the lock became
 //	                            free, "c:<ttl ms>" on a grant or renewal, "c" on other changes
 //
-// Shared leases, permits and the queue add keys of their own (scripts/lib.lua).
+// Shared leases, permits and the queue add keys of their own (scripts/lib.lua);
+// each shared lease's or permit's record carries its layout too. A script
+// refuses a lock whose records have a layout it does not know, and the
+// store answers it unavailable and tells Options.UnknownLayout
+// (leaselayout.go).
 // While events are recorded (Options.Events; Store.Events hands out the
 // journal that reads them, journal.go), there are two keys per Redis,
 // outside any lock's hash tag:

@@ -63,12 +63,13 @@ func eventually(t *testing.T, within time.Duration, what string, f func() error)
 // its outcome, once the waiter is registered.
 func parkWaiter(t *testing.T, s lock.Store, name, owner string) <-chan error {
 	t.Helper()
+	w := storetest.Watch(s)
 	done := make(chan error, 1)
 	go func() {
-		_, err := lock.AcquireWait(context.Background(), s, lock.AcquireRequest{Lock: name, Owner: owner, TTL: time.Minute}, 30*time.Second)
+		_, err := lock.AcquireWait(context.Background(), w, lock.AcquireRequest{Lock: name, Owner: owner, TTL: time.Minute}, 30*time.Second)
 		done <- err
 	}()
-	storetest.WaitForWaiters(t, s, 1)
+	storetest.WaitForWaiters(t, w, 1)
 	return done
 }
 

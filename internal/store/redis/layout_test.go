@@ -1,8 +1,12 @@
 package redis_test
 
 import (
+	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +20,21 @@ import (
 )
 
 // told records what a store tells of unknown layouts.
-type told struct{ got []string }
+type told struct {
+	mu  sync.Mutex
+	got []string
+}
 
 func (k *told) unknown(kind layout.Kind, v, at string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.got = append(k.got, string(kind)+" v="+v)
+}
+
+func (k *told) said() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.got)
 }
 
 // TestLayout_unknown_event_entries: entries of a layout this version does
@@ -61,8 +76,8 @@ func TestLayout_unknown_event_entries(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("events %q, want %q", got, want)
 	}
-	if want := []string{"events v=3", "events v=?", "events v=?"}; !slices.Equal(k.got, want) {
-		t.Errorf("told %q, want %q", k.got, want)
+	if want := []string{"events v=3", "events v=?", "events v=?"}; !slices.Equal(k.said(), want) {
+		t.Errorf("told %q, want %q", k.said(), want)
 	}
 	// Every filter passes them, so that each reader can say so.
 	if !(lock.EventFilter{Lock: "other", Types: []lock.EventType{lock.EventGranted}}).Match(evs[1]) {
@@ -97,8 +112,8 @@ func TestLayout_unknown_session(t *testing.T) {
 	storetest.WantCode(t, err, lock.CodeUnavailable)
 	_, err = ss.GetSession(ctx, lock.SessionRef{ID: sess.ID})
 	storetest.WantCode(t, err, lock.CodeUnavailable)
-	if want := []string{"sessions v=2", "sessions v=2"}; !slices.Equal(k.got, want) {
-		t.Errorf("told %q, want %q", k.got, want)
+	if want := []string{"sessions v=2", "sessions v=2"}; !slices.Equal(k.said(), want) {
+		t.Errorf("told %q, want %q", k.said(), want)
 	}
 	if exp, _ := rdb.HGet(ctx, key, "exp").Result(); exp != timeMs(sess.ExpiresAt) {
 		t.Errorf("the renewal of an unknown layout changed exp to %s (was %s)", exp, timeMs(sess.ExpiresAt))
@@ -106,3 +121,89 @@ func TestLayout_unknown_session(t *testing.T) {
 }
 
 func timeMs(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+// TestLayout_unknown_lease: a lock whose lock hash, fence or shared record
+// has a layout this version does not know is neither granted, renewed,
+// released, forced nor shown, and stays as it was: every call is answered
+// unavailable (a newer instance serves it) and told; a listing leaves it
+// out. Records without v (v0.1.0's) read as layout 1.
+func TestLayout_unknown_lease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	var k told
+	s := openEvents(t, srv, prefix, func(o *redisstore.Options) { o.UnknownLayout = k.unknown })
+	rdb := srv.Client(t)
+	lockKey, fenceKey := prefix+"{job}:lock", prefix+"{job}:fence"
+	g := acquire(t, s, lock.AcquireRequest{Lock: "job", Owner: "a"})
+	for _, key := range []string{lockKey, fenceKey} {
+		if v, _ := rdb.HGet(ctx, key, "v").Result(); v != layout.LeasesV1 {
+			t.Fatalf("%s: v = %q, want %q", key, v, layout.LeasesV1)
+		}
+		rdb.HDel(ctx, key, "v") // as v0.1.0 wrote them
+	}
+	ref := lock.LeaseRef{Lock: "job", ID: g.Lease.ID}
+	if _, err := s.Renew(ctx, ref, time.Minute); err != nil {
+		t.Fatalf("renew a lease without v: %v", err)
+	}
+
+	rdb.HSet(ctx, lockKey, "v", "2")
+	before, _ := rdb.HGetAll(ctx, lockKey).Result()
+	_, err := s.TryAcquire(ctx, lock.AcquireRequest{Lock: "job", Owner: "b", TTL: time.Minute})
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "job", Owner: "b", TTL: time.Minute, Mode: lock.Shared})
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	_, err = s.Renew(ctx, ref, time.Minute)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	_, err = s.Release(ctx, ref, true)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	_, err = s.ForceRelease(ctx, "job", "admin")
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	_, err = s.Inspect(ctx, "job")
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	if page, err := s.List(ctx, lock.ListRequest{}); err != nil || len(page.Locks) != 0 {
+		t.Errorf("List: %+v, %v; want the lock left out", page.Locks, err)
+	}
+	if after, _ := rdb.HGetAll(ctx, lockKey).Result(); !maps.Equal(before, after) {
+		t.Errorf("the lock hash changed from %v to %v", before, after)
+	}
+
+	// A fence of a later layout: the free name is not granted.
+	rdb.HSet(ctx, lockKey, "v", layout.LeasesV1)
+	release(t, s, g.Lease, true)
+	rdb.HSet(ctx, fenceKey, "v", "3")
+	_, err = s.TryAcquire(ctx, lock.AcquireRequest{Lock: "job", Owner: "b", TTL: time.Minute})
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+		t.Error("an acquire on a fence of an unknown layout made a lock hash")
+	}
+
+	// A shared record of a later layout; one without v reads.
+	sh := acquire(t, s, lock.AcquireRequest{Lock: "readers", Owner: "r", Mode: lock.Shared})
+	shKey := prefix + "{readers}:lock:shared"
+	raw, _ := rdb.HGet(ctx, shKey, sh.Lease.ID).Result()
+	if !strings.Contains(raw, `"v":"1"`) {
+		t.Fatalf("a shared record %s, want v 1", raw)
+	}
+	rdb.HSet(ctx, shKey, sh.Lease.ID, strings.Replace(raw, `"v":"1"`, `"v":2`, 1))
+	_, err = s.Inspect(ctx, "readers")
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	_, err = s.Renew(ctx, lock.LeaseRef{Lock: "readers", ID: sh.Lease.ID}, time.Minute)
+	storetest.WantCode(t, err, lock.CodeUnavailable)
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		t.Fatal(err)
+	}
+	delete(rec, "v") // as v0.1.0 wrote it
+	old, _ := json.Marshal(rec)
+	rdb.HSet(ctx, shKey, sh.Lease.ID, old)
+	if _, err := s.Renew(ctx, lock.LeaseRef{Lock: "readers", ID: sh.Lease.ID}, time.Minute); err != nil {
+		t.Errorf("renew a shared lease without v: %v", err)
+	}
+
+	want := []string{"leases v=2", "leases v=2", "leases v=2", "leases v=2", "leases v=2", "leases v=2", "leases v=2",
+		"leases v=3", "leases v=2", "leases v=2"}
+	if got := k.said(); !slices.Equal(got, want) {
+		t.Errorf("told %q, want %q", got, want)
+	}
+}

@@ -115,7 +115,7 @@ func pubsubClients(t *testing.T, rdb *goredis.Client) int {
 func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 	srv := redistest.Start(t)
 	observer := srv.Client(t)
-	s := openRedis(t, srv)
+	s := storetest.Watch(openRedis(t, srv))
 	holder := storetest.Acquire(t, s, "idle", "holder", 5*time.Minute)
 
 	wctx, cancel := context.WithCancel(ctx)
@@ -178,7 +178,7 @@ func TestRedis_waiters_share_one_connection_and_cost_nothing(t *testing.T) {
 func TestRedis_release_does_not_stampede(t *testing.T) {
 	srv := redistest.Start(t)
 	observer := srv.Client(t)
-	s := openRedis(t, srv)
+	s := storetest.Watch(openRedis(t, srv))
 	holder := storetest.Acquire(t, s, "herd", "holder", 5*time.Minute)
 
 	const n = 50
@@ -274,7 +274,8 @@ func TestRedis_without_Functions_runs_EVAL(t *testing.T) {
 func TestRedis_pubsub_reconnect_wakes_waiters(t *testing.T) {
 	srv := redistest.Start(t)
 	observer := srv.Client(t)
-	s := openRedis(t, srv)
+	rs := openRedis(t, srv)
+	s := storetest.Watch(rs)
 	holder := storetest.Acquire(t, s, "reconnect", "holder", 5*time.Minute)
 	done := make(chan error, 1)
 	go func() {
@@ -296,8 +297,8 @@ func TestRedis_pubsub_reconnect_wakes_waiters(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the waiter missed the release made while pub/sub was reconnecting")
 	}
-	if s.Reconnects() < 1 {
-		t.Errorf("reconnects = %d", s.Reconnects())
+	if rs.Reconnects() < 1 {
+		t.Errorf("reconnects = %d", rs.Reconnects())
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lockapi/lockapi/internal/layout"
 )
 
 var (
@@ -325,6 +327,9 @@ type runner struct {
 	scripts *scriptSet
 	batch   *batcher // nil: plain calls
 	observe func(script string, d time.Duration)
+	// unknown is told of a lock's record of a layout this version does
+	// not know, which a script refused (leaselayout.go).
+	unknown layout.Unknown
 }
 
 // movedAttempts bounds how often a script refused with MOVED or ASK (a Redis
@@ -365,6 +370,7 @@ func (s *runner) run(ctx context.Context, name string, script *script, keys []st
 		time.Sleep(time.Duration(attempt) * 20 * time.Millisecond)
 	}
 	s.noteFailure(cmd.Err())
+	s.noteLayout(cmd.Err(), firstKey(keys))
 	if s.observe != nil {
 		s.observe(name, time.Since(start))
 	}
@@ -444,6 +450,7 @@ func (s *runner) write(ctx context.Context, name string, script *script, keys []
 		}
 	}
 	s.noteFailure(cmd.Err())
+	s.noteLayout(cmd.Err(), firstKey(keys))
 	if s.observe != nil {
 		s.observe(name, time.Since(start))
 	}

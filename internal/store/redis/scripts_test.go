@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_edbc4cc8dfc3d572"},
-		{"cluster", true, "lockapi_b3be6e6b9468797e"},
+		{"plain", false, "lockapi_3add32eb4fce2b4d"},
+		{"cluster", true, "lockapi_1e2b95e70cbac2ce"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

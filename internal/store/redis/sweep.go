@@ -254,6 +254,12 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 		runPipelined(ctx, r.runner.rdb, calls)
 		for _, c := range calls {
 			if err := c.cmd.Err(); err != nil {
+				if _, newer := unknownLeaseLayout(err); newer {
+					// A newer instance's lease: told; its sweeper
+					// records the expiry.
+					r.runner.noteLayout(err, firstKey(c.keys))
+					continue
+				}
 				return 0, offset, err
 			}
 			if c.script == r.runner.scripts.sessionSweep {

@@ -908,8 +908,7 @@ func (s *Store) Events() lock.EventLog { return nil }
 // Sessions is nil: redlock mode offers no sessions (errNoSessions).
 func (s *Store) Sessions() lock.Sessions { return nil }
 
-// Reconnects, Ghosts and WatcherCount sum or bound the masters' own, for
-// metrics and tests.
+// Reconnects and Ghosts sum the masters' own, for metrics.
 func (s *Store) Reconnects() (n int64) {
 	for _, m := range s.masters {
 		n += m.Reconnects()
@@ -923,14 +922,4 @@ func (s *Store) Ghosts() (abandoned, pending int64) {
 		abandoned, pending = abandoned+a, pending+p
 	}
 	return abandoned, pending
-}
-
-// WatcherCount is the largest count of one master's hub: every waiter
-// watches every master.
-func (s *Store) WatcherCount() int {
-	n := 0
-	for _, m := range s.masters {
-		n = max(n, m.WatcherCount())
-	}
-	return n
 }

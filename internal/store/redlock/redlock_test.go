@@ -148,7 +148,7 @@ func prefixOf(t *testing.T, s *redlock.Store, rl *redistest.Redlock) string {
 // granted soon after the holder's release.
 func TestStoppedMaster(t *testing.T) {
 	rl := redistest.StartRedlock(t, 3)
-	s := openWith(t, rl, 300*time.Millisecond)
+	s := storetest.Watch(openWith(t, rl, 300*time.Millisecond))
 	rl.Masters[0].Node(t).Pause(t)
 	defer rl.Masters[0].Node(t).Continue(t)
 	l := storetest.Acquire(t, s, "sm", "a", time.Minute)

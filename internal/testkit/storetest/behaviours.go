@@ -222,7 +222,7 @@ var coreBehaviours = []behaviour{
 	// A holder that renews with a shorter TTL and then dies is waited out at
 	// the new expiry, not the old one.
 	{"Waiter_sees_a_shortened_lease", func(t *testing.T, backend Backend) {
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		a := Acquire(t, s, "short", "a", 30*time.Second)
 		done := make(chan time.Time, 1)
 		go func() {
@@ -264,7 +264,7 @@ var coreBehaviours = []behaviour{
 		}
 	}},
 	{"ForceRelease", func(t *testing.T, backend Backend) {
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		a := Acquire(t, s, "force", "a", time.Minute)
 		got := make(chan lock.Grant, 1)
 		go func() {
@@ -404,7 +404,7 @@ var coreBehaviours = []behaviour{
 		}
 	}},
 	{"Seed_waiter_is_woken_by_release", func(t *testing.T, backend Backend) {
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		a := Acquire(t, s, "handoff", "a", 5*time.Minute)
 		type result struct {
 			g   lock.Grant
@@ -434,7 +434,7 @@ var coreBehaviours = []behaviour{
 		}
 	}},
 	{"Seed_two_waiters_one_at_a_time", func(t *testing.T, backend Backend) {
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		a := Acquire(t, s, "two", "a", 5*time.Minute)
 		grants := make(chan lock.Lease, 2)
 		for _, owner := range []string{"b", "c"} {
@@ -481,7 +481,7 @@ var coreBehaviours = []behaviour{
 		}
 	}},
 	{"Seed_wait_cancelled", func(t *testing.T, backend Backend) {
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		a := Acquire(t, s, "cancel", "a", time.Minute)
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)

@@ -22,7 +22,7 @@ var kindBehaviours = []behaviour{
 	{"Multi_lock_is_all_or_nothing", func(t *testing.T, backend Backend) {
 		// Names that hash to different Redis Cluster slots: a multi-lock
 		// takes each on its own shard.
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		names := []string{"multi:a", "multi:b", "multi:c", "multi:d"}
 		reqs := func(owner string) []lock.AcquireRequest {
 			rs := make([]lock.AcquireRequest, len(names))
@@ -362,7 +362,7 @@ var kindBehaviours = []behaviour{
 	// wake-up on: every waiting reader gets in (a notice, not the writer's
 	// five-minute TTL).
 	{"Readers_waiting_for_a_writer_all_get_in", func(t *testing.T, backend Backend) {
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		const name = "rw:readers-wake"
 		a := Acquire(t, s, name, "a", 5*time.Minute)
 		var readers []<-chan waited
@@ -586,7 +586,7 @@ var kindBehaviours = []behaviour{
 	// the permits' TTLs are five minutes.
 	{"Released_permit_wakes_a_waiter", func(t *testing.T, backend Backend) {
 		backend.require(t, semaphores)
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		const name = "sem:wake"
 		p1 := permit(t, s, name, "p1", 2, 5*time.Minute)
 		p2 := permit(t, s, name, "p2", 2, 5*time.Minute)
@@ -608,7 +608,7 @@ var kindBehaviours = []behaviour{
 	// renewal's notice moves the waiters' timers, as for a lock.
 	{"Waiter_sees_a_shortened_permit", func(t *testing.T, backend Backend) {
 		backend.require(t, semaphores)
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		const name = "sem:short"
 		p := permit(t, s, name, "p", 1, 30*time.Second)
 		w := startWait(t, s, lock.AcquireRequest{Lock: name, Owner: "w", Limit: 1}, 20*time.Second)
@@ -1145,7 +1145,7 @@ var kindBehaviours = []behaviour{
 	// queued waiter, or (the queue now empty) a waiter the queue held off.
 	{"Leave_takes_a_place_out_and_wakes_the_next", func(t *testing.T, backend Backend) {
 		backend.require(t, queues)
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		t.Run("next_in_queue", func(t *testing.T) {
 			const name = "leave:fair"
 			a := Acquire(t, s, name, "a", 5*time.Minute)
@@ -1253,7 +1253,7 @@ var kindBehaviours = []behaviour{
 	// takes it up where it was; a cancelled one gives it up.
 	{"Keyed_fair_waiter_keeps_its_place_across_repeats", func(t *testing.T, backend Backend) {
 		backend.require(t, fairLocks)
-		s := backend.Open(t)
+		s := Watch(backend.Open(t))
 		t.Run("repeat", func(t *testing.T) {
 			const name = "fair:repeat"
 			a := Acquire(t, s, name, "a", 5*time.Minute)

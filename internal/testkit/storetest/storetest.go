@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,25 +127,78 @@ func Inspect(t *testing.T, s lock.Store, name string) lock.State {
 	return st
 }
 
-// WatcherCounter is a store that counts its registered waiters and
-// watchers, as both stores do.
-type WatcherCounter interface{ WatcherCount() int }
+// Watched is a store whose waiters the test can count: the kit's hook on
+// Watch, through which every wait passes (lock.AcquireWait, AcquireAll, a
+// parked wait, a blocking query). A watcher counts from the moment Watch
+// returns it, when it is registered with the store, until it is closed.
+type Watched struct {
+	lock.Store
+	mu      sync.Mutex
+	n       int
+	changed chan struct{} // closed, and replaced, whenever n changes
+}
 
-// WaitForWaiters waits until n waiters are registered with the store's
-// notification hub (an event, not a sleep). The store must count them
-// (WatcherCount), as both stores do.
-func WaitForWaiters(t *testing.T, s lock.Store, n int) {
-	t.Helper()
-	counter, ok := s.(WatcherCounter)
-	if !ok {
-		t.Fatalf("%T does not count its watchers", s)
+// Watch wraps s so that WaitForWaiters can count its waiters.
+func Watch(s lock.Store) *Watched {
+	return &Watched{Store: s, changed: make(chan struct{})}
+}
+
+// Watch implements lock.Store: it counts the watcher it returns.
+func (w *Watched) Watch(ctx context.Context, name string, kind lock.WatchKind) (lock.Watcher, error) {
+	inner, err := w.Store.Watch(ctx, name, kind)
+	if err != nil {
+		return nil, err
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for counter.WatcherCount() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters registered, want %d", counter.WatcherCount(), n)
+	w.add(1)
+	return &countedWatcher{Watcher: inner, w: w}, nil
+}
+
+// Waiters returns how many watchers are registered now, and a channel
+// closed when that changes.
+func (w *Watched) Waiters() (int, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n, w.changed
+}
+
+func (w *Watched) add(d int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += d
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// countedWatcher is a watcher of a Watched store: closing it, once, counts
+// it out.
+type countedWatcher struct {
+	lock.Watcher
+	w      *Watched
+	closed sync.Once
+}
+
+func (c *countedWatcher) Close() {
+	c.Watcher.Close()
+	c.closed.Do(func() { c.w.add(-1) })
+}
+
+// WaitForWaiters waits until at least n waiters are registered with s, or
+// none when n is 0 (every waiter closed its watcher), woken by each change
+// of the count, not by a sleep.
+func WaitForWaiters(t testing.TB, s *Watched, n int) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		got, changed := s.Waiters()
+		if (n == 0 && got == 0) || (n > 0 && got >= n) {
+			return
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("%d waiters registered, want %d", got, n)
+		}
 	}
 }
 

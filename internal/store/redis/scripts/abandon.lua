@@ -48,7 +48,8 @@ redis.call('SADD', KEYS[3], req)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 
 local mark = 's:' .. req
-local h = redis.call('HMGET', KEYS[1], 'lease', mark, 'op', 'owner', 'principal', 'token', 'sess')
+local h = redis.call('HMGET', KEYS[1], 'lease', mark, 'op', 'owner', 'principal', 'token', 'sess', 'v')
+lease_layout(h[8])
 if h[7] and lapse_exclusive(now, h[1], h[4], h[5], h[6], h[7]) then
 	h = {}
 end

@@ -47,6 +47,11 @@
 -- (st), each re-entry also indexed by 'r:<request id>' in the shared hash.
 -- The marks die with the lease (see abandon.lua for why none goes sooner).
 --
+-- A fresh grant writes the layout (v, LEASE_LAYOUT in lib.lua) of the
+-- lock hash or record it makes, and of the fence with its token; a
+-- record of a layout this version does not know ends the script with the
+-- error of lease_layout, where it is read.
+--
 -- A grant publishes "c:<ttl ms>" on the unlock channel, so that waiters time
 -- the new holder's expiry. A fresh grant leaves the fence's version (the
 -- blocking-query index) alone: the new token changes the index anyway.
@@ -86,7 +91,8 @@ if rare() and redis.call('SISMEMBER', KEYS[3], req) == 1 then
 	return {-1}
 end
 
-local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop', 'sess')
+local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'acq', 'meta', 'idem', 'idemop', 'sess', 'v')
+lease_layout(held[10])
 if held[9] and lapse_exclusive(now, held[1], held[2], held[3], held[4], held[9]) then
 	held = {}
 end
@@ -122,6 +128,7 @@ local function next_token()
 	end
 	local tok = fmt(token)
 	fence_set('token', tok)
+	fence_set('v', LEASE_LAYOUT)
 	return tok
 end
 
@@ -334,7 +341,7 @@ if not shared and limit == 0 then
 	-- metadata, and the grant's mark (its request id is the lease id).
 	local acq = fmt(now)
 	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
-		'token', tok, 'count', '1', 'ttl', ttl_s, 'acq', acq, 'exp', fmt(exp))
+		'token', tok, 'count', '1', 'ttl', ttl_s, 'acq', acq, 'exp', fmt(exp), 'v', LEASE_LAYOUT)
 	if ARGV[5] ~= '' then
 		redis.call('HSET', KEYS[1], 'meta', ARGV[5])
 	end
@@ -354,7 +361,7 @@ if not shared and limit == 0 then
 end
 local rec = {owner = owner, principal = principal, token = tok, count = '1', ttl = ttl_s,
 	acq = fmt(now), exp = fmt(exp), meta = ARGV[5], idem = idem, idemop = req,
-	limit = ARGV[10], st = {_ = ''}}
+	limit = ARGV[10], st = {_ = ''}, v = LEASE_LAYOUT}
 if sid ~= '' then
 	rec.sess = sid
 	redis.call('HSET', KEYS[4], 'bound', '1')

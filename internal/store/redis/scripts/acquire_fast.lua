@@ -22,7 +22,9 @@
 -- acquire.lua: a name with any of KEYS[3..5] or a lock-delay, a reentrant
 -- acquire, a lease bound to a session (acquire.lua asks whether the
 -- session lives), or an expired lease whose expiry is not recorded yet. It
--- changes nothing then.
+-- changes nothing then. A lock hash or fence of a layout this version does
+-- not know ends it with the error of lease_layout (lib.lua), before it
+-- changes anything.
 
 local owner, principal = ARGV[2], ARGV[3]
 events_from(ARGV[8])
@@ -32,7 +34,8 @@ if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], delay_key()) > 0 the
 	if redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5], delay_key()) > 0 then
 		return FALLBACK
 	end
-	local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess')
+	local held = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess', 'v')
+	lease_layout(held[6])
 	if held[1] then
 		if held[5] or (held[2] == owner and held[3] == principal) then
 			return FALLBACK
@@ -44,16 +47,20 @@ end
 RARE = false
 local last
 if EVENTS_MAX > 0 then
-	local f = redis.call('HMGET', KEYS[2], 'token', 'evx', 'released')
+	local f = redis.call('HMGET', KEYS[2], 'token', 'evx', 'released', 'v')
+	lease_layout(f[4])
 	if f[2] and not released_member(f[2], f[3]) then
 		return FALLBACK
 	end
 	last = f[1]
 else
-	last = redis.call('HGET', KEYS[2], 'token')
+	local f = redis.call('HMGET', KEYS[2], 'token', 'v')
+	lease_layout(f[2])
+	last = f[1]
 end
 
--- A fresh grant, as acquire.lua makes it (next_token, the lock hash).
+-- A fresh grant, as acquire.lua makes it (next_token, the lock hash), each
+-- record with its layout (LEASE_LAYOUT in lib.lua).
 local now_us, now = clock()
 local token = (tonumber(last) or 0) + 1
 if now_us > token then
@@ -65,16 +72,16 @@ end
 local req, tok, acq, exp = ARGV[1], fmt(token), fmt(now), fmt(now + ARGV[4])
 if ARGV[5] == '' then
 	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
-		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', exp)
+		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', exp, 'v', LEASE_LAYOUT)
 else
 	redis.call('HSET', KEYS[1], 'lease', req, 'owner', owner, 'principal', principal,
-		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', exp, 'meta', ARGV[5])
+		'token', tok, 'count', '1', 'ttl', ARGV[4], 'acq', acq, 'exp', exp, 'v', LEASE_LAYOUT, 'meta', ARGV[5])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if EVENTS_MAX > 0 then
-	redis.call('HSET', KEYS[2], 'token', tok, 'evx', lease_member(req, 'exclusive', tok, owner, principal))
+	redis.call('HSET', KEYS[2], 'token', tok, 'v', LEASE_LAYOUT, 'evx', lease_member(req, 'exclusive', tok, owner, principal))
 else
-	redis.call('HSET', KEYS[2], 'token', tok)
+	redis.call('HSET', KEYS[2], 'token', tok, 'v', LEASE_LAYOUT)
 end
 redis.call(ARGV[7], ARGV[6], 'c:' .. ARGV[4])
 if EVENTS_MAX > 0 then

@@ -18,7 +18,8 @@ events_from(ARGV[2])
 if not redis.call('ZSCORE', EV_EXP, member) then
 	return 1
 end
-local h = redis.call('HMGET', KEYS[1], 'lease', 'exp')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'exp', 'v')
+lease_layout(h[3])
 settle_exclusive(now, h[1])
 prune_shared(now)
 if not redis.call('ZSCORE', EV_EXP, member) then

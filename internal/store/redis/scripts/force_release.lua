@@ -8,7 +8,10 @@
 --
 -- Returns 1 if anything was held, else 0. The fence is left alone, so the
 -- next grant still gets a larger token; "released" is not set, so an
--- evicted holder's own release answers lease-lost. The queue stays.
+-- evicted holder's own release answers lease-lost. The queue stays. A
+-- lease of a layout this version does not know is not forced: the script
+-- ends with the error of lease_layout (lib.lua) before it deletes
+-- anything.
 --
 -- Records force_released once per lease ended (the exclusive lease, every
 -- shared lease and permit), with the admin's principal. A lease bound to a
@@ -27,7 +30,8 @@ local _, now = clock()
 local by = ARGV[3]
 events_from(ARGV[4])
 local ended = {}
-local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess', 'v')
+lease_layout(h[6])
 if h[5] and lapse_exclusive(now, h[1], h[2], h[3], h[4], h[5]) then
 	h = {}
 end

@@ -15,15 +15,20 @@
 -- shared records' expiries. A lease bound to a session shows the session's
 -- expiry, and one whose session is dead is not shown (lease_live in
 -- lib.lua): the next script that meets it ends it, and closes the name
--- for its session's lock-delay, which is shown already.
+-- for its session's lock-delay, which is shown already. A lock hash or
+-- fence of a layout this version does not know ends it with the error of
+-- lease_layout (lib.lua); the shared records are returned as they are, and
+-- the store reads their layout (sharedHolder in redis.go).
 local _, now = clock()
 if ARGV[1] then
 	events_from(ARGV[1])
 end
-local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'acq', 'exp', 'meta', 'sess')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'acq', 'exp', 'meta', 'sess', 'v')
+lease_layout(h[10])
 local sid = h[9]
 local till = 0 -- the end of a lock-delay that a dead lease has yet to set
-local f = redis.call('HMGET', KEYS[2], 'token', 'ver')
+local f = redis.call('HMGET', KEYS[2], 'token', 'ver', 'v')
+lease_layout(f[3])
 h[9] = f[1]
 h[10] = f[2]
 h[11] = redis.call('PTTL', KEYS[1])

@@ -31,9 +31,9 @@
 --
 -- A shared lease or permit is one field of KEYS[4]: its lease id -> a JSON
 -- record {owner, principal, token, count, ttl, acq, exp, meta, idem,
--- idemop, st}, where st maps request ids to 'g' (a re-entry that added a
--- hold), 'c' (answer claimed by a replay) or 'x' (abandoned), as the lock
--- hash's 's:<id>' fields do. Index fields beside them: 'o:<principal>\n
+-- idemop, limit, st, v (its layout, LEASE_LAYOUT)}, where st maps request
+-- ids to 'g' (a re-entry that added a hold), 'c' (answer claimed by a
+-- replay) or 'x' (abandoned), as the lock hash's 's:<id>' fields do. Index fields beside them: 'o:<principal>\n
 -- <owner>' -> the owner's shared lease (reentrancy), 'i:<idempotency key>'
 -- -> lease id, 'r:<request id>' -> lease id of each of a lease's re-entries
 -- (abandon), and 'limit'. A record written before the marks has 'op', its
@@ -111,14 +111,43 @@ local function events_from(arg)
 	end
 end
 
+-- LEASE_LAYOUT is the layout of a name's lease records that this version
+-- writes and reads (layout.LeasesV1 in Go): the field v of the lock hash
+-- (KEYS[1]) and of the fence (KEYS[2]), and v in a shared lease's or
+-- permit's record (KEYS[4]). A grant writes it with the record, in the
+-- same command; a record without it is layout 1, as v0.1.0 wrote it.
+-- Every script reads v wherever it reads one of these records (in the same
+-- HMGET) and hands it to lease_layout, which refuses a layout this version
+-- does not know (a later release wrote the record): the script ends with
+-- the error "LAYOUT leases <v>", which the store answers 503 and reports
+-- (docs/UPGRADING.md). Such a record is never read as free, nor written
+-- over. A script that bumps one of the fence's counters (ver, qseq) or
+-- notes the released lease there, without reading it, reads the lock hash
+-- or the record it acts on first; those fence fields keep their meaning
+-- in every layout. What a script changed before it met the record stands
+-- (Redis keeps a script's writes before an error): changes to records of
+-- a layout it knows, such as a lease of a dead session lapsed.
+local LEASE_LAYOUT = '1'
+
+local function lease_layout(v)
+	if v and v ~= LEASE_LAYOUT then
+		v = tostring(v)
+		if #v > 16 or string.find(v, '[^%w%._%-]') then
+			v = '?'
+		end
+		error({err = 'LAYOUT leases ' .. v})
+	end
+end
+
 -- The fence hash (KEYS[2]) holds the token counter, the blocking-query
--- index (ver), the exclusive lease's events member (evx) and the last
--- released lease (released). fence reads the four in one call, once per
--- script; fence_set queues a write and fence_flush makes the queued writes
--- in one call.
+-- index (ver), the exclusive lease's events member (evx), the last
+-- released lease (released) and its layout (v). fence reads them in one
+-- call, once per script; fence_set queues a write and fence_flush makes
+-- the queued writes in one call.
 local function fence()
 	if not FENCE then
-		local v = redis.call('HMGET', KEYS[2], 'token', 'ver', 'evx', 'released')
+		local v = redis.call('HMGET', KEYS[2], 'token', 'ver', 'evx', 'released', 'v')
+		lease_layout(v[5])
 		FENCE = {token = tonumber(v[1]) or 0, ver = tonumber(v[2]) or 0, evx = v[3], released = v[4]}
 	end
 	return FENCE
@@ -182,7 +211,9 @@ local function load_record(id)
 	if not raw then
 		return nil
 	end
-	return cjson.decode(raw)
+	local rec = cjson.decode(raw)
+	lease_layout(rec.v)
+	return rec
 end
 
 local function save_record(id, rec)
@@ -698,7 +729,8 @@ local function end_bound(sid, name, id, how, now, skeys, evarg)
 	events_from(evarg)
 	local channel = t .. ':unlock'
 	local mode, token, owner, principal
-	local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess')
+	local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'sess', 'v')
+	lease_layout(h[6])
 	if h[1] == id and h[5] == sid then
 		redis.call('DEL', KEYS[1])
 		if how == 'released' then

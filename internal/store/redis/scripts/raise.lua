@@ -8,25 +8,28 @@
 -- ARGV[1] lease id
 -- ARGV[2] token
 --
--- Returns 1 when the lease is held here, 0 when only the counter moved.
+-- Returns 1 when the lease is held here, 0 when only the counter moved. A
+-- lock hash, fence or record of a layout this version does not know ends
+-- it with the error of lease_layout (lib.lua), before it changes anything.
 
 local token = tonumber(ARGV[2])
-local last = tonumber(redis.call('HGET', KEYS[2], 'token')) or 0
+local f = redis.call('HMGET', KEYS[2], 'token', 'v')
+lease_layout(f[2])
+local h = redis.call('HMGET', KEYS[1], 'lease', 'v')
+lease_layout(h[2])
+local rec = h[1] ~= ARGV[1] and load_record(ARGV[1])
+local last = tonumber(f[1]) or 0
 if token > last then
-	redis.call('HSET', KEYS[2], 'token', ARGV[2])
+	redis.call('HSET', KEYS[2], 'token', ARGV[2], 'v', LEASE_LAYOUT)
 end
 local held = 0
-if redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then
+if h[1] == ARGV[1] then
 	redis.call('HSET', KEYS[1], 'token', ARGV[2])
 	held = 1
-else
-	local raw = redis.call('HGET', KEYS[4], ARGV[1])
-	if raw then
-		local rec = cjson.decode(raw)
-		rec.token = ARGV[2]
-		redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(rec))
-		held = 1
-	end
+elseif rec then
+	rec.token = ARGV[2]
+	redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(rec))
+	held = 1
 end
 if held == 1 then
 	-- The holder's token changed: blocking queries must see a new index.

@@ -27,7 +27,8 @@ local function ended(by)
 	return {1, 0, 1, 0}
 end
 
-local h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'owner', 'token', 'sess')
+local h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'owner', 'token', 'sess', 'v')
+lease_layout(h[6])
 if h[5] and lapse_exclusive(now, h[1], h[3], h[2], h[4], h[5]) then
 	h = {}
 end
@@ -78,7 +79,8 @@ if rec then
 	return reply
 end
 
-local last = redis.call('HMGET', KEYS[2], 'released', 'released_by')
+local last = redis.call('HMGET', KEYS[2], 'released', 'released_by', 'v')
+lease_layout(last[3])
 if last[1] == id then
 	if principal ~= '' and last[2] ~= principal then
 		return {-1}

@@ -14,16 +14,19 @@
 -- (as release.lua does), and FALLBACK for all it leaves to release.lua: a
 -- lease that is not the exclusive one (shared, a permit, or none: a retry,
 -- a lost lease), holds left after this one, a queue, a lease bound to a
--- session. It changes nothing then.
+-- session. It changes nothing then. A lock hash of a layout this version
+-- does not know ends it with the error of lease_layout (lib.lua), before it
+-- changes anything.
 
 local id, principal = ARGV[1], ARGV[2]
 events_from(ARGV[5])
 local h
 if EVENTS_MAX > 0 then
-	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count', 'sess', 'owner', 'token')
+	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count', 'sess', 'v', 'owner', 'token')
 else
-	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count', 'sess')
+	h = redis.call('HMGET', KEYS[1], 'lease', 'principal', 'count', 'sess', 'v')
 end
+lease_layout(h[5])
 if h[1] ~= id or h[3] ~= '1' or h[4] then
 	return FALLBACK
 end
@@ -39,5 +42,5 @@ redis.call('DEL', KEYS[1])
 -- too: no lease to settle (released_member in lib.lua), one command less.
 redis.call('HSET', KEYS[2], 'released', id, 'released_by', h[2])
 redis.call(ARGV[4], ARGV[3], 'r')
-record(nil, 'released', id, 'exclusive', h[6], h[5], h[2], '0')
+record(nil, 'released', id, 'exclusive', h[7], h[6], h[2], '0')
 return 1
