@@ -195,6 +195,11 @@ func (sw *sweeper) run() {
 // trims the log when trim is set. It returns the Redis ms of the earliest
 // expiry not yet due (0: none), and Redis's clock minus ours. offset is the
 // last one known, which times the trim.
+// refusedRetry is how long, in Redis ms, the sweeper leaves due leases it
+// cannot read (a newer layout, during a rolling deploy) before it looks
+// again.
+const refusedRetry = 1000
+
 func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Duration, err error) {
 	r := sw.r
 	ctx, cancel := context.WithTimeout(context.Background(), r.runner.callTimeout)
@@ -250,6 +255,7 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 		}
 	}
 	more := false // a shadow has leases left to end
+	refused := 0  // due leases of a newer layout, left to a newer sweeper
 	if len(calls) > 0 {
 		runPipelined(ctx, r.runner.rdb, calls)
 		for _, c := range calls {
@@ -258,6 +264,7 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 					// A newer instance's lease: told; its sweeper
 					// records the expiry.
 					r.runner.noteLayout(err, firstKey(c.keys))
+					refused++
 					continue
 				}
 				return 0, offset, err
@@ -270,6 +277,11 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 	}
 	if mark || more || len(calls) == sweepBatch || (next != 0 && next <= nowMs) {
 		next = nowMs // look again at once
+	}
+	if refused > 0 && (next == 0 || next < nowMs+refusedRetry) {
+		// The refused leases stay due until a newer instance's sweeper
+		// ends them: looking again at once would spin on them.
+		next = nowMs + refusedRetry
 	}
 	return next, offset, nil
 }
