@@ -28,6 +28,7 @@ var contract = []struct {
 	{http.MethodPost, "/v1/locks/{name}/leases", "acquireLease", []string{"200", "201", "400", "401", "403", "404", "409", "410", "413", "415", "429", "501", "503"}},
 	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/renew", "renewLease", []string{"200", "400", "401", "403", "410", "413", "415", "429", "503"}},
 	{http.MethodDelete, "/v1/locks/{name}/leases/{lease_id}", "releaseLease", []string{"200", "400", "401", "403", "410", "415", "429", "503"}},
+	{http.MethodPatch, "/v1/locks/{name}/leases/{lease_id}", "updateLease", []string{"200", "400", "401", "403", "410", "413", "415", "429", "501", "503"}},
 	{http.MethodPost, "/v1/locks/{name}/leases/{lease_id}/release", "releaseBySignedURL", []string{"200", "400", "403", "410", "429", "503"}},
 	{http.MethodPost, "/v1/leases", "acquireLeases", []string{"201", "400", "401", "403", "404", "409", "410", "413", "415", "429", "501", "503"}},
 	{http.MethodDelete, "/v1/leases", "releaseLeases", []string{"200", "400", "401", "403", "415", "429", "503"}},

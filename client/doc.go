@@ -39,7 +39,9 @@
 // NewSession, GetSession, ListSessions and DeleteSession handle sessions;
 // CreateWebhook, ListWebhooks, GetWebhook, DeleteWebhook, PingWebhook,
 // ListDeadLetters and ReplayDeadLetter handle webhooks; Events streams the
-// changes of locks. The client generated from openapi.yaml (package
+// changes of locks; Campaign, Leader and Observe run leader elections on a
+// lock (docs/ELECTIONS.md), and Lease.UpdateMetadata replaces a lease's
+// metadata. The client generated from openapi.yaml (package
 // client/api) is how this package speaks HTTP, and is no part of its API:
 // it exists for the tests that hold the server to its contract.
 package client

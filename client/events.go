@@ -28,6 +28,7 @@ const (
 	EventReleased      = event.Released      // a lease ended by its release, or dropped one hold of several
 	EventExpired       = event.Expired       // a lease's TTL ran out, or its session ended
 	EventForceReleased = event.ForceReleased // an admin ended every lease of the lock
+	EventUpdated       = event.Updated       // the holder replaced its lease's metadata (Event.Metadata)
 )
 
 // Event is one change of one lease of a lock: the wire form itself

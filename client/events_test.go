@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -201,7 +202,7 @@ func TestEvents_Decodes(t *testing.T) {
 		t.Errorf("queue length %v, want 2", ev.QueueLength)
 	}
 	ev.QueueLength = want.QueueLength
-	if ev != want {
+	if !reflect.DeepEqual(ev, want) {
 		t.Errorf("event %+v, want %+v", ev, want)
 	}
 }

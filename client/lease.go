@@ -33,7 +33,6 @@ type Lease struct {
 	id         string
 	owner      string
 	token      uint64
-	metadata   map[string]string
 	mode       string // "exclusive" or "shared"
 	limit      int    // the semaphore's permits; 0 for a lock
 	releaseAll bool   // the owner is unique to this lease: Release drops every hold
@@ -41,6 +40,7 @@ type Lease struct {
 	releaseURL string
 
 	mu        sync.Mutex
+	metadata  map[string]string // UpdateMetadata replaces it
 	ttl       time.Duration
 	holdCount int
 	renewedAt time.Time // when the last successful acquire or renewal was sent
@@ -106,8 +106,13 @@ func (l *Lease) Owner() string { return l.owner }
 // of the lock. A reentrant acquire returns the same token.
 func (l *Lease) Token() uint64 { return l.token }
 
-// Metadata returns the labels kept with the lease (do not modify).
-func (l *Lease) Metadata() map[string]string { return l.metadata }
+// Metadata returns the labels kept with the lease (do not modify), as
+// acquired or last updated (UpdateMetadata).
+func (l *Lease) Metadata() map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.metadata
+}
 
 // TTL returns the lease's TTL as of the last acquire or renewal.
 func (l *Lease) TTL() time.Duration {

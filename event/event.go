@@ -41,11 +41,12 @@ const (
 	Released      Type = "released"       // a lease ended by its release (one hold, all holds, or the signed URL) or its abandonment
 	Expired       Type = "expired"        // a lease's TTL ran out, or its session ended
 	ForceReleased Type = "force_released" // an admin ended every lease of the lock
+	Updated       Type = "updated"        // the holder replaced its lease's metadata (Event.Metadata)
 )
 
 // Types lists every type, in the order documentation lists them: the one
 // list the server, its filters and its messages take the types from.
-var Types = []Type{Granted, Reentered, Renewed, Released, Expired, ForceReleased}
+var Types = []Type{Granted, Reentered, Renewed, Released, Expired, ForceReleased, Updated}
 
 // ParseType reads an event type; ok is false for a name not in Types.
 func ParseType(s string) (t Type, ok bool) {
@@ -96,6 +97,10 @@ type Event struct {
 	// Session is the session the lease was bound to; absent for none. An
 	// Expired event with one says the session's end ended the lease.
 	Session string `json:"session,omitempty"`
+	// Metadata is the lease's metadata after an Updated event, which
+	// always carries it ({} when the update removed every label); nil
+	// (and absent) on the other types.
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Time is when the change happened, by the server's store.
 	Time time.Time `json:"time"`
 }
@@ -104,11 +109,26 @@ type Event struct {
 // fields: the tags above are the wire shape, written nowhere else.
 type fields Event
 
-// wire is Event as JSON: its fields, but the time in TimeFormat (the outer
-// member shadows the inner one of the same name).
+// wire is Event as JSON: its fields, but the time in TimeFormat, and the
+// metadata of an Updated event written even when empty (the outer members
+// shadow the inner ones of the same names, and keep their places: Metadata
+// and Time are Event's last fields).
 type wire struct {
 	fields
-	Time string `json:"time"`
+	Metadata *map[string]string `json:"metadata,omitempty"`
+	Time     string             `json:"time"`
+}
+
+// newWire returns e as JSON writes it.
+func newWire(e Event) wire {
+	w := wire{fields: fields(e), Time: FormatTime(e.Time)}
+	if md := e.Metadata; md != nil || e.Type == Updated {
+		if md == nil {
+			md = map[string]string{}
+		}
+		w.Metadata = &md
+	}
+	return w
 }
 
 // Marshal returns e's JSON as the API writes it, on one line and without
@@ -120,7 +140,7 @@ func Marshal(e Event) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(wire{fields(e), FormatTime(e.Time)}); err != nil {
+	if err := enc.Encode(newWire(e)); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil

@@ -61,6 +61,33 @@ func TestMarshal(t *testing.T) {
 	})
 }
 
+// An updated event always carries its metadata, {} for none, before the
+// time; other types carry none.
+func TestMarshal_UpdatedMetadata(t *testing.T) {
+	at := time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		e    event.Event
+		want string
+	}{
+		{event.Event{ID: "1-0", Type: event.Updated, Metadata: map[string]string{"addr": "<a&b>"}, Time: at},
+			`{"id":"1-0","type":"updated","lock":"","owner":"","principal":"","mode":"","fencing_token":0,"hold_count":0,"metadata":{"addr":"<a&b>"},"time":"2026-11-23T17:00:00.000Z"}`},
+		{event.Event{ID: "1-1", Type: event.Updated, Time: at},
+			`{"id":"1-1","type":"updated","lock":"","owner":"","principal":"","mode":"","fencing_token":0,"hold_count":0,"metadata":{},"time":"2026-11-23T17:00:00.000Z"}`},
+		{event.Event{ID: "1-2", Type: event.Renewed, Time: at},
+			`{"id":"1-2","type":"renewed","lock":"","owner":"","principal":"","mode":"","fencing_token":0,"hold_count":0,"time":"2026-11-23T17:00:00.000Z"}`},
+	} {
+		b, err := event.Marshal(c.e)
+		if err != nil || string(b) != c.want {
+			t.Errorf("Marshal = %s, %v\nwant %s", b, err, c.want)
+			continue
+		}
+		var back event.Event
+		if err := json.Unmarshal(b, &back); err != nil || len(back.Metadata) != len(c.e.Metadata) || back.Metadata["addr"] != c.e.Metadata["addr"] {
+			t.Errorf("read back %+v, %v", back, err)
+		}
+	}
+}
+
 func TestParseType(t *testing.T) {
 	for _, typ := range event.Types {
 		if got, ok := event.ParseType(string(typ)); !ok || got != typ {

@@ -102,6 +102,13 @@ func TestUI_dashboard(t *testing.T) {
 	}
 	// The live feed (SSE) shows the force release, with who did it.
 	b.waitFor(3*time.Second, `document.querySelector('#feed li[data-type="force_released"][data-lock="deploy:prod"]') !== null`)
+	// And a lease's new metadata (PATCH: a leader's proclaim), with it.
+	leader := uiGrant(t, s, adminKey, "deploy:prod", map[string]any{"owner": "node-a", "ttl_ms": 20000})
+	var updated Lease
+	uiCall(t, s, adminKey, "PATCH", "/v1/locks/deploy:prod/leases/"+leader.LeaseID, map[string]any{"metadata": map[string]string{"state": "serving", "addr": "10.0.0.7"}}, &updated)
+	b.waitFor(3*time.Second, `[...document.querySelectorAll('#feed li[data-type="updated"][data-lock="deploy:prod"] .metadata')].some(el => el.textContent === 'addr=10.0.0.7, state=serving')`)
+	var released map[string]any
+	uiCall(t, s, adminKey, "DELETE", "/v1/locks/deploy:prod/leases/"+leader.LeaseID, nil, &released)
 
 	// A read-only key: the lock's page without a force-release button, and
 	// a forged force release refused.

@@ -25,6 +25,7 @@ const (
 	EventReentered     EventType = "reentered"
 	EventReleased      EventType = "released"
 	EventRenewed       EventType = "renewed"
+	EventUpdated       EventType = "updated"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -41,6 +42,8 @@ func (e EventType) Valid() bool {
 	case EventReleased:
 		return true
 	case EventRenewed:
+		return true
+	case EventUpdated:
 		return true
 	default:
 		return false
@@ -364,6 +367,9 @@ type Event struct {
 	// Example: deploy:prod
 	Lock LockName `json:"lock"`
 
+	// Metadata The lease's new metadata, on an `updated` event only (`{}` when the update removed every label); absent on the other types.
+	Metadata *Metadata `json:"metadata,omitempty"`
+
 	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
 	//
 	// Example: exclusive
@@ -392,7 +398,7 @@ type Event struct {
 	// Example: 2026-11-23T17:00:00.000Z
 	Time time.Time `json:"time"`
 
-	// Type What changed: `granted` a fresh lease (a new fencing token), `reentered` one more hold, `renewed` a TTL reset, `released` a lease ended by its release (or one hold of several dropped: `hold_count` > 0), `expired` a TTL ran out, `force_released` an admin ended it.
+	// Type What changed: `granted` a fresh lease (a new fencing token), `reentered` one more hold, `renewed` a TTL reset, `released` a lease ended by its release (or one hold of several dropped: `hold_count` > 0), `expired` a TTL ran out, `force_released` an admin ended it, `updated` the holder replaced its metadata (updateLease; the event's `metadata`).
 	//
 	// Example: granted
 	Type EventType `json:"type"`
@@ -411,7 +417,7 @@ type EventResumePoint = string
 // EventStream Server-Sent Events: per event an `id:`, an `event:` (the EventType) and a `data:` line (the Event as JSON), then a blank line; and `: keep-alive` comment lines.
 type EventStream = string
 
-// EventType What changed: `granted` a fresh lease (a new fencing token), `reentered` one more hold, `renewed` a TTL reset, `released` a lease ended by its release (or one hold of several dropped: `hold_count` > 0), `expired` a TTL ran out, `force_released` an admin ended it.
+// EventType What changed: `granted` a fresh lease (a new fencing token), `reentered` one more hold, `renewed` a TTL reset, `released` a lease ended by its release (or one hold of several dropped: `hold_count` > 0), `expired` a TTL ran out, `force_released` an admin ended it, `updated` the holder replaced its metadata (updateLease; the event's `metadata`).
 //
 // Example: granted
 type EventType string
@@ -1041,6 +1047,16 @@ type SessionList struct {
 	Sessions []Session `json:"sessions"`
 }
 
+// UpdateLeaseRequest The lease's new metadata, which replaces all of the old.
+//
+// Example: {"metadata":{"addr":"10.0.0.7:9000"}}
+type UpdateLeaseRequest struct {
+	// Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes (of UTF-8) in all, none holding U+FFFD (what a decoder makes of invalid text). Values are strings, never null.
+	//
+	// Example: {"job":"nightly"}
+	Metadata Metadata `json:"metadata"`
+}
+
 // Webhook A subscription of a URL to lock events. Never its secret.
 //
 // Example: {"created_at":"2026-11-23T17:00:00.000Z","id":"01jd3z8q6w9m4t5r2k7x1b0c8n","prefix":"ci:","source":"api","types":["released"],"url":"https://ci.example/hooks/lockapi","worker_lease":"worker"}
@@ -1333,6 +1349,9 @@ type AcquireLeasesJSONRequestBody = MultiAcquireRequest
 // AcquireLeaseJSONRequestBody defines body for AcquireLease for application/json ContentType.
 type AcquireLeaseJSONRequestBody = AcquireRequest
 
+// UpdateLeaseJSONRequestBody defines body for UpdateLease for application/json ContentType.
+type UpdateLeaseJSONRequestBody = UpdateLeaseRequest
+
 // ReleaseBySignedURLJSONRequestBody defines body for ReleaseBySignedURL for application/json ContentType.
 type ReleaseBySignedURLJSONRequestBody = WebhookPayload
 
@@ -1461,8 +1480,8 @@ type ClientInterface interface {
 	//
 	// Streams the changes of the locks the caller may read, as
 	// Server-Sent Events (`text/event-stream`), until the client goes
-	// away: every grant, reentry, renewal, release, expiry and force
-	// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+	// away: every grant, reentry, renewal, release, expiry, force
+	// release and metadata update (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
 	// outside the API key's name patterns are left out, silently, and
 	// `lease_id` is shown to admins only.
 	//
@@ -1707,6 +1726,48 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /v1/locks/{name}/leases/{lease_id} (the `ReleaseLease` operationId).
 	ReleaseLease(ctx context.Context, name LockName, leaseID LeaseIDPath, params *ReleaseLeaseParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateLeaseWithBody Replace a lease's metadata
+	//
+	// Replaces the lease's `metadata` with the body's (`{}` removes every
+	// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+	// all. The fencing token, TTL, expiry and hold count do not change.
+	// Only the lease's holder may update it: the lease id and the
+	// principal that acquired it (an admin may update any), as for
+	// renewLease. A reader's or a permit's own metadata is updated; a
+	// reentrant lease has one copy for all its holds.
+	//
+	// The change is an `updated` event (with the new metadata) and a new
+	// `index` of the lock, so that a blocking query
+	// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+	// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+	// (501 `unsupported`): each master keeps its own copy of a lease.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+	UpdateLeaseWithBody(ctx context.Context, name LockName, leaseID LeaseIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateLease Replace a lease's metadata
+	//
+	// Replaces the lease's `metadata` with the body's (`{}` removes every
+	// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+	// all. The fencing token, TTL, expiry and hold count do not change.
+	// Only the lease's holder may update it: the lease id and the
+	// principal that acquired it (an admin may update any), as for
+	// renewLease. A reader's or a permit's own metadata is updated; a
+	// reentrant lease has one copy for all its holds.
+	//
+	// The change is an `updated` event (with the new metadata) and a new
+	// `index` of the lock, so that a blocking query
+	// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+	// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+	// (501 `unsupported`): each master keeps its own copy of a lease.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+	UpdateLease(ctx context.Context, name LockName, leaseID LeaseIDPath, body UpdateLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseBySignedURLWithBody Release a lease through its signed release URL
 	//
@@ -2027,8 +2088,8 @@ func (c *Client) GetReady(ctx context.Context, reqEditors ...RequestEditorFn) (*
 //
 // Streams the changes of the locks the caller may read, as
 // Server-Sent Events (`text/event-stream`), until the client goes
-// away: every grant, reentry, renewal, release, expiry and force
-// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+// away: every grant, reentry, renewal, release, expiry, force
+// release and metadata update (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
 // outside the API key's name patterns are left out, silently, and
 // `lease_id` is shown to admins only.
 //
@@ -2364,6 +2425,68 @@ func (c *Client) AcquireLease(ctx context.Context, name LockName, params *Acquir
 // Corresponds with DELETE /v1/locks/{name}/leases/{lease_id} (the `ReleaseLease` operationId).
 func (c *Client) ReleaseLease(ctx context.Context, name LockName, leaseID LeaseIDPath, params *ReleaseLeaseParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReleaseLeaseRequest(c.Server, name, leaseID, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateLeaseWithBody Replace a lease's metadata
+//
+// Replaces the lease's `metadata` with the body's (`{}` removes every
+// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+// all. The fencing token, TTL, expiry and hold count do not change.
+// Only the lease's holder may update it: the lease id and the
+// principal that acquired it (an admin may update any), as for
+// renewLease. A reader's or a permit's own metadata is updated; a
+// reentrant lease has one copy for all its holds.
+//
+// The change is an `updated` event (with the new metadata) and a new
+// `index` of the lock, so that a blocking query
+// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+// (501 `unsupported`): each master keeps its own copy of a lease.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+func (c *Client) UpdateLeaseWithBody(ctx context.Context, name LockName, leaseID LeaseIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateLeaseRequestWithBody(c.Server, name, leaseID, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateLease Replace a lease's metadata
+//
+// Replaces the lease's `metadata` with the body's (`{}` removes every
+// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+// all. The fencing token, TTL, expiry and hold count do not change.
+// Only the lease's holder may update it: the lease id and the
+// principal that acquired it (an admin may update any), as for
+// renewLease. A reader's or a permit's own metadata is updated; a
+// reentrant lease has one copy for all its holds.
+//
+// The change is an `updated` event (with the new metadata) and a new
+// `index` of the lock, so that a blocking query
+// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+// (501 `unsupported`): each master keeps its own copy of a lease.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+func (c *Client) UpdateLease(ctx context.Context, name LockName, leaseID LeaseIDPath, body UpdateLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateLeaseRequest(c.Server, name, leaseID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3442,6 +3565,60 @@ func NewReleaseLeaseRequest(server string, name LockName, leaseID LeaseIDPath, p
 	return req, nil
 }
 
+// NewUpdateLeaseRequest calls the generic UpdateLease builder with application/json body
+func NewUpdateLeaseRequest(server string, name LockName, leaseID LeaseIDPath, body UpdateLeaseJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateLeaseRequestWithBody(server, name, leaseID, "application/json", bodyReader)
+}
+
+// NewUpdateLeaseRequestWithBody constructs an http.Request for the UpdateLease method, with any body, and a specified content type
+func NewUpdateLeaseRequestWithBody(server string, name LockName, leaseID LeaseIDPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "lease_id", leaseID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks/%s/leases/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewReleaseBySignedURLRequest calls the generic ReleaseBySignedURL builder with application/json body
 func NewReleaseBySignedURLRequest(server string, name LockName, leaseID LeaseIDPath, params *ReleaseBySignedURLParams, body ReleaseBySignedURLJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4178,8 +4355,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Streams the changes of the locks the caller may read, as
 	// Server-Sent Events (`text/event-stream`), until the client goes
-	// away: every grant, reentry, renewal, release, expiry and force
-	// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+	// away: every grant, reentry, renewal, release, expiry, force
+	// release and metadata update (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
 	// outside the API key's name patterns are left out, silently, and
 	// `lease_id` is shown to admins only.
 	//
@@ -4436,6 +4613,48 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/locks/{name}/leases/{lease_id} (the `ReleaseLease` operationId).
 	ReleaseLeaseWithResponse(ctx context.Context, name LockName, leaseID LeaseIDPath, params *ReleaseLeaseParams, reqEditors ...RequestEditorFn) (*ReleaseLeaseResponse, error)
+
+	// UpdateLeaseWithBodyWithResponse Replace a lease's metadata
+	//
+	// Replaces the lease's `metadata` with the body's (`{}` removes every
+	// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+	// all. The fencing token, TTL, expiry and hold count do not change.
+	// Only the lease's holder may update it: the lease id and the
+	// principal that acquired it (an admin may update any), as for
+	// renewLease. A reader's or a permit's own metadata is updated; a
+	// reentrant lease has one copy for all its holds.
+	//
+	// The change is an `updated` event (with the new metadata) and a new
+	// `index` of the lock, so that a blocking query
+	// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+	// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+	// (501 `unsupported`): each master keeps its own copy of a lease.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+	UpdateLeaseWithBodyWithResponse(ctx context.Context, name LockName, leaseID LeaseIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateLeaseResponse, error)
+
+	// UpdateLeaseWithResponse Replace a lease's metadata
+	//
+	// Replaces the lease's `metadata` with the body's (`{}` removes every
+	// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+	// all. The fencing token, TTL, expiry and hold count do not change.
+	// Only the lease's holder may update it: the lease id and the
+	// principal that acquired it (an admin may update any), as for
+	// renewLease. A reader's or a permit's own metadata is updated; a
+	// reentrant lease has one copy for all its holds.
+	//
+	// The change is an `updated` event (with the new metadata) and a new
+	// `index` of the lock, so that a blocking query
+	// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+	// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+	// (501 `unsupported`): each master keeps its own copy of a lease.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+	UpdateLeaseWithResponse(ctx context.Context, name LockName, leaseID LeaseIDPath, body UpdateLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateLeaseResponse, error)
 
 	// ReleaseBySignedURLWithBodyWithResponse Release a lease through its signed release URL
 	//
@@ -6351,6 +6570,197 @@ func (r ReleaseLeaseResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReleaseLeaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UpdateLeaseResponse200Headers the declared response headers of an HTTP 200 response for UpdateLease
+type UpdateLeaseResponse200Headers struct {
+	XRequestID string
+}
+
+// UpdateLeaseResponse400Headers the declared response headers of an HTTP 400 response for UpdateLease
+type UpdateLeaseResponse400Headers struct {
+	XRequestID string
+}
+
+// UpdateLeaseResponse401Headers the declared response headers of an HTTP 401 response for UpdateLease
+type UpdateLeaseResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// UpdateLeaseResponse403Headers the declared response headers of an HTTP 403 response for UpdateLease
+type UpdateLeaseResponse403Headers struct {
+	XRequestID string
+}
+
+// UpdateLeaseResponse410Headers the declared response headers of an HTTP 410 response for UpdateLease
+type UpdateLeaseResponse410Headers struct {
+	XRequestID string
+}
+
+// UpdateLeaseResponse413Headers the declared response headers of an HTTP 413 response for UpdateLease
+type UpdateLeaseResponse413Headers struct {
+	XRequestID string
+}
+
+// UpdateLeaseResponse415Headers the declared response headers of an HTTP 415 response for UpdateLease
+type UpdateLeaseResponse415Headers struct {
+	XRequestID string
+}
+
+// UpdateLeaseResponse429Headers the declared response headers of an HTTP 429 response for UpdateLease
+type UpdateLeaseResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// UpdateLeaseResponse501Headers the declared response headers of an HTTP 501 response for UpdateLease
+type UpdateLeaseResponse501Headers struct {
+	XRequestID string
+}
+
+// UpdateLeaseResponse503Headers the declared response headers of an HTTP 503 response for UpdateLease
+type UpdateLeaseResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// UpdateLeaseResponseDefaultHeaders the declared response headers of an HTTP default response for UpdateLease
+type UpdateLeaseResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type UpdateLeaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Lease
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *LeaseLost
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *PayloadTooLarge
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *UnsupportedMediaType
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *Unsupported
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *UpdateLeaseResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *UpdateLeaseResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UpdateLeaseResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *UpdateLeaseResponse403Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *UpdateLeaseResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *UpdateLeaseResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *UpdateLeaseResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *UpdateLeaseResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *UpdateLeaseResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UpdateLeaseResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *UpdateLeaseResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateLeaseResponse) GetJSON200() *Lease {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON410() *LeaseLost {
+	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON413() *PayloadTooLarge {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON501() *Unsupported {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateLeaseResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateLeaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateLeaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateLeaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateLeaseResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8852,8 +9262,8 @@ func (c *ClientWithResponses) GetReadyWithResponse(ctx context.Context, reqEdito
 //
 // Streams the changes of the locks the caller may read, as
 // Server-Sent Events (`text/event-stream`), until the client goes
-// away: every grant, reentry, renewal, release, expiry and force
-// release (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
+// away: every grant, reentry, renewal, release, expiry, force
+// release and metadata update (`docs/EVENTS.md`). Needs `locks:read`; the events of locks
 // outside the API key's name patterns are left out, silently, and
 // `lease_id` is shown to admins only.
 //
@@ -9169,6 +9579,60 @@ func (c *ClientWithResponses) ReleaseLeaseWithResponse(ctx context.Context, name
 		return nil, err
 	}
 	return ParseReleaseLeaseResponse(rsp)
+}
+
+// UpdateLeaseWithBodyWithResponse Replace a lease's metadata
+//
+// Replaces the lease's `metadata` with the body's (`{}` removes every
+// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+// all. The fencing token, TTL, expiry and hold count do not change.
+// Only the lease's holder may update it: the lease id and the
+// principal that acquired it (an admin may update any), as for
+// renewLease. A reader's or a permit's own metadata is updated; a
+// reentrant lease has one copy for all its holds.
+//
+// The change is an `updated` event (with the new metadata) and a new
+// `index` of the lock, so that a blocking query
+// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+// (501 `unsupported`): each master keeps its own copy of a lease.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+func (c *ClientWithResponses) UpdateLeaseWithBodyWithResponse(ctx context.Context, name LockName, leaseID LeaseIDPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateLeaseResponse, error) {
+	rsp, err := c.UpdateLeaseWithBody(ctx, name, leaseID, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateLeaseResponse(rsp)
+}
+
+// UpdateLeaseWithResponse Replace a lease's metadata
+//
+// Replaces the lease's `metadata` with the body's (`{}` removes every
+// label), by the rules of an acquire's: at most 16 keys, 4096 bytes in
+// all. The fencing token, TTL, expiry and hold count do not change.
+// Only the lease's holder may update it: the lease id and the
+// principal that acquired it (an admin may update any), as for
+// renewLease. A reader's or a permit's own metadata is updated; a
+// reentrant lease has one copy for all its holds.
+//
+// The change is an `updated` event (with the new metadata) and a new
+// `index` of the lock, so that a blocking query
+// (`GET /v1/locks/{name}?index=`) answers at once: a leader announces
+// its value this way (docs/ELECTIONS.md). Not offered in redlock mode
+// (501 `unsupported`): each master keeps its own copy of a lease.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/locks/{name}/leases/{lease_id} (the `UpdateLease` operationId).
+func (c *ClientWithResponses) UpdateLeaseWithResponse(ctx context.Context, name LockName, leaseID LeaseIDPath, body UpdateLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateLeaseResponse, error) {
+	rsp, err := c.UpdateLease(ctx, name, leaseID, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateLeaseResponse(rsp)
 }
 
 // ReleaseBySignedURLWithBodyWithResponse Release a lease through its signed release URL
@@ -11497,6 +11961,236 @@ func ParseReleaseLeaseResponse(rsp *http.Response) (*ReleaseLeaseResponse, error
 		response.Headers503 = &headers
 	case true:
 		var headers ReleaseLeaseResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUpdateLeaseResponse parses an HTTP response from a UpdateLeaseWithResponse call
+func ParseUpdateLeaseResponse(rsp *http.Response) (*UpdateLeaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateLeaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Lease
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseLost
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest Unsupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers UpdateLeaseResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers UpdateLeaseResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers UpdateLeaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers UpdateLeaseResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 410:
+		var headers UpdateLeaseResponse410Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers UpdateLeaseResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers UpdateLeaseResponse415Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers UpdateLeaseResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers UpdateLeaseResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers UpdateLeaseResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers UpdateLeaseResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

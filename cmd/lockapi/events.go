@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -150,6 +151,14 @@ func eventLine(ev client.Event) string {
 	}
 	if ev.Type == client.EventForceReleased && ev.Principal != "" {
 		fmt.Fprintf(&b, "  by=%s", ev.Principal)
+	}
+	if ev.Type == client.EventUpdated {
+		md := ev.Metadata
+		if md == nil {
+			md = map[string]string{}
+		}
+		j, _ := json.Marshal(md) // a map of strings always encodes, keys sorted
+		fmt.Fprintf(&b, "  metadata=%s", j)
 	}
 	return b.String()
 }

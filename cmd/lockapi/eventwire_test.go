@@ -30,7 +30,7 @@ import (
 )
 
 // wireEvents are one event of every type, each with every optional field
-// set (a queue length, a lease id, a session), an owner that an HTML-minded
+// set (a queue length, a lease id, a session, an update's metadata), an owner that an HTML-minded
 // encoder would escape, and times that are neither UTC nor whole
 // milliseconds.
 func wireEvents() []lock.Event {
@@ -41,6 +41,9 @@ func wireEvents() []lock.Event {
 			ID: "1795460000000-" + strconv.Itoa(i), Type: typ, Lock: "deploy:prod", Owner: `ci "7" <a&b> é`,
 			Principal: "ci", LeaseID: "01JD3Z8Q6W9M4T5R2K7X1B0C8N", Mode: lock.Exclusive, Token: 1795459990000123,
 			Session: "01JD3Z8Q6W9M4T5R2K7X1B0C8S", HoldCount: 1, Queue: i, Time: at.Add(time.Duration(i) * time.Second),
+		}
+		if typ == event.Updated {
+			out[i].Metadata = map[string]string{"addr": "<a&b>:9000", "state": "serving"}
 		}
 	}
 	out[0].Mode = lock.Shared

@@ -25,6 +25,7 @@ func Wire(e lock.Event) event.Event {
 		HoldCount:    e.HoldCount,
 		Time:         e.Time,
 		Session:      e.Session,
+		Metadata:     e.Metadata,
 	}
 	if e.Queue >= 0 {
 		q := e.Queue

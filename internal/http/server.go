@@ -243,6 +243,7 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		r.Post("/v1/locks/{name}/leases", s.handleAcquire)
 		r.Post("/v1/locks/{name}/leases/{lease_id}/renew", s.handleRenew)
 		r.Delete("/v1/locks/{name}/leases/{lease_id}", s.handleRelease)
+		r.Patch("/v1/locks/{name}/leases/{lease_id}", s.handleUpdate)
 		r.Get("/v1/locks/{name}", s.handleInspect)
 		r.Delete("/v1/locks/{name}", s.handleForceRelease)
 		r.Get("/v1/locks", s.handleList)

@@ -24,6 +24,7 @@ const (
 	EventReleased      = event.Released
 	EventExpired       = event.Expired
 	EventForceReleased = event.ForceReleased
+	EventUpdated       = event.Updated
 )
 
 // Event is one recorded change of one lock. Events of one lock are recorded
@@ -46,8 +47,10 @@ type Event struct {
 	// expired event with one says the session's end ended the lease.
 	Session   string
 	HoldCount int // holds left after the change
-	Queue     int // queued waiters, where the store knew it (-1: unknown)
-	Time      time.Time
+	// Metadata is the lease's new metadata, on an EventUpdated only.
+	Metadata map[string]string
+	Queue    int // queued waiters, where the store knew it (-1: unknown)
+	Time     time.Time
 	// Late marks an event read after events with larger ids: a log that
 	// merges several (Redis Cluster's, one per master) orders them by the
 	// masters' clocks, and a master whose clock is behind records events

@@ -206,6 +206,12 @@ type Store interface {
 	TryAcquire(ctx context.Context, req AcquireRequest) (Grant, error)
 	// Renew resets the TTL of the current lease; ttl 0 reuses the lease's TTL.
 	Renew(ctx context.Context, lease LeaseRef, ttl time.Duration) (Lease, error)
+	// Update replaces the metadata of the current lease (nil or empty: none)
+	// and leaves its token, TTL, expiry and holds as they are. It records an
+	// EventUpdated carrying the new metadata, and changes the lock's Index.
+	// metadata is valid (CheckMetadata). A store that cannot keep one copy
+	// of a lease's metadata (redlock) answers CodeUnsupported.
+	Update(ctx context.Context, lease LeaseRef, metadata map[string]string) (Lease, error)
 	// Release drops one hold, or all holds when all is true. Retrying the
 	// release that freed the lock succeeds again.
 	Release(ctx context.Context, lease LeaseRef, all bool) (ReleaseResult, error)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -39,6 +42,9 @@ type eventView struct {
 	Token     uint64
 	HoldCount int
 	Time      string
+	// Metadata is an updated event's new metadata, "k=v, k=v" in key
+	// order ("{}" for none); "" on the other types.
+	Metadata string
 }
 
 // How the pages find recent events: they read the log backwards from its
@@ -73,6 +79,7 @@ func (h *Handler) feed(ctx context.Context, s session, f lock.EventFilter) feed 
 		out.Events = append(out.Events, eventView{
 			ID: e.ID, Type: e.Type, Lock: e.Lock, Owner: e.Owner, Principal: e.Principal, Mode: e.Mode,
 			Token: e.Token, HoldCount: e.HoldCount, Time: e.Time.UTC().Format(timeFormat),
+			Metadata: eventMetadata(e),
 		})
 	}
 	return out
@@ -188,4 +195,20 @@ func (h *Handler) feedContext(r *http.Request, s session) (context.Context, cont
 		}
 	}()
 	return ctx, cancel
+}
+
+// eventMetadata formats an updated event's metadata as the live feed does
+// (app.js, formatMetadata): "k=v, k=v" in key order, "{}" for none.
+func eventMetadata(e lock.Event) string {
+	if e.Type != lock.EventUpdated {
+		return ""
+	}
+	if len(e.Metadata) == 0 {
+		return "{}"
+	}
+	parts := make([]string, 0, len(e.Metadata))
+	for _, k := range slices.Sorted(maps.Keys(e.Metadata)) {
+		parts = append(parts, k+"="+e.Metadata[k])
+	}
+	return strings.Join(parts, ", ")
 }

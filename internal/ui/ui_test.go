@@ -500,6 +500,28 @@ func TestRecentEvents(t *testing.T) {
 	})
 }
 
+// An updated event shows the lease's new metadata, in key order, as the
+// live feed's script does; other events show none.
+func TestRecentEvents_updated_shows_metadata(t *testing.T) {
+	store := memory.New()
+	d := newDash(t, store)
+	g, err := store.TryAcquire(context.Background(), lock.AcquireRequest{Lock: "svc:leader", Owner: "node-a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(context.Background(), lock.LeaseRef{Lock: "svc:leader", ID: g.Lease.ID}, map[string]string{"state": "serving", "addr": "<10.0.0.7>"}); err != nil {
+		t.Fatal(err)
+	}
+	cookie, _ := d.signIn(t, d.admin)
+	body := serve(d.h, "GET", "/ui/locks/svc:leader", cookie, nil).Body.String()
+	if !regexp.MustCompile(`data-type="updated" data-lock="svc:leader">.*<span class="metadata">addr=&lt;10.0.0.7&gt;, state=serving</span></li>`).MatchString(body) {
+		t.Fatalf("no updated event with its metadata:\n%s", body)
+	}
+	if regexp.MustCompile(`data-type="granted"[^\n]*class="metadata"`).MatchString(body) {
+		t.Fatalf("a granted event shows metadata:\n%s", body)
+	}
+}
+
 // A lock's detail page names the session its lease is bound to.
 func TestLockPage_shows_the_session(t *testing.T) {
 	store := memory.New()

@@ -11,7 +11,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Backend{
 		Open:       open,
-		Semaphores: true, FairQueues: true, Events: true, Sessions: true,
+		Semaphores: true, FairQueues: true, Events: true, Sessions: true, Updates: true,
 		LoseData: map[string]func(*testing.T, lock.Store) lock.Store{
 			// A memory store loses everything when its process ends; the
 			// next process starts from an empty store.

@@ -36,7 +36,7 @@ func TestConformance(t *testing.T) {
 			Open: func(t *testing.T) lock.Store {
 				return openStoreOptions(t, redisstore.ClientConfig{URL: redistest.Start(t).URL}, redisstore.Options{})
 			},
-			Semaphores: true, FairQueues: true, Sessions: true,
+			Semaphores: true, FairQueues: true, Sessions: true, Updates: true,
 		})
 	})
 	// Redis 6.2 has no Functions: the scripts run with EVALSHA and EVAL.
@@ -48,21 +48,21 @@ func TestConformance(t *testing.T) {
 				redisstore.UseEval(s)
 				return s
 			},
-			Semaphores: true, FairQueues: true, Events: true, Sessions: true,
+			Semaphores: true, FairQueues: true, Events: true, Sessions: true, Updates: true,
 		})
 	})
 	t.Run("redis-batched", func(t *testing.T) {
 		t.Parallel()
 		storetest.Run(t, storetest.Backend{
 			Open:       func(t *testing.T) lock.Store { return openRedisWith(t, redistest.Start(t), true) },
-			Semaphores: true, FairQueues: true, Events: true, Sessions: true,
+			Semaphores: true, FairQueues: true, Events: true, Sessions: true, Updates: true,
 		})
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		storetest.Run(t, storetest.Backend{
 			Open:       func(t *testing.T) lock.Store { return openRedis(t, redistest.Start(t)) },
-			Semaphores: true, FairQueues: true, Events: true, Sessions: true,
+			Semaphores: true, FairQueues: true, Events: true, Sessions: true, Updates: true,
 			LoseData: map[string]func(*testing.T, lock.Store) lock.Store{
 				"flushall": func(t *testing.T, s lock.Store) lock.Store {
 					if err := serverOf(t, s).Client(t).FlushAll(ctx).Err(); err != nil {
@@ -110,7 +110,7 @@ func TestTopologies(t *testing.T) {
 			t.Parallel()
 			storetest.Run(t, storetest.Backend{
 				Open:       func(t *testing.T) lock.Store { return openStore(t, topology.cfg, topology.batch) },
-				Semaphores: true, FairQueues: true, Events: true, EventsHold: topology.hold, Sessions: true,
+				Semaphores: true, FairQueues: true, Events: true, EventsHold: topology.hold, Sessions: true, Updates: true,
 			})
 		})
 	}

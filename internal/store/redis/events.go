@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -284,7 +285,8 @@ func (j *journal) parseEvent(m goredis.XMessage) lock.Event {
 // entry of one field per event field named as eventFields names them
 // (layout.EventsFields, v0.1.0's: without v, or v=1) reads the same. An entry of
 // another layout is an event with only its ID, Time and UnknownLayout
-// (its v, or "?" when it has neither v nor t).
+// (its v, or "?" when it has neither v nor t). An update's entry has the
+// field md beside them, its metadata.
 func parseEvent(m goredis.XMessage) lock.Event {
 	ms, _, _ := lock.ParseEventID(m.ID)
 	var f [len(eventFields)]string
@@ -311,6 +313,15 @@ func parseEvent(m goredis.XMessage) lock.Event {
 	}
 	num := func(s string) int { n, _ := strconv.Atoi(s); return n }
 	token, _ := strconv.ParseUint(f[6], 10, 64)
+	var md map[string]string
+	if raw, ok := m.Values["md"].(string); ok {
+		// An update's metadata (record in lib.lua): JSON the store
+		// wrote itself, "" for none.
+		md = map[string]string{}
+		if raw != "" {
+			_ = json.Unmarshal([]byte(raw), &md)
+		}
+	}
 	return lock.Event{
 		ID:        m.ID,
 		Type:      lock.EventType(f[0]),
@@ -323,6 +334,7 @@ func parseEvent(m goredis.XMessage) lock.Event {
 		HoldCount: num(f[7]),
 		Queue:     num(f[8]),
 		Session:   f[9],
+		Metadata:  md,
 		Time:      time.UnixMilli(int64(ms)).UTC(),
 	}
 }

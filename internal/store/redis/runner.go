@@ -24,6 +24,8 @@ var (
 	acquireFastLua string
 	//go:embed scripts/renew.lua
 	renewLua string
+	//go:embed scripts/update.lua
+	updateLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/release_fast.lua
@@ -62,6 +64,7 @@ type scriptSet struct {
 	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
 	inspect, abandon, leave, expire                                 *script
 	raise                                                           *script // redlock.go
+	update                                                          *script // update.go
 	// The session scripts (sessions.go), and those of a session's shadows
 	// on Redis Cluster (clustersessions.go).
 	sessionCreate, sessionRenew, sessionGet, sessionEnd, sessionSweep *script
@@ -92,12 +95,13 @@ func newScriptSet(crossSlot bool) *scriptSet {
 		entry{name: "session_sweep", body: sessionSweepLua, ev: 4},
 		entry{name: "session_join", body: sessionJoinLua, ev: 4},
 		entry{name: "session_shadow", body: sessionShadowLua, ev: 4},
+		entry{name: "update", body: updateLua, ev: 8},
 	)
 	f := l.funcs
 	return &scriptSet{lib: l, acquire: f[0], acquireFast: f[1], renew: f[2], release: f[3], releaseFast: f[4],
 		forceRelease: f[5], inspect: f[6], abandon: f[7], leave: f[8], expire: f[9], raise: f[10],
 		sessionCreate: f[11], sessionRenew: f[12], sessionGet: f[13], sessionEnd: f[14], sessionSweep: f[15],
-		sessionJoin: f[16], sessionShadow: f[17]}
+		sessionJoin: f[16], sessionShadow: f[17], update: f[18]}
 }
 
 // The store's Lua is lib.lua and one file per entry point (scripts/). On

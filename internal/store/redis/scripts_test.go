@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_3add32eb4fce2b4d"},
-		{"cluster", true, "lockapi_1e2b95e70cbac2ce"},
+		{"plain", false, "lockapi_b5351082c9d3c1e4"},
+		{"cluster", true, "lockapi_f2c3ff266e0aa295"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

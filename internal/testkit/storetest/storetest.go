@@ -45,6 +45,9 @@ type Backend struct {
 	Events bool
 	// Sessions: the store keeps sessions (its Sessions is not nil).
 	Sessions bool
+	// Updates: the store replaces a lease's metadata (Store.Update); one
+	// without refuses it as unsupported (redlock).
+	Updates bool
 	// EventsHold is how long a read of the event log holds back the
 	// newest events: a log merged from several, ordered by their clocks
 	// (Redis Cluster's, one per master), in which only each lock's events
@@ -63,7 +66,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Declared_events_match_the_store", func(t *testing.T) { checkEvents(t, b) })
 	t.Run("Declared_sessions_match_the_store", func(t *testing.T) { checkSessions(t, b) })
 	t.Run("Refused_kinds", func(t *testing.T) { refusedKinds(t, b) })
-	for _, c := range slices.Concat(behaviours, sessionBehaviours) {
+	for _, c := range slices.Concat(behaviours, sessionBehaviours, updateBehaviours) {
 		t.Run(c.name, func(t *testing.T) { c.test(t, b) })
 	}
 }

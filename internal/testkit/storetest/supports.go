@@ -16,6 +16,7 @@ const (
 	fairLocks                     // lock.AcquireRequest.Fair
 	queues                        // the queue a waiter joins, which holds off later acquires
 	sessions                      // lock.Store.Sessions
+	updates                       // lock.Store.Update
 )
 
 // has reports whether the backend declared f.
@@ -27,6 +28,8 @@ func (b Backend) has(f feature) bool {
 		return b.FairQueues
 	case sessions:
 		return b.Sessions
+	case updates:
+		return b.Updates
 	}
 	return false
 }
@@ -43,6 +46,7 @@ func (b Backend) require(t *testing.T, f feature) {
 		fairLocks:  "refuses fair locks",
 		queues:     "queues no waiters",
 		sessions:   "keeps no sessions",
+		updates:    "updates no lease's metadata",
 	}[f]
 	t.Skip("the store " + why + " (Backend declares it; docs/GUARANTEES.md, choosing a deployment)")
 }

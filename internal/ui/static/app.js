@@ -7,7 +7,14 @@
 (function () {
   const REFRESH_MS = 500;
   const FEED_MAX = 50;
-  const EVENT_TYPES = ['granted', 'reentered', 'renewed', 'released', 'expired', 'force_released'];
+  const EVENT_TYPES = ['granted', 'reentered', 'renewed', 'released', 'expired', 'force_released', 'updated'];
+
+  // Same format as the server's: "k=v, k=v" in key order; {} shows as such.
+  function formatMetadata(md) {
+    const keys = Object.keys(md).sort();
+    if (keys.length === 0) return '{}';
+    return keys.map(function (k) { return k + '=' + md[k]; }).join(', ');
+  }
 
   // Same format as the server's "seconds" template function.
   function formatTTL(ms) {
@@ -86,6 +93,7 @@
     add('span', 'owner', ev.owner || '');
     add('span', 'token', '#' + ev.fencing_token);
     if (ev.principal) add('span', 'principal', 'by ' + ev.principal);
+    if (ev.metadata) add('span', 'metadata', formatMetadata(ev.metadata));
     return li;
   }
 

@@ -2,6 +2,7 @@
 // and the entry to the event stream. Mirrors the Go client (client/).
 
 import { acquireMany, acquireOne, type AcquireAllOptions, type AcquireOptions } from "./acquire.js";
+import { campaign, leader, observe, type CampaignOptions, type LeaderInfo, type Leadership, type ObserveOptions } from "./election.js";
 import { LeaseLostError, SessionLostError } from "./errors.js";
 import { events, type EventsOptions, type LockEvent } from "./events.js";
 import { Http, pathName, type FetchLike } from "./http.js";
@@ -144,6 +145,35 @@ export class Client {
       lockName: name,
     });
     return a.data.released === true;
+  }
+
+  /**
+   * Runs for leader of the election name (docs/ELECTIONS.md): acquires its
+   * lock, waiting while another leads, and resolves with the Leadership
+   * (kept alive like a lease) once elected. `value` is announced as the
+   * leader's. With waitMs it rejects with LockHeldError once that ran out;
+   * without, it waits until elected or `signal` aborts.
+   */
+  campaign(name: string, opts: CampaignOptions = {}): Promise<Leadership> {
+    return campaign(this.http, name, opts);
+  }
+
+  /** The election's leader now (GET /v1/locks/{name}); `elected` is false when nobody leads. */
+  leader(name: string, opts: { signal?: AbortSignal } = {}): Promise<LeaderInfo> {
+    return leader(this.http, name, opts);
+  }
+
+  /**
+   * The election's leader now, then again on every change (a new leader, a
+   * new value, nobody leading), for `for await`; nothing while nothing
+   * changes. Each step is one blocking query of the lock (GET
+   * /v1/locks/{name}?index=&wait_ms=) from the last answer's index;
+   * failures that may pass are retried with backoff, others thrown. The
+   * loop ends when opts.signal aborts. An observer may see a leader a
+   * moment after it lost its lease: act on the term.
+   */
+  observe(name: string, opts: ObserveOptions = {}): AsyncGenerator<LeaderInfo, void, undefined> {
+    return observe(this.http, name, opts);
   }
 
   /**

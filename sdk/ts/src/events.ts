@@ -7,7 +7,7 @@ import type { Http } from "./http.js";
 import { abortReason, Backoff, sleep, unref } from "./internal.js";
 
 /** A change of a lock (docs/EVENTS.md). */
-export type EventType = "granted" | "reentered" | "renewed" | "released" | "expired" | "force_released";
+export type EventType = "granted" | "reentered" | "renewed" | "released" | "expired" | "force_released" | "updated";
 
 /** One change of one lease of a lock. */
 export interface LockEvent {
@@ -31,6 +31,8 @@ export interface LockEvent {
   time: Date;
   /** The lease's id, which the server shows to admins only (else ""). */
   leaseId: string;
+  /** The lease's new metadata, on an "updated" event only. */
+  metadata?: Record<string, string>;
 }
 
 /** Selects the events of Client.events. None set: every event of every lock the API key may read, from the next. */
@@ -225,6 +227,7 @@ function decodeEvent(id: string, data: string): LockEvent {
 export function eventFrom(d: Record<string, unknown>, id = ""): LockEvent {
   const str = (v: unknown) => (typeof v === "string" ? v : "");
   const num = (v: unknown, dflt: number) => (typeof v === "number" ? v : dflt);
+  const md = d["metadata"];
   return {
     id: str(d["id"]) || id,
     type: str(d["type"]) as EventType,
@@ -237,5 +240,11 @@ export function eventFrom(d: Record<string, unknown>, id = ""): LockEvent {
     queueLength: num(d["queue_length"], -1),
     time: new Date(str(d["time"])),
     leaseId: str(d["lease_id"]),
+    ...(isStringMap(md) ? { metadata: { ...md } } : {}),
   };
+}
+
+/** Whether v is an object of strings (an event's metadata). */
+function isStringMap(v: unknown): v is Record<string, string> {
+  return typeof v === "object" && v !== null && !Array.isArray(v) && Object.values(v).every((x) => typeof x === "string");
 }

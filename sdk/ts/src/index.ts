@@ -6,6 +6,8 @@ export type { ClientOptions } from "./client.js";
 export type { AcquireAllOptions, AcquireOptions } from "./acquire.js";
 export { Lease, LeaseReleasedError } from "./lease.js";
 export { Session, SessionClosedError } from "./session.js";
+export { Leadership } from "./election.js";
+export type { CampaignOptions, LeaderInfo, ObserveOptions } from "./election.js";
 export type { SessionAcquireAllOptions, SessionAcquireOptions, SessionOptions } from "./session.js";
 export {
   ApiError,

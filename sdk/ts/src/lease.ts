@@ -86,8 +86,6 @@ export class Lease {
   readonly mode: "exclusive" | "shared";
   /** The semaphore's number of permits, when the lease is a permit; else 0. */
   readonly limit: number;
-  /** The labels kept with the lease. */
-  readonly metadata: Readonly<Record<string, string>>;
   /** A URL, relative to the server, that releases every hold when POSTed to (see openapi.yaml). */
   readonly releaseUrl: string;
   /** Aborted when the lease is lost (not when it is released); its reason is the LeaseLostError. */
@@ -115,6 +113,8 @@ export class Lease {
   private releasing: Promise<void> | undefined;
   /** The session the lease is bound to, if any. */
   private readonly session: SessionBinding | undefined;
+  /** The labels kept with the lease; updateMetadata replaces them. */
+  private meta: Readonly<Record<string, string>>;
   /** Stops following the session (release). */
   private unfollow: (() => void) | undefined;
 
@@ -127,7 +127,7 @@ export class Lease {
     this.fencingToken = g.fencing_token;
     this.mode = g.mode === "shared" ? "shared" : "exclusive";
     this.limit = g.limit ?? 0;
-    this.metadata = g.metadata ?? {};
+    this.meta = g.metadata ?? {};
     this.releaseUrl = g.release_url;
     this.releaseAll = releaseAll;
     this.ttl = g.ttl_ms;
@@ -136,6 +136,11 @@ export class Lease {
     this.signal = this.lostCtl.signal;
     this.session = session;
     this.sessionId = session?.id;
+  }
+
+  /** The labels kept with the lease, as acquired or last updated (updateMetadata). */
+  get metadata(): Readonly<Record<string, string>> {
+    return this.meta;
   }
 
   /** Whether the lease is a read lease. */
@@ -264,6 +269,33 @@ export class Lease {
       throw this.lose(e as LeaseLostError);
     }
     this.alarm.ring();
+  }
+
+  /**
+   * Replaces the lease's metadata (PATCH /v1/locks/{name}/leases/{id}),
+   * leaving its token and TTL as they are: watchers of the lock see the
+   * change (a leader's proclaim, docs/ELECTIONS.md). A 410 loses the lease
+   * (`signal` aborts) and rejects with LeaseLostError; a server in redlock
+   * mode rejects with an ApiError 501 `unsupported`.
+   */
+  async updateMetadata(metadata: Record<string, string>, opts: { signal?: AbortSignal } = {}): Promise<void> {
+    this.mustBeHeld();
+    let a;
+    try {
+      a = await this.http.call<LeaseData>("PATCH", `/v1/locks/${pathName(this.name)}/leases/${encodeURIComponent(this.leaseId)}`, {
+        body: { metadata: { ...metadata } },
+        signal: opts.signal,
+        timeoutMs: this.http.timeoutMs,
+        lockName: this.name,
+      });
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 410) {
+        this.gone = true;
+        throw this.lose(this.lostError(e));
+      }
+      throw e;
+    }
+    this.meta = a.data.metadata ?? {};
   }
 
   /**

@@ -287,10 +287,13 @@ end
 
 -- record records event t of lease id: count is its holds left (0: the lease
 -- ended), exp its expiry ms when it lives on. by, when given, is the
--- principal that made the change (a force release's admin). An expiry is
--- recorded only by the script that takes the lease out of EV_EXP, so once
--- whichever scripts and sweepers see it.
-local function record(now, t, id, mode, token, owner, principal, count, exp, by, sess)
+-- principal that made the change (a force release's admin). meta, given
+-- by an update only, is the lease's new metadata (JSON, "" for none): the
+-- field md of the entry, beside e (or the fields), which a reader that
+-- does not know it passes over. An expiry is recorded only by the script
+-- that takes the lease out of EV_EXP, so once whichever scripts and
+-- sweepers see it.
+local function record(now, t, id, mode, token, owner, principal, count, exp, by, sess, meta)
 	if EVENTS_MAX == 0 then
 		return
 	end
@@ -315,6 +318,11 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by,
 		q = '0'
 	end
 	if EV_FIELDS then
+		if meta then
+			redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
+				'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q, 's', sess or '', 'md', meta)
+			return
+		end
 		if sess and sess ~= '' then
 			redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 't', t, 'l', lock_name(), 'k', id,
 				'o', owner, 'p', by or principal, 'm', mode, 'n', token, 'h', count, 'q', q, 's', sess)
@@ -328,6 +336,10 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by,
 		mode .. '\n' .. token .. '\n' .. count .. '\n' .. q
 	if sess and sess ~= '' then
 		e = e .. '\n' .. sess
+	end
+	if meta then
+		redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 'v', '2', 'e', e, 'md', meta)
+		return
 	end
 	redis.call('XADD', EV_LOG, 'MAXLEN', '~', EV_MAXLEN, '*', 'v', '2', 'e', e)
 end

@@ -23,7 +23,8 @@ from ._errors import (
     Unauthorized,
     Unavailable,
 )
-from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, Event
+from ._election import LeaderInfo, Leadership
+from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, UPDATED, Event
 from ._lease import Lease, release_all
 from ._session import Session
 from ._webhook import (
@@ -63,6 +64,9 @@ __all__ = [
     "RELEASED",
     "EXPIRED",
     "FORCE_RELEASED",
+    "UPDATED",
+    "Leadership",
+    "LeaderInfo",
     "PING",
     "verify_webhook",
     "DEFAULT_WEBHOOK_TOLERANCE",

@@ -11,6 +11,8 @@ import ssl
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
+from . import _election
+from ._election import LeaderInfo, Leadership
 from ._errors import APIError, LeaseLost, LockDelay, LockHeld, Unavailable, error_from_response
 from ._events import Event, stream_events
 from ._http import Transport, lock_path
@@ -308,6 +310,37 @@ class Client:
             raise error_from_response(resp.status, resp.headers, resp.body, name)
         result: Dict[str, Any] = resp.json()
         return result
+
+    def campaign(self, name: str, value: Optional[Mapping[str, str]] = None, ttl: Optional[float] = 30.0,
+                 wait: Optional[float] = None, owner: Optional[str] = None) -> Leadership:
+        """Runs for leader of the election name (docs/ELECTIONS.md): acquires
+        its lock, waiting while another leads, and returns the Leadership
+        with its watchdog running. value is announced as the leader's (the
+        lease's metadata, at most 16 labels). wait: seconds to campaign at
+        most, then LockHeld is raised; None waits until elected. ttl and
+        owner are :meth:`acquire`'s: give each candidate its own owner (None:
+        a unique one). Also a context manager, which resigns::
+
+            with client.campaign("reports:leader", {"addr": addr}, ttl=10) as leadership:
+                serve(leadership.term)  # until done, or leadership.lost is set
+        """
+        return _election.campaign(self, name, value, ttl, wait, owner)
+
+    def leader(self, name: str) -> LeaderInfo:
+        """The election's leader now (GET /v1/locks/{name}); its ``elected``
+        is False when nobody leads."""
+        return LeaderInfo.of_state(self.inspect(name))
+
+    def observe(self, name: str, wait: float = _election.OBSERVE_WAIT) -> Iterator[LeaderInfo]:
+        """Yields the election's leader now, then again on every change (a
+        new leader, a new value, nobody leading), and nothing while nothing
+        changes. Each step is one blocking query of the lock (GET
+        /v1/locks/{name}?index=&wait_ms=), resuming from the last answer's
+        index, waiting up to wait seconds; failures that may pass are retried
+        with backoff, others raised. Leave the loop to stop: nothing is sent
+        between steps. An observer may see a leader a moment after it lost
+        its lease: act on the term."""
+        return _election.observe(self, name, wait)
 
     def force_release(self, name: str) -> bool:
         """Frees the lock whoever holds it (needs the admin scope): the

@@ -28,6 +28,7 @@ RENEWED = "renewed"
 RELEASED = "released"
 EXPIRED = "expired"
 FORCE_RELEASED = "force_released"
+UPDATED = "updated"
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Event:
     """One change of one lease of a lock."""
 
     id: str  # orders the events: resume after it with events(after=...)
-    type: str  # granted, reentered, renewed, released, expired, force_released
+    type: str  # granted, reentered, renewed, released, expired, force_released, updated
     lock: str
     owner: str
     principal: str  # "" on a server without API keys; of a force release, the admin's
@@ -45,6 +46,8 @@ class Event:
     queue_length: Optional[int]  # the lock's queued waiters after the change, if the server knew
     time: datetime  # of the change, by the server's store
     lease_id: str  # shown to admins only
+    #: The lease's new metadata, on an updated event only (else None).
+    metadata: Optional[Dict[str, str]] = None
 
 
 def stream_events(transport: Transport, timeout: float, *, prefix: Optional[str], lock: Optional[str],
@@ -152,6 +155,7 @@ def decode_event(frame_id: str, data: str) -> Event:
         queue_length=int(ql) if ql is not None else None,
         time=parse_time(str(d.get("time", ""))),
         lease_id=str(d.get("lease_id", "")),
+        metadata=dict(d["metadata"]) if isinstance(d.get("metadata"), dict) else None,
     )
 
 

@@ -233,6 +233,25 @@ class Lease(_Renewable):
             self._end(e, lost=True)
             raise
 
+    def update_metadata(self, metadata: Optional[Mapping[str, str]]) -> None:
+        """Replaces the lease's metadata (PATCH /v1/locks/{name}/leases/{id}),
+        leaving its token and TTL as they are: watchers of the lock see the
+        change (a leader's proclaim, docs/ELECTIONS.md). Raises LeaseLost,
+        and sets :attr:`lost`, when the lease is gone (410)."""
+        self.check()
+        resp = self._http.request("PATCH", lock_path(self.name, "leases", self.lease_id),
+                                  body={"metadata": dict(metadata or {})}, timeout=self._timeout)
+        if resp.status != 200:
+            err = error_from_response(resp.status, resp.headers, resp.body, self.name)
+            if isinstance(err, LeaseLost):
+                with self._mu:
+                    self._gone = True
+                lost = self._lost_error(err)
+                self._end(lost, lost=True)
+                raise lost from err
+            raise err
+        self.metadata = dict(resp.json().get("metadata") or {})
+
     def release(self) -> None:
         """Stops the watchdog and releases the lease: one hold, or every hold
         when the acquire named no owner. No renewal is sent after it returns.
