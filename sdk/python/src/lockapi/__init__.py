@@ -16,16 +16,19 @@ from ._errors import (
     Forbidden,
     Holder,
     LeaseLost,
+    LeaseReleased,
     LockDelay,
     LockHeld,
+    SessionClosed,
     SessionLost,
     SessionNotFound,
     Unauthorized,
     Unavailable,
 )
-from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, Event
+from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, Event, EventStream
 from ._lease import Lease, release_all
 from ._session import Session
+from ._transport import BaseTransport, HTTPTransport, Request, Response
 from ._webhook import (
     DEFAULT_WEBHOOK_TOLERANCE,
     PING,
@@ -46,12 +49,19 @@ __all__ = [
     "Session",
     "release_all",
     "Event",
+    "EventStream",
+    "BaseTransport",
+    "HTTPTransport",
+    "Request",
+    "Response",
     "APIError",
     "LockHeld",
     "Holder",
     "LeaseLost",
+    "LeaseReleased",
     "LockDelay",
     "SessionLost",
+    "SessionClosed",
     "SessionNotFound",
     "Unauthorized",
     "Forbidden",
