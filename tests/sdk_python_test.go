@@ -149,7 +149,15 @@ func otherPythons(t *testing.T, main string) []aPython {
 	for v := range seen {
 		versions = append(versions, v)
 	}
-	slices.Sort(versions)
+	slices.SortFunc(versions, func(a, b string) int {
+		if a == b {
+			return 0
+		}
+		if atLeast(a, b) {
+			return 1
+		}
+		return -1
+	})
 	t.Logf("pythons to run the suite on: %s", strings.Join(versions, ", "))
 	if !seen[minPython] {
 		missingTool(t, "no Python "+minPython+" found (python3, pyenv's or Debian's): the SDK claims it, so the tests must run on it")
