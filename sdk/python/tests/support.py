@@ -13,6 +13,7 @@ Without LOCKAPI_URL the tests that need a server are skipped.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -31,6 +32,11 @@ EXPIRED_KEY = os.environ.get("LOCKAPI_EXPIRED_KEY") or None
 
 # Generous bounds for things that happen on time on a loaded machine.
 PROMPTLY = 5.0
+
+# The SDK's warnings and errors (a lease lost on purpose, a retried renewal)
+# are what many tests arrange: keep them out of the output, where Python's
+# last-resort handler would print them. assertLogs still sees them.
+logging.getLogger("lockapi").addHandler(logging.NullHandler())
 
 
 class ServerTestCase(unittest.TestCase):
@@ -64,7 +70,9 @@ def wait_until(cond: Callable[[], bool], timeout: float = PROMPTLY, what: str = 
 class Proxy:
     """A TCP proxy in front of the server that can cut its connections and
     refuse new ones, as a network or a restarting server would. It records
-    the first bytes each client sent (the request head)."""
+    the head of every request that went through (connections are kept
+    alive: one carries many requests), and the first bytes of each
+    connection's answers."""
 
     PASS, REFUSE, ANSWER_400 = "pass", "refuse", "answer-400"
 
@@ -78,8 +86,9 @@ class Proxy:
         self._cond = threading.Condition()
         self._mode = self.PASS
         self._socks: List[socket.socket] = []
-        self.heads: List[bytes] = []  # each proxied connection's first bytes from the client
-        self.answers: List[bytes] = []  # and from the server
+        self.requests: List[bytes] = []  # the head of each request, in the order they came
+        self.connections = 0  # the connections proxied
+        self.answers: List[bytes] = []  # each proxied connection's first bytes from the server
         self.refused = 0
         self._closed = False
         self._acceptor = threading.Thread(target=self._accept, daemon=True)
@@ -139,22 +148,51 @@ class Proxy:
                 continue
             with self._cond:
                 self._socks += [client, upstream]
-                index = len(self.heads)
-                self.heads.append(b"")
+                index = self.connections
+                self.connections += 1
                 self.answers.append(b"")
-            threading.Thread(target=self._pump, args=(client, upstream, self.heads, index), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, self.answers, index), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, self._record_requests(), -1),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, self._record_answer, index),
+                             daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, record: List[bytes], index: int) -> None:
+    def _record_requests(self) -> Callable[[bytes, int], None]:
+        """Splits a connection's bytes from the client into requests (a head,
+        and a body of its Content-Length) and records each head."""
+        buf = [b""]
+
+        def record(data: bytes, _: int) -> None:
+            buf[0] += data
+            while True:
+                end = buf[0].find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head = buf[0][:end + 4]
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                if len(buf[0]) < end + 4 + length:
+                    return
+                buf[0] = buf[0][end + 4 + length:]
+                self.requests.append(head)
+                self._cond.notify_all()
+
+        return record
+
+    def _record_answer(self, data: bytes, index: int) -> None:
+        if len(self.answers[index]) < 8192:
+            self.answers[index] += data
+            self._cond.notify_all()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, record: Callable[[bytes, int], None], index: int) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
                 with self._cond:
-                    if len(record[index]) < 8192:
-                        record[index] += data
-                        self._cond.notify_all()
+                    record(data, index)
                 dst.sendall(data)
         except OSError:
             pass

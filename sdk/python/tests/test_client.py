@@ -7,6 +7,7 @@ import threading
 import time
 import unittest
 from datetime import datetime, timezone
+from typing import Optional
 
 import lockapi
 from support import ADMIN_KEY, BASE_URL, EXPIRED_KEY, LIMITED_KEY, PROMPTLY, Proxy, ServerTestCase, wait_until
@@ -36,9 +37,9 @@ class AcquireTest(ServerTestCase):
         again.release()
 
     def test_manual_renewal(self) -> None:
-        # acquire starts no watchdog: the lease lives while renewed by hand.
+        # A manual lease has no watchdog: it lives while renewed by hand.
         name = self.name()
-        lease = self.client.acquire(name, ttl=1.5)
+        lease = self.client.acquire(name, ttl=1.5, manual=True)
         for _ in range(3):
             time.sleep(0.5)
             lease.renew()
@@ -47,6 +48,44 @@ class AcquireTest(ServerTestCase):
         with self.assertRaises(lockapi.LeaseLost):
             lease.renew()
         self.assertTrue(lease.lost.is_set())
+
+    def test_acquire_renews_unless_manual(self) -> None:
+        # One sleep for both: past a TTL of 1 s, the lease of a plain
+        # acquire is held and renewed by its watchdog; a manual one, renewed
+        # by no one, is refused by check() once its vouched expiry passed.
+        watched_name, manual_name = self.name(), self.name()
+        watched = self.client.acquire(watched_name, ttl=1)
+        manual = self.client.acquire(manual_name, ttl=1, manual=True)
+        first_expiry = watched.expires_at
+        with self.assertLogs("lockapi", "ERROR") as logs:
+            time.sleep(1.6)
+            with self.assertRaises(lockapi.LeaseLost) as cm:
+                manual.check()
+        self.assertIn("expiry passed", str(cm.exception))
+        self.assertTrue(manual.lost.is_set())
+        self.assertIs(manual.error, cm.exception)
+        self.assertTrue(any(manual.lease_id in line for line in logs.output), logs.output)
+
+        watched.check()
+        self.assertFalse(watched.lost.is_set(), "lost: %s" % watched.error)
+        self.assertGreater(watched.expires_at, first_expiry, "renewed")
+        self.assertGreater(watched.expires_at, datetime.now(timezone.utc))
+        self.assertEqual(self.holder(watched_name), watched.owner)
+        watched.release()
+        with self.assertRaises(lockapi.LeaseLost):
+            manual.release()
+
+    def test_misuse_after_release_raises_lease_released(self) -> None:
+        lease = self.client.acquire(self.name(), ttl=10)
+        lease.release()
+        for call in (lease.renew, lease.check, lease.keep_alive):
+            with self.subTest(call=call.__name__):
+                with self.assertRaises(lockapi.LeaseReleased) as cm:
+                    call()
+                self.assertNotIsInstance(cm.exception, lockapi.LeaseLost, "a misuse is no loss")
+                self.assertEqual(cm.exception.lease_id, lease.lease_id)
+        self.assertFalse(lease.lost.is_set())
+        lease.release()  # still safe twice
 
     def test_reentrant_owner(self) -> None:
         name = self.name()
@@ -165,6 +204,7 @@ class LeaseTest(ServerTestCase):
     def test_force_release_is_noticed_and_the_work_told(self) -> None:
         name = self.name()
         told = threading.Event()
+        lease: Optional[lockapi.Lease] = None
         with self.assertRaises(lockapi.LeaseLost) as cm:
             with self.client.lock(name, ttl=3, on_lost=lambda err: told.set()) as lease:
                 self.assertTrue(self.client.force_release(name))
@@ -177,6 +217,7 @@ class LeaseTest(ServerTestCase):
         # Leaving the block reports the loss: the work may have overlapped.
         self.assertEqual(cm.exception.status, 410)
         self.assertIn("force-released", str(cm.exception))
+        assert lease is not None
         self.assertIs(lease.error, cm.exception)
 
     def test_release_after_a_force_release_raises_lease_lost(self) -> None:
@@ -188,21 +229,44 @@ class LeaseTest(ServerTestCase):
         self.assertTrue(lease.lost.is_set())
         lease.release()  # safe twice
 
+    def test_a_raising_on_lost_is_logged(self) -> None:
+        name = self.name()
+
+        def on_lost(err: lockapi.LeaseLost) -> None:
+            raise RuntimeError("the callback's own bug")
+
+        with self.assertLogs("lockapi", "ERROR") as logs:
+            with self.assertRaises(lockapi.LeaseLost):
+                with self.client.lock(name, ttl=1.5, on_lost=on_lost) as lease:
+                    self.client.force_release(name)
+                    self.assertTrue(lease.lost.wait(PROMPTLY), "the force release went unnoticed")
+                    wait_until(lambda: len(logs.records) >= 2, what="the loss and the callback's failure logged")
+        loss, callback = logs.records[0], logs.records[1]
+        self.assertEqual(loss.levelname, "ERROR")
+        self.assertIn("force-released", loss.getMessage())
+        self.assertIn("on_lost callback raised", callback.getMessage())
+        assert callback.exc_info is not None
+        self.assertIsInstance(callback.exc_info[1], RuntimeError, "logged with its traceback")
+
     def test_exception_in_the_block_releases_and_wins(self) -> None:
         name = self.name()
         with self.assertRaises(ZeroDivisionError):
             with self.client.lock(name, ttl=5):
-                1 / 0
+                _ = 1 / 0
         self.assertEqual(self.holder(name), "")
 
     def test_lost_when_the_server_is_unreachable_before_the_expiry(self) -> None:
         proxy = Proxy(BASE_URL)
         self.addCleanup(proxy.close)
         client = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5)
-        lease = client.acquire(self.name(), ttl=1.5).keep_alive()
-        proxy.set_mode(Proxy.REFUSE)
-        proxy.cut()
-        self.assertTrue(lease.lost.wait(1.5 + PROMPTLY), "never gave up the lease")
+        lease = client.acquire(self.name(), ttl=1.5)
+        with self.assertLogs("lockapi", "WARNING") as logs:
+            proxy.set_mode(Proxy.REFUSE)
+            proxy.cut()
+            self.assertTrue(lease.lost.wait(1.5 + PROMPTLY), "never gave up the lease")
+        levels = [r.levelname for r in logs.records]
+        self.assertGreaterEqual(levels.count("WARNING"), 2, "one warning per retried renewal: %s" % logs.output)
+        self.assertEqual(levels[-1], "ERROR", "the loss is logged: %s" % logs.output)
         self.assertLess(datetime.now(timezone.utc), lease.expires_at, "lost after the expiry it vouched for")
         err = lease.error
         assert err is not None
@@ -216,8 +280,9 @@ class LeaseTest(ServerTestCase):
         proxy = Proxy(BASE_URL)
         self.addCleanup(proxy.close)
         client = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5)
-        lease = client.acquire(self.name(), ttl=3).keep_alive()
+        lease = client.acquire(self.name(), ttl=3)
         proxy.set_mode(Proxy.REFUSE)
+        proxy.cut()  # and the kept-alive connection with it
         proxy.wait(lambda p: p.refused >= 1, timeout=3 + PROMPTLY, what="a failed renewal")
         before = lease.expires_at
         proxy.set_mode(Proxy.PASS)
@@ -229,12 +294,12 @@ class LeaseTest(ServerTestCase):
         proxy = Proxy(BASE_URL)
         self.addCleanup(proxy.close)
         client = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5)
-        lease = client.acquire(self.name(), ttl=1.5).keep_alive()
-        proxy.wait(lambda p: len(p.heads) >= 2, what="a renewal")
+        lease = client.acquire(self.name(), ttl=1.5)
+        proxy.wait(lambda p: len(p.requests) >= 2, what="a renewal")
         lease.release()
-        sent = len(proxy.heads)
+        sent = len(proxy.requests)
         time.sleep(0.3)
-        self.assertEqual(len(proxy.heads), sent, "requests after release returned")
+        self.assertEqual(len(proxy.requests), sent, "requests after release returned")
 
 
 class AuthTest(ServerTestCase):

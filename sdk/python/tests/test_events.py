@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import queue
+import sys
 import threading
+import time
 import unittest
 from typing import Union
 
@@ -57,8 +59,8 @@ class EventsTest(ServerTestCase):
         self.assertEqual(after[0].fencing_token, lease.fencing_token)
         ids = [e.id for e in before + after]
         self.assertEqual(len(set(ids)), 4, "an event came twice: %s" % ids)
-        self.assertEqual(len(proxy.heads), 2, "one reconnect got through")
-        self.assertIn(("last-event-id: %s" % before[-1].id).encode(), proxy.heads[1].lower(),
+        self.assertEqual(len(proxy.requests), 2, "one reconnect got through")
+        self.assertIn(("last-event-id: %s" % before[-1].id).encode(), proxy.requests[1].lower(),
                       "the reconnect did not resume after the last event")
         for ev in before + after:
             self.assertEqual(ev.lock, name)
@@ -84,6 +86,41 @@ class EventsTest(ServerTestCase):
         with self.assertRaises(lockapi.APIError) as cm:
             next(iter(self.client.events(lock="a", prefix="b")))
         self.assertEqual(cm.exception.status, 400)
+
+    def test_close_from_another_thread_ends_the_iteration(self) -> None:
+        proxy = Proxy(BASE_URL)
+        self.addCleanup(proxy.close)
+        events = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5).events(lock=self.name())
+        ended: "queue.Queue[object]" = queue.Queue()
+
+        def consume() -> None:
+            try:
+                ended.put(list(events))  # waits: no event comes
+            except BaseException as e:
+                ended.put(e)
+
+        threading.Thread(target=consume, daemon=True).start()
+        proxy.wait(lambda p: len(p.answers) == 1 and b"\r\n\r\n" in p.answers[0], what="the stream's answer")
+        start = time.monotonic()
+        events.close()
+        self.assertEqual(ended.get(timeout=PROMPTLY), [], "the iteration ended, raising nothing")
+        took = time.monotonic() - start
+        print("\nevents: close() from another thread ended the iteration in %.3fs" % took, file=sys.stderr)
+        self.assertEqual(proxy.connections, 1, "no reconnect after close()")
+        events.close()  # safe twice
+        self.assertEqual(list(events), [])
+
+    def test_timeout_ends_the_iteration(self) -> None:
+        name = self.name()
+        start = time.monotonic()
+        with self.client.events(lock=name, timeout=0.5) as events:
+            got = list(events)
+        took = time.monotonic() - start
+        self.assertEqual(got, [])
+        # 0.5 s asked; asserted within [0.45, 0.5 + PROMPTLY] on a loaded machine.
+        print("\nevents: a timeout of 0.5s ended the iteration in %.3fs" % took, file=sys.stderr)
+        self.assertGreaterEqual(took, 0.45)
+        self.assertLess(took, 0.5 + PROMPTLY)
 
     def _next(self, got: "queue.Queue[Union[lockapi.Event, BaseException]]") -> lockapi.Event:
         try:

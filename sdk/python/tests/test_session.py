@@ -109,13 +109,15 @@ class SessionTest(SessionTestCase):
         leases = [s.acquire(names[0]), s.acquire(names[1], shared=True)] + s.acquire_all(names[2:])
         for lease in leases:
             lease.keep_alive()  # starts no watchdog of its own
-        renewals = lambda p: sum(b" /v1/sessions/%s/renew " % s.session_id.encode() in h for h in p.heads)
+        def renewals(p: Proxy) -> int:
+            return sum(b" /v1/sessions/%s/renew " % s.session_id.encode() in h for h in p.requests)
+
         # Three TTLs pass: the session's one watchdog keeps all of them.
         proxy.wait(lambda p: renewals(p) >= 9, timeout=3.0 + PROMPTLY, what="nine renewals of the session")
         self.assertFalse(s.lost.is_set(), "lost: %s" % s.error)
         for name in names:
             self.assert_held(name)
-        lease_renewals = [h for h in proxy.heads if b"/v1/locks/" in h and b"/renew " in h]
+        lease_renewals = [h for h in proxy.requests if b"/v1/locks/" in h and b"/renew " in h]
         self.assertEqual(lease_renewals, [], "bound leases are renewed by their session only")
 
     def test_close_releases_every_lease_at_once(self) -> None:
@@ -134,8 +136,10 @@ class SessionTest(SessionTestCase):
             lease.release()  # released by the close: sends nothing, raises nothing
         s.close()  # safe twice
         self.assertFalse(s.lost.is_set())
-        with self.assertRaises(lockapi.SessionLost):
-            s.acquire(self.name())
+        for misuse in (lambda: s.acquire(self.name()), s.renew, s.check, one.renew):
+            with self.assertRaises((lockapi.SessionClosed, lockapi.LeaseReleased)) as cm:
+                misuse()
+            self.assertNotIsInstance(cm.exception, lockapi.LeaseLost, "a misuse is no loss")
         again = self.client.acquire(names[0])
         self.assertGreater(again.fencing_token, one.fencing_token)
         again.release()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import unittest
+from typing import Dict
 from datetime import datetime, timezone
 
 import lockapi
@@ -16,7 +17,7 @@ PROBLEM = {"content-type": "application/problem+json", "x-request-id": "req-1"}
 
 
 def problem(status: int, slug: str, **extra: object) -> bytes:
-    doc = {"type": lockapi.PROBLEM_BASE + slug, "title": slug, "status": status, "detail": "d"}
+    doc: Dict[str, object] = {"type": lockapi.PROBLEM_BASE + slug, "title": slug, "status": status, "detail": "d"}
     doc.update(extra)
     return json.dumps(doc).encode()
 

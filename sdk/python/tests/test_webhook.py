@@ -68,7 +68,7 @@ class WebhookServerTest(ServerTestCase):
                 self.end_headers()
                 got.put((dict(self.headers.items()), body))
 
-            def log_message(self, *args: Any) -> None:
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)

@@ -16,17 +16,20 @@ from ._errors import (
     Forbidden,
     Holder,
     LeaseLost,
+    LeaseReleased,
     LockDelay,
     LockHeld,
+    SessionClosed,
     SessionLost,
     SessionNotFound,
     Unauthorized,
     Unavailable,
 )
 from ._election import LeaderInfo, Leadership
-from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, UPDATED, Event
+from ._events import EXPIRED, FORCE_RELEASED, GRANTED, REENTERED, RELEASED, RENEWED, UPDATED, Event, EventStream
 from ._lease import Lease, release_all
 from ._session import Session
+from ._transport import BaseTransport, HTTPTransport, Request, Response
 from ._webhook import (
     DEFAULT_WEBHOOK_TOLERANCE,
     PING,
@@ -47,12 +50,19 @@ __all__ = [
     "Session",
     "release_all",
     "Event",
+    "EventStream",
+    "BaseTransport",
+    "HTTPTransport",
+    "Request",
+    "Response",
     "APIError",
     "LockHeld",
     "Holder",
     "LeaseLost",
+    "LeaseReleased",
     "LockDelay",
     "SessionLost",
+    "SessionClosed",
     "SessionNotFound",
     "Unauthorized",
     "Forbidden",

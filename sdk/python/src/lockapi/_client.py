@@ -9,21 +9,32 @@ import secrets
 import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Optional, Sequence
 
 from . import _election
 from ._election import LeaderInfo, Leadership
 from ._errors import APIError, LeaseLost, LockDelay, LockHeld, Unavailable, error_from_response
-from ._events import Event, stream_events
+from ._events import EventStream
 from ._http import Transport, lock_path
 from ._lease import Lease, release_all
 from ._session import Session
 from ._timing import Backoff, attempt_timeout
+from ._transport import BaseTransport, HTTPTransport
 
 DEFAULT_TIMEOUT = 30.0
 
 #: The server of a Client given none, when LOCKAPI_URL is not set.
 DEFAULT_URL = "http://localhost:8080"
+
+# How often an acquire that does not wait (wait=0) sends its request at most
+# when the answer is one that may pass (Unavailable): its Idempotency-Key
+# makes a repeat safe, and a blip of the network or a failover should not
+# fail it.
+NO_WAIT_ATTEMPTS = 3
+
+# The longest pause before such a repeat: a longer Retry-After is the
+# caller's to wait for.
+NO_WAIT_MAX_PAUSE = 1.0
 
 
 class Client:
@@ -32,28 +43,50 @@ class Client:
     Without base_url, the client is configured by the environment, as every
     lockapi client is: the server is $LOCKAPI_URL (else DEFAULT_URL), and,
     unless api_key is given, the key is $LOCKAPI_API_KEY if set. With
-    base_url, nothing is read from the environment. api_key is sent as a bearer token with every request, for a server
-    configured with API keys. timeout (seconds) bounds each request that does
-    not wait for a lock; a waiting acquire may take its wait on top of it.
-    ssl_context replaces the default one for https URLs. A Client is safe to
-    share between threads.
+    base_url, nothing is read from the environment. api_key is sent as a
+    bearer token with every request, for a server configured with API keys.
+    timeout (seconds) bounds each request that does not wait for a lock; a
+    waiting acquire may take its wait on top of it.
+
+    Requests go through transport, by default an :class:`HTTPTransport`:
+    kept-alive connections, the proxy of HTTPS_PROXY / HTTP_PROXY unless
+    NO_PROXY names the host, and ssl_context (which replaces the default one
+    for https URLs; give it to your own transport instead). A Client is safe
+    to share between threads. :meth:`close` (or ``with lockapi.Client(...)
+    as client:``) closes its idle connections.
     """
 
     def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 timeout: float = DEFAULT_TIMEOUT, ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, ssl_context: Optional[ssl.SSLContext] = None,
+                 transport: Optional[BaseTransport] = None) -> None:
         if base_url is None:  # configured by the environment, as every client is
             base_url = os.environ.get("LOCKAPI_URL") or DEFAULT_URL
             if api_key is None:
                 api_key = os.environ.get("LOCKAPI_API_KEY") or None
-        self._http = Transport(base_url, api_key, ssl_context)
-        self.timeout = timeout if timeout > 0 else DEFAULT_TIMEOUT
+        if transport is not None and ssl_context is not None:
+            raise ValueError("lockapi: give ssl_context to the transport, not to Client")
+        self._http = Transport(base_url, api_key, transport or HTTPTransport(ssl_context=ssl_context))
+        #: Seconds each request may take (each socket operation).
+        self.timeout: float = timeout if timeout > 0 else DEFAULT_TIMEOUT
+
+    def close(self) -> None:
+        """Closes the transport's idle connections. Leases and sessions keep
+        working (a request opens a connection again); release them first."""
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def acquire(self, name: str, ttl: Optional[float] = 30.0, wait: float = 0, owner: Optional[str] = None,
                 shared: bool = False, limit: Optional[int] = None, fair: bool = False,
                 metadata: Optional[Mapping[str, str]] = None,
-                idempotency_key: Optional[str] = None) -> Lease:
-        """Acquires the lock name and returns its Lease. Start its watchdog
-        with ``lease.keep_alive()``, or use :meth:`lock`, which does.
+                idempotency_key: Optional[str] = None, manual: bool = False) -> Lease:
+        """Acquires the lock name and returns its Lease, renewed by its
+        watchdog thread every TTL/3 until ``lease.release()`` (or use
+        :meth:`lock`, which releases on the way out).
 
         ttl: seconds the lease lasts unless renewed (None: the server's
         default). wait: seconds to wait while another owner holds the lock; 0
@@ -67,19 +100,26 @@ class Client:
         many. fair: wait in arrival order. metadata: labels kept with the
         lease (at most 16).
 
+        manual: start no watchdog: renew the lease with ``lease.renew()``
+        more often than its TTL (or start one later with ``keep_alive()``).
+
         Every request of one acquire carries the same Idempotency-Key
         (idempotency_key, or a random one), so a retry that finds a grant
         whose answer was lost gets that grant back instead of a second hold.
+        An acquire that does not wait is sent up to three times when the
+        answer is one that may pass (Unavailable).
 
         Raises LockHeld when the lock is still held after the wait, LockDelay
         when it is closed for a session's lock-delay, or another APIError.
         """
-        return self._acquire(name, ttl, wait, owner, shared, limit, fair, metadata, idempotency_key)
+        return self._acquire(name, ttl, wait, owner, shared, limit, fair, metadata, idempotency_key, manual)
 
     def _acquire(self, name: str, ttl: Optional[float], wait: float, owner: Optional[str], shared: bool,
                  limit: Optional[int], fair: bool, metadata: Optional[Mapping[str, str]],
-                 idempotency_key: Optional[str], session: Optional[Session] = None) -> Lease:
-        """acquire, of a lease bound to session unless that is None."""
+                 idempotency_key: Optional[str], manual: bool = False, session: Optional[Session] = None,
+                 on_lost: Optional[Callable[[LeaseLost], None]] = None) -> Lease:
+        """acquire, of a lease bound to session unless that is None; on_lost
+        is given to the watchdog as it starts."""
         release_all = owner is None
         if owner is None:
             owner = unique_owner()
@@ -101,7 +141,9 @@ class Client:
         deadline = time.monotonic() + wait if wait and wait > 0 else None
         backoff = Backoff(0.1, 5.0)
         path = lock_path(name, "leases")
+        attempt = 0
         while True:
+            attempt += 1
             left = _set_wait(body, deadline)
             sent, sent_wall = time.monotonic(), time.time()
             err: APIError
@@ -114,12 +156,21 @@ class Client:
                 if resp.status in (200, 201):
                     replayed = resp.headers.get("idempotent-replayed", "") == "true"
                     return self._grant(resp.json(), release_all, "wait_ms" in body, sent, sent_wall, received,
-                                       replayed, session)
+                                       replayed, session, manual, on_lost)
                 err = error_from_response(resp.status, resp.headers, resp.body, name)
 
             # Asked again only while the wait lasts: a lock still held after
-            # the server's longest wait, or a failure that may pass.
-            if deadline is None or deadline - time.monotonic() < 0.001:
+            # the server's longest wait, or a failure that may pass; without
+            # a wait, a failure that may pass a few times, promptly.
+            if deadline is None:
+                if not isinstance(err, Unavailable) or attempt >= NO_WAIT_ATTEMPTS:
+                    raise err
+                pause = max(backoff.next(), err.retry_after)
+                if pause > NO_WAIT_MAX_PAUSE:
+                    raise err
+                time.sleep(pause)
+                continue
+            if deadline - time.monotonic() < 0.001:
                 raise err
             if isinstance(err, (LockHeld, LockDelay)):
                 pause = backoff.next() if received - sent < 0.1 else 0.0  # the server hardly waited: do not spin
@@ -130,7 +181,8 @@ class Client:
             time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
     def _grant(self, doc: Mapping[str, Any], release_all: bool, waited: bool, sent: float, sent_wall: float,
-               received: float, replayed: bool = False, session: Optional[Session] = None) -> Lease:
+               received: float, replayed: bool = False, session: Optional[Session] = None, manual: bool = False,
+               on_lost: Optional[Callable[[LeaseLost], None]] = None) -> Lease:
         lease = Lease(self._http, self.timeout, doc, release_all, sent, sent_wall, replayed=replayed,
                       session=session)
         if session is not None:
@@ -149,13 +201,15 @@ class Client:
                 except APIError:
                     pass
                 raise
+        if not manual:
+            lease.keep_alive(on_lost)
         return lease
 
     @contextlib.contextmanager
     def lock(self, name: str, ttl: Optional[float] = 30.0, wait: float = 0, owner: Optional[str] = None,
              shared: bool = False, limit: Optional[int] = None, fair: bool = False,
              metadata: Optional[Mapping[str, str]] = None, idempotency_key: Optional[str] = None,
-             on_lost: Optional[Callable[[LeaseLost], None]] = None) -> Iterator[Lease]:
+             on_lost: Optional[Callable[[LeaseLost], None]] = None) -> Generator[Lease, None, None]:
         """Acquires the lock (the arguments of :meth:`acquire`), keeps the
         lease alive while the block runs, and releases it on the way out,
         also on an exception::
@@ -171,20 +225,20 @@ class Client:
         overlapped another holder's. An exception of the block wins over the
         release's errors.
         """
-        lease = self.acquire(name, ttl=ttl, wait=wait, owner=owner, shared=shared, limit=limit, fair=fair,
-                             metadata=metadata, idempotency_key=idempotency_key)
-        with lease.keep_alive(on_lost):
+        lease = self._acquire(name, ttl, wait, owner, shared, limit, fair, metadata, idempotency_key,
+                              on_lost=on_lost)
+        with lease:
             yield lease
 
     def acquire_all(self, names: Sequence[str], ttl: Optional[float] = 30.0, wait: float = 0,
                     owner: Optional[str] = None, shared: bool = False,
-                    metadata: Optional[Mapping[str, str]] = None) -> List[Lease]:
+                    metadata: Optional[Mapping[str, str]] = None, manual: bool = False) -> List[Lease]:
         """Acquires every lock in names, or none (POST /v1/leases): the server
         takes them one at a time in one global order and never holds some
         while it waits for the others, so overlapping calls cannot deadlock.
-        Returns the leases in the order of names; each is renewed
-        (``keep_alive()``) and released on its own, or all together with
-        :func:`lockapi.release_all`. The arguments are :meth:`acquire`'s;
+        Returns the leases in the order of names; each is renewed by its
+        watchdog (unless manual) and released on its own, or all together
+        with :func:`lockapi.release_all`. The arguments are :meth:`acquire`'s;
         limit and fair do not apply to several locks.
 
         Raises LockHeld naming the lock still held after the wait, or another
@@ -192,10 +246,10 @@ class Client:
         repeated (a multi-lock takes no Idempotency-Key): it raises
         Unavailable, and whatever the lost answer granted ends with its TTL.
         """
-        return self._acquire_all(names, ttl, wait, owner, shared, metadata)
+        return self._acquire_all(names, ttl, wait, owner, shared, metadata, manual)
 
     def _acquire_all(self, names: Sequence[str], ttl: Optional[float], wait: float, owner: Optional[str],
-                     shared: bool, metadata: Optional[Mapping[str, str]],
+                     shared: bool, metadata: Optional[Mapping[str, str]], manual: bool = False,
                      session: Optional[Session] = None) -> List[Lease]:
         """acquire_all, of leases bound to session unless that is None."""
         names = list(names)
@@ -222,7 +276,7 @@ class Client:
             received = time.monotonic()
             if resp.status == 201:
                 return self._grant_all(resp.json()["leases"], release_all_holds, "wait_ms" in body, sent, sent_wall,
-                                       received, session)
+                                       received, session, manual)
             err = error_from_response(resp.status, resp.headers, resp.body, what)
             if not isinstance(err, (LockHeld, LockDelay)) or deadline is None or deadline - time.monotonic() < 0.001:
                 raise err
@@ -230,13 +284,13 @@ class Client:
                 time.sleep(max(0.0, min(backoff.next(), deadline - time.monotonic())))
 
     def _grant_all(self, docs: Sequence[Mapping[str, Any]], release_all_holds: bool, waited: bool, sent: float,
-                   sent_wall: float, received: float, session: Optional[Session]) -> List[Lease]:
+                   sent_wall: float, received: float, session: Optional[Session], manual: bool) -> List[Lease]:
         """The leases of a granted multi-lock, all or none."""
         leases: List[Lease] = []
         for i, doc in enumerate(docs):
             try:
                 leases.append(self._grant(doc, release_all_holds, waited, sent, sent_wall, received,
-                                          session=session))
+                                          session=session, manual=manual))
             except APIError:
                 for rest in docs[i + 1:]:
                     try:
@@ -287,7 +341,8 @@ class Client:
         return Session(self, resp.json(), sent, sent_wall)._start()
 
     def events(self, prefix: Optional[str] = None, lock: Optional[str] = None,
-               types: Optional[Sequence[str]] = None, after: Optional[str] = None) -> Iterator[Event]:
+               types: Optional[Sequence[str]] = None, after: Optional[str] = None,
+               timeout: Optional[float] = None) -> EventStream:
         """Iterates over the changes of the locks selected (GET /v1/events):
         one lock, or the locks whose names start with prefix, or all the API
         key may read; only the given types (e.g. ["granted", "released"]);
@@ -297,10 +352,16 @@ class Client:
         the stream, and resumes with Last-Event-ID after the last event it
         yielded: it sees every event the server's log keeps, in order, and
         none twice. It raises the first request's failure, and on a reconnect
-        any answer but one that may pass (e.g. 410 events-gone). Close it
-        (``it.close()``, or leave a ``for`` loop and drop it) to hang up.
+        any answer but one that may pass (e.g. 410 events-gone).
+
+        timeout: seconds after which the iteration ends (StopIteration), if
+        given. ``close()`` hangs up, from any thread: the iteration ends in
+        the thread that waits on it. ``with client.events(...) as events:``
+        closes it on the way out.
         """
-        return stream_events(self._http, self.timeout, prefix=prefix, lock=lock, types=types, after=after)
+        until = time.monotonic() + timeout if timeout is not None else None
+        return EventStream(self._http, self.timeout, prefix=prefix, lock=lock, types=types, after=after,
+                           until=until)
 
     def inspect(self, name: str) -> Dict[str, Any]:
         """The lock's state (GET /v1/locks/{name}) as the server's JSON:

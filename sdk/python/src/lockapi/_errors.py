@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, cast
 
 PROBLEM_BASE = "https://lockapi.dev/problems/"
 
@@ -40,13 +40,13 @@ class APIError(Exception):
         errors: Optional[List[Dict[str, str]]] = None,
         body: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        self.type = type
-        self.status = status
-        self.title = title
-        self.detail = detail
-        self.request_id = request_id
-        self.retry_after = retry_after
-        self.errors = errors or []
+        self.type: str = type
+        self.status: Optional[int] = status
+        self.title: str = title
+        self.detail: str = detail
+        self.request_id: str = request_id
+        self.retry_after: float = retry_after
+        self.errors: List[Dict[str, str]] = errors or []
         self.body: Mapping[str, Any] = body or {}
         super().__init__(self._message())
 
@@ -58,7 +58,7 @@ class APIError(Exception):
         return ""
 
     def _message(self) -> str:
-        parts = []
+        parts: List[str] = []
         if self.status is not None:
             parts.append("server answered %d" % self.status)
         if self.slug:
@@ -93,9 +93,9 @@ class LockHeld(APIError):
 
     def __init__(self, detail: str = "", *, lock: str = "", holder: Optional[Holder] = None,
                  queue_length: int = 0, **kw: Any) -> None:
-        self.lock = lock
-        self.holder = holder
-        self.queue_length = queue_length
+        self.lock: str = lock
+        self.holder: Optional[Holder] = holder
+        self.queue_length: int = queue_length
         super().__init__(detail, **kw)
 
     def _message(self) -> str:
@@ -139,7 +139,7 @@ class LockDelay(APIError):
     opens (whole seconds, rounded up); ``lock`` the lock's name."""
 
     def __init__(self, detail: str = "", *, lock: str = "", **kw: Any) -> None:
-        self.lock = lock
+        self.lock: str = lock
         super().__init__(detail, **kw)
 
 
@@ -156,6 +156,28 @@ class Unavailable(APIError):
     """A failure that may pass: the server could not be reached, or it answered
     503 (store unreachable, shutting down), 429, 502 or 504. ``retry_after`` is
     the server's Retry-After in seconds, 0 if none."""
+
+
+class LeaseReleased(Exception):
+    """A lease was used after its :meth:`~lockapi.Lease.release` (or its
+    session's close): renew, keep_alive or check. A mistake of the caller,
+    not a loss, so no :class:`LeaseLost`: nothing says another holder has
+    the lock."""
+
+    def __init__(self, lock: str, lease_id: str) -> None:
+        self.lock: str = lock
+        self.lease_id: str = lease_id
+        super().__init__("lock %r, lease %s: the lease was released" % (lock, lease_id))
+
+
+class SessionClosed(Exception):
+    """A session was used after its :meth:`~lockapi.Session.close`: acquire,
+    acquire_all, renew or check. A mistake of the caller, not a loss, so no
+    :class:`SessionLost`."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id: str = session_id
+        super().__init__("session %s: the session was closed" % session_id)
 
 
 _BY_SLUG = {
@@ -187,10 +209,11 @@ def error_from_response(status: int, headers: Mapping[str, str], body: bytes, lo
         try:
             parsed = json.loads(body.decode("utf-8"))
             if isinstance(parsed, dict):
-                doc = parsed
+                doc = cast(Dict[str, Any], parsed)
         except (ValueError, UnicodeDecodeError):
             pass
-    problem_type = doc.get("type") if isinstance(doc.get("type"), str) else ""
+    raw_type = doc.get("type")
+    problem_type = raw_type if isinstance(raw_type, str) else ""
     if problem_type:
         kw.update(type=problem_type, title=str(doc.get("title", "")), body=doc)
         detail = str(doc.get("detail", ""))
@@ -221,8 +244,9 @@ def error_from_response(status: int, headers: Mapping[str, str], body: bytes, lo
 def _holder(doc: Any) -> Optional[Holder]:
     if not isinstance(doc, dict):
         return None
-    return Holder(owner=str(doc.get("owner", "")), fencing_token=int(doc.get("fencing_token", 0)),
-                  expires_in=int(doc.get("expires_in_ms", 0)) / 1000.0)
+    d = cast(Dict[str, Any], doc)
+    return Holder(owner=str(d.get("owner", "")), fencing_token=int(d.get("fencing_token", 0)),
+                  expires_in=int(d.get("expires_in_ms", 0)) / 1000.0)
 
 
 def _retry_after(value: str) -> float:

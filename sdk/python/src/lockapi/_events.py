@@ -5,13 +5,15 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence
 
 from ._errors import APIError, Unavailable, error_from_response
-from ._http import Transport, lower_headers
+from ._http import Transport
+from ._transport import Response
 from ._timing import Backoff
 
 # Reconnection pacing, and how long a stream may stay silent: the server
@@ -50,9 +52,9 @@ class Event:
     metadata: Optional[Dict[str, str]] = None
 
 
-def stream_events(transport: Transport, timeout: float, *, prefix: Optional[str], lock: Optional[str],
-                  types: Optional[Sequence[str]], after: Optional[str]) -> Iterator[Event]:
-    """Yields the events of the selected locks until the caller stops.
+class EventStream(Iterator[Event]):
+    """The events of the selected locks (:meth:`Client.events`), in order,
+    until :meth:`close` or the timeout.
 
     When the connection drops or the server ends the stream (it shuts down),
     it reconnects after a pause (0.1 s doubling to 5 s, or the server's
@@ -63,64 +65,128 @@ def stream_events(transport: Transport, timeout: float, *, prefix: Optional[str]
     unreachable, or the server's refusal), and on a reconnect any answer
     but one that may pass (such as 410 events-gone, when the resume point is
     older than the log keeps).
+
+    :meth:`close` may be called from any thread: it shuts the connection, and
+    the iteration ends (StopIteration) in the thread that waits on it. With
+    a timeout, the iteration ends that many seconds after the stream was
+    made. ``with client.events(...) as events:`` closes it on the way out.
     """
-    query: Dict[str, str] = {}
-    if lock:
-        query["lock"] = lock
-    if prefix:
-        query["prefix"] = prefix
-    if types:
-        query["types"] = ",".join(types)
-    last = after or ""
-    connected = False
-    backoff = Backoff(RETRY_BASE, RETRY_MAX)
-    while True:
-        headers = {"Accept": "text/event-stream"}
-        if last:
-            headers["Last-Event-ID"] = last
+
+    def __init__(self, transport: Transport, timeout: float, *, prefix: Optional[str], lock: Optional[str],
+                 types: Optional[Sequence[str]], after: Optional[str], until: Optional[float]) -> None:
+        query: Dict[str, str] = {}
+        if lock:
+            query["lock"] = lock
+        if prefix:
+            query["prefix"] = prefix
+        if types:
+            query["types"] = ",".join(types)
+        self._http = transport
+        self._timeout = timeout
+        self._query = query
+        self._lock = lock or ""
+        self._until = until  # time.monotonic() when the iteration ends, or None
+        #: The id of the last event yielded: resume after it with events(after=...).
+        self.last_id: str = after or ""
+        self._mu = threading.Lock()
+        self._resp: Optional[Response] = None
+        self._closed = threading.Event()
+        self._gen: Generator[Event, None, None] = self._run()
+
+    def __iter__(self) -> "EventStream":
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._gen)
+
+    def close(self) -> None:
+        """Hangs up: the iteration ends, also one waiting in another thread
+        (its socket is shut). Safe to call twice."""
+        self._closed.set()
+        with self._mu:
+            resp = self._resp
+        if resp is not None:
+            resp.close()
         try:
-            conn, resp = transport.open("GET", "/v1/events", query=query, headers=headers, timeout=timeout)
-        except Unavailable as e:
-            if not connected:
-                raise
-            err: APIError = e
-        else:
+            self._gen.close()
+        except ValueError:
+            pass  # running in another thread: it sees the close and ends
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _left(self) -> float:
+        """Seconds until the iteration ends (IDLE_TIMEOUT without one)."""
+        if self._until is None:
+            return IDLE_TIMEOUT
+        return self._until - time.monotonic()
+
+    def _run(self) -> Generator[Event, None, None]:
+        connected = False
+        backoff = Backoff(RETRY_BASE, RETRY_MAX)
+        while not self._closed.is_set() and self._left() > 0:
+            headers = {"Accept": "text/event-stream"}
+            if self.last_id:
+                headers["Last-Event-ID"] = self.last_id
             try:
-                if resp.status != 200:
-                    err = error_from_response(resp.status, lower_headers(resp), _read_some(resp), lock or "")
-                    if not connected or not isinstance(err, Unavailable):
-                        raise err
-                elif not resp.getheader("Content-Type", "").startswith("text/event-stream"):
-                    raise APIError("events: the server answered %r, not text/event-stream"
-                                   % resp.getheader("Content-Type", ""), status=resp.status)
-                else:
-                    connected = True
-                    if conn.sock is not None:
-                        conn.sock.settimeout(IDLE_TIMEOUT)
-                    try:
-                        for ev in _parse(resp):
-                            last = ev.id
-                            backoff = Backoff(RETRY_BASE, RETRY_MAX)
-                            yield ev
-                        err = Unavailable("events: the server ended the stream")
-                    except (OSError, http.client.HTTPException) as e:
-                        err = Unavailable("events: the stream broke: %s: %s" % (type(e).__name__, e))
-            finally:
-                conn.close()
-        time.sleep(max(backoff.next(), err.retry_after))
+                resp = self._http.open("GET", "/v1/events", query=self._query, headers=headers,
+                                       timeout=min(self._timeout, max(self._left(), 0.001)),
+                                       read_timeout=min(IDLE_TIMEOUT, max(self._left(), 0.001)))
+            except Unavailable as e:
+                if self._closed.is_set() or self._left() <= 0:
+                    return
+                if not connected:
+                    raise
+                err: APIError = e
+            else:
+                with self._mu:
+                    self._resp = resp
+                if self._closed.is_set():
+                    resp.close()
+                    return
+                try:
+                    if resp.status != 200:
+                        err = error_from_response(resp.status, resp.headers, _read_some(resp), self._lock)
+                        if not connected or not isinstance(err, Unavailable):
+                            raise err
+                    elif not resp.headers.get("content-type", "").startswith("text/event-stream"):
+                        raise APIError("events: the server answered %r, not text/event-stream"
+                                       % resp.headers.get("content-type", ""), status=resp.status)
+                    else:
+                        connected = True
+                        try:
+                            for ev in _parse(resp):
+                                self.last_id = ev.id
+                                backoff = Backoff(RETRY_BASE, RETRY_MAX)
+                                yield ev
+                            err = Unavailable("events: the server ended the stream")
+                        except (OSError, ValueError, http.client.HTTPException) as e:
+                            # ValueError: read from a response closed by close().
+                            err = Unavailable("events: the stream broke: %s: %s" % (type(e).__name__, e))
+                finally:
+                    with self._mu:
+                        self._resp = None
+                    resp.close()
+            if self._closed.is_set() or self._left() <= 0:
+                return
+            self._closed.wait(min(max(backoff.next(), err.retry_after), max(self._left(), 0.0)))
 
 
-def _read_some(resp: http.client.HTTPResponse) -> bytes:
+def _read_some(resp: Response) -> bytes:
     try:
         return resp.read(64 << 10)
     except (OSError, http.client.HTTPException):
         return b""
 
 
-def _parse(resp: http.client.HTTPResponse) -> Iterator[Event]:
+def _parse(resp: Response) -> Iterator[Event]:
     """Reads SSE frames: id and data lines up to a blank line; comments
     (keep-alives) and other fields are skipped."""
-    frame_id, data = "", []
+    frame_id = ""
+    data: List[str] = []
     while True:
         raw = resp.readline(1 << 20)
         if not raw:

@@ -1,26 +1,24 @@
-"""One HTTP exchange with the server, on the standard library's http.client.
-
-Each request opens its own connection and closes it after the answer: the
-client is then safe to share between threads (the watchdogs of many leases
-and the caller's own calls) with no pool to guard, and a request stuck on a
-dead server never holds up another.
-"""
+"""The client's requests to the server: JSON bodies, the API key, errors
+turned into Unavailable, and a DEBUG log line each; sent by a transport
+(_transport.py: keep-alive connections by default, or the caller's)."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import socket
-import ssl
-from typing import Any, Dict, Mapping, Optional, Tuple
+import time
+from typing import Any, Dict, Mapping, Optional
 from urllib.parse import quote, urlencode, urlsplit
 
 from ._errors import Unavailable
+from ._log import logger
+from ._transport import BaseTransport, Request, Response
 
 USER_AGENT = "lockapi-python/0.1"
 
 
-class Response:
+class Answer:
     """A whole answer: the status, headers with lower-case names, the body."""
 
     def __init__(self, status: int, headers: Dict[str, str], body: bytes) -> None:
@@ -38,33 +36,29 @@ def lock_path(name: str, *rest: str) -> str:
 
 
 class Transport:
-    def __init__(self, base_url: str, api_key: Optional[str], ssl_context: Optional[ssl.SSLContext]) -> None:
+    """Sends the API's requests to one server through a BaseTransport."""
+
+    def __init__(self, base_url: str, api_key: Optional[str], transport: BaseTransport) -> None:
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError("lockapi: server URL %r: want http://host[:port] or https://host[:port]" % base_url)
-        self._https = u.scheme == "https"
-        self._host = u.hostname
-        self._port = u.port
-        self._prefix = u.path.rstrip("/")
-        self._ssl = ssl_context
+        self._base = "%s://%s%s" % (u.scheme, u.netloc, u.path.rstrip("/"))
+        self._transport = transport
         self._headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if api_key:
             self._headers["Authorization"] = "Bearer " + api_key
 
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
-            ctx = self._ssl or ssl.create_default_context()
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ctx)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+    def close(self) -> None:
+        self._transport.close()
 
     def open(self, method: str, path: str, *, query: Optional[Mapping[str, str]] = None,
              body: Any = None, headers: Optional[Mapping[str, str]] = None,
-             timeout: float) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Sends a request and returns the open connection and its response,
-        whose body the caller reads and whose connection it closes. timeout
-        bounds each socket operation. A failure to exchange it raises
-        Unavailable."""
-        url = self._prefix + path
+             timeout: float, read_timeout: Optional[float] = None) -> Response:
+        """Sends a request and returns its answer, whose body the caller
+        reads and closes. timeout bounds each socket operation until the
+        answer's head, read_timeout (default timeout) each read of its body.
+        A failure to exchange it raises Unavailable."""
+        url = self._base + path
         if query:
             url += "?" + urlencode(query)
         hdrs = dict(self._headers)
@@ -74,33 +68,42 @@ class Transport:
             hdrs["Content-Type"] = "application/json"
         if headers:
             hdrs.update(headers)
-        conn = self._connect(max(timeout, 0.001))
+        start = time.monotonic()
         try:
-            conn.request(method, url, body=payload, headers=hdrs)
-            resp = conn.getresponse()
+            resp = self._transport.handle_request(Request(method, url, hdrs, payload, timeout, read_timeout))
+        except Unavailable as e:
+            _log_failure(method, path, start, e)
+            raise
         except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise _unavailable(method, path, e) from e
-        return conn, resp
+            _log_failure(method, path, start, e)
+            raise unavailable(method, path, e) from e
+        logger.debug("%s %s: %d in %.1f ms%s", method, path, resp.status, (time.monotonic() - start) * 1000,
+                     _request_id(resp.headers))
+        return resp
 
     def request(self, method: str, path: str, *, query: Optional[Mapping[str, str]] = None,
                 body: Any = None, headers: Optional[Mapping[str, str]] = None,
-                timeout: float) -> Response:
+                timeout: float) -> Answer:
         """Sends a request and reads its whole answer."""
-        conn, resp = self.open(method, path, query=query, body=body, headers=headers, timeout=timeout)
+        resp = self.open(method, path, query=query, body=body, headers=headers, timeout=timeout)
         try:
             data = resp.read()
         except (OSError, http.client.HTTPException) as e:
-            raise _unavailable(method, path, e) from e
+            raise unavailable(method, path, e) from e
         finally:
-            conn.close()
-        return Response(resp.status, lower_headers(resp), data)
+            resp.close()
+        return Answer(resp.status, resp.headers, data)
 
 
-def lower_headers(resp: http.client.HTTPResponse) -> Dict[str, str]:
-    return {k.lower(): v for k, v in resp.getheaders()}
-
-
-def _unavailable(method: str, path: str, e: BaseException) -> Unavailable:
+def unavailable(method: str, path: str, e: BaseException) -> Unavailable:
     what = "timed out" if isinstance(e, socket.timeout) else "%s: %s" % (type(e).__name__, e)
     return Unavailable("%s %s: %s" % (method, path, what))
+
+
+def _log_failure(method: str, path: str, start: float, e: BaseException) -> None:
+    logger.debug("%s %s: no answer after %.1f ms: %s", method, path, (time.monotonic() - start) * 1000, e)
+
+
+def _request_id(headers: Mapping[str, str]) -> str:
+    rid = headers.get("x-request-id", "")
+    return " (request id %s)" % rid if rid else ""

@@ -8,8 +8,9 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from ._errors import APIError, LeaseLost, SessionLost, Unavailable, error_from_response
+from ._errors import APIError, LeaseLost, LeaseReleased, SessionLost, Unavailable, error_from_response
 from ._http import Transport, lock_path
+from ._log import logger
 from ._timing import attempt_timeout, renew_backoff, safety_margin
 
 if TYPE_CHECKING:
@@ -28,11 +29,40 @@ class _Renewable:
     same rules; each supplies its renewal request (_renew_once), its safe
     deadline and its loss errors."""
 
+    _mu: threading.Lock
+    _stop: threading.Event
+    _renewed_at: float
+    _ttl: float
+    _timeout: float
+    _ended: bool
+
+    @property
+    def ttl(self) -> float:
+        raise NotImplementedError
+
+    def _renew_once(self, timeout: float, ttl: Optional[float]) -> None:
+        raise NotImplementedError
+
+    def _safe_deadline(self) -> float:
+        raise NotImplementedError
+
+    def _end(self, err: Any, lost: bool) -> None:
+        raise NotImplementedError
+
+    def _watchdog_failed(self, e: Exception) -> LeaseLost:
+        raise NotImplementedError
+
+    def _lost_error(self, cause: APIError) -> LeaseLost:
+        raise NotImplementedError
+
+    def _timeout_error(self, last: Optional[APIError]) -> LeaseLost:
+        raise NotImplementedError
+
     def _watch(self) -> None:
         """The watchdog thread: renews every TTL/3 until _stop is set (a
         release or a close) or the lease or session is lost."""
         try:
-            while True:
+            while not self._ended:  # check() may have found it expired
                 with self._mu:
                     next_at = self._renewed_at + self._ttl / 3
                 if self._stop.wait(max(0.0, next_at - time.monotonic())):
@@ -69,17 +99,20 @@ class _Renewable:
             except APIError as e:
                 raise self._lost_error(e) from e
             now = time.monotonic()
-            if stop.wait(max(0.0, min(safe, now + backoff.next()) - now)):
+            pause = max(0.0, min(safe, now + backoff.next()) - now)
+            logger.warning("%r: a renewal failed, retried in %.3fs (%.3fs left before it is given up): %s",
+                           self, pause, safe - now, last)
+            if stop.wait(pause):
                 raise _Stopped()
 
 
 class Lease(_Renewable):
     """A held lock.
 
-    Call :meth:`keep_alive` (or use :meth:`Client.lock`, or ``with lease:``) to
-    start a watchdog thread that renews the lease every TTL/3 until
-    :meth:`release`, or until it is lost: then :attr:`lost` is set and
-    :attr:`error` says why.
+    A watchdog thread, started by :meth:`Client.acquire` (unless
+    ``manual=True``; then :meth:`keep_alive` starts it), renews the lease
+    every TTL/3 until :meth:`release`, or until it is lost: then :attr:`lost`
+    is set and :attr:`error` says why.
 
     The watchdog retries renewals that fail in ways that may pass (network
     errors, 503, 429: :class:`Unavailable`) with exponential backoff and
@@ -119,7 +152,7 @@ class Lease(_Renewable):
         self.limit: int = int(doc.get("limit") or 0)
         #: True when the server answered a repeat of an earlier acquire
         #: (same idempotency key) with the lease it granted then.
-        self.replayed = replayed
+        self.replayed: bool = replayed
         #: The session the lease is bound to, or None.
         self.session: Optional["Session"] = session
         #: The id of the session the lease is bound to, as the server said, or None.
@@ -127,7 +160,7 @@ class Lease(_Renewable):
         #: Set when the lease is lost: a renewal or the release was refused
         #: (410 lease-lost after an expiry or a force release), or no renewal
         #: succeeded in time. Not set by a successful release.
-        self.lost = threading.Event()
+        self.lost: threading.Event = threading.Event()
 
         # release_all: the owner is unique to this lease, so release drops
         # every hold.
@@ -188,11 +221,21 @@ class Lease(_Renewable):
             return self._error
 
     def check(self) -> None:
-        """Raises :class:`LeaseLost` if the lease was lost: call it between
-        steps of the guarded work."""
+        """Raises :class:`LeaseLost` if the lease was lost, or if the expiry
+        this client can vouch for (:attr:`expires_at`) has passed, whatever
+        the watchdog did (none runs in manual mode; a paused process may
+        find its watchdog late): call it between steps of the guarded work.
+        The lease is then lost. Raises :class:`LeaseReleased` after
+        :meth:`release`."""
+        if self.session is not None:
+            self.session._expire_if_due()  # and so every bound lease
+        elif not self._ended and time.monotonic() >= self._vouched_until():
+            self._end(self._expired_error(), lost=True)
         err = self.error
         if err is not None:
             raise err
+        if self._release_called or self._closed_by_session:
+            raise LeaseReleased(self.name, self.lease_id)
 
     def keep_alive(self, on_lost: Optional[Callable[[LeaseLost], None]] = None) -> "Lease":
         """Starts the watchdog thread (once; later calls do nothing) and
@@ -200,7 +243,9 @@ class Lease(_Renewable):
         watchdog's thread with the LeaseLost error when the lease is lost,
         e.g. to stop a child process. A bound lease starts no thread (its
         session's watchdog keeps it), and on_lost is called when the session
-        is lost."""
+        is lost. Raises :class:`LeaseReleased` after :meth:`release`."""
+        if self._release_called or self._closed_by_session:
+            raise LeaseReleased(self.name, self.lease_id)
         with self._mu:
             if on_lost is not None and self._on_lost is None:
                 self._on_lost = on_lost
@@ -215,10 +260,13 @@ class Lease(_Renewable):
         stays the lease's TTL). Failures that may pass are retried until the
         safety margin before the expiry. Raises LeaseLost, and sets
         :attr:`lost`, when the lease is gone. A bound lease renews its
-        session (:meth:`Session.renew`)."""
-        self.check()
+        session (:meth:`Session.renew`). Raises :class:`LeaseReleased` after
+        :meth:`release`."""
+        err = self.error
+        if err is not None:
+            raise err
         if self._release_called or self._closed_by_session:
-            raise LeaseLost("lock %r, lease %s: the lease was released" % (self.name, self.lease_id))
+            raise LeaseReleased(self.name, self.lease_id)
         if self.session is not None:
             try:
                 self.session.renew(ttl)
@@ -228,7 +276,7 @@ class Lease(_Renewable):
         try:
             self._renew_with_retry(self._stop, ttl)
         except _Stopped:
-            raise LeaseLost("lock %r, lease %s: the lease was released" % (self.name, self.lease_id)) from None
+            raise LeaseReleased(self.name, self.lease_id) from None
         except LeaseLost as e:
             self._end(e, lost=True)
             raise
@@ -334,6 +382,11 @@ class Lease(_Renewable):
             self._ttl = int(doc["ttl_ms"]) / 1000.0
             self._hold_count = int(doc.get("hold_count") or self._hold_count)
 
+    def _vouched_until(self) -> float:
+        """The expiry this client can vouch for, as a time.monotonic()."""
+        with self._mu:
+            return self._renewed_at + self._ttl
+
     def _safe_deadline(self) -> float:
         """When the watchdog gives the lease up: its expiry less the margin."""
         if self.session is not None:
@@ -381,12 +434,13 @@ class Lease(_Renewable):
                 self._error = err
             on_lost = self._on_lost
         if lost:
+            logger.error("%s", err)
             self.lost.set()
             if on_lost is not None and err is not None:
                 try:
                     on_lost(err)
-                except Exception:  # the callback's failure is not the lease's
-                    pass
+                except Exception:  # the callback's failure is not the lease's: log it, go on
+                    logger.exception("lock %r, lease %s: the on_lost callback raised", self.name, self.lease_id)
 
     def _session_ended(self, err: Optional[SessionLost]) -> None:
         """Its session ended: lost with err, or released by a clean close
@@ -413,6 +467,10 @@ class Lease(_Renewable):
                         type=cause.type, status=cause.status, title=cause.title, request_id=cause.request_id)
         err.__cause__ = cause
         return err
+
+    def _expired_error(self) -> LeaseLost:
+        return LeaseLost("lock %r, lease %s, fencing token %d: its expiry passed without a renewal, after which "
+                         "another holder may exist" % (self.name, self.lease_id, self.fencing_token))
 
     def _timeout_error(self, last: Optional[APIError]) -> LeaseLost:
         reason = ("no renewal succeeded until %.3fs before its expiry, after which another holder may exist"

@@ -8,8 +8,9 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
-from ._errors import APIError, SessionLost, Unavailable, error_from_response
+from ._errors import APIError, SessionClosed, SessionLost, Unavailable, error_from_response
 from ._http import Transport
+from ._log import logger
 from ._lease import Lease, _Renewable, _Stopped
 from ._timing import safety_margin
 
@@ -50,7 +51,7 @@ class Session(_Renewable):
         #: a bound lease ended by the session's expiry or a force release.
         self.lock_delay: float = int(doc.get("lock_delay_ms") or 0) / 1000.0
         #: Set when the session is lost (never by a clean close).
-        self.lost = threading.Event()
+        self.lost: threading.Event = threading.Event()
 
         self._mu = threading.Lock()
         self._ttl = int(doc["ttl_ms"]) / 1000.0
@@ -100,10 +101,16 @@ class Session(_Renewable):
             return list(self._leases)
 
     def check(self) -> None:
-        """Raises :class:`SessionLost` if the session was lost."""
+        """Raises :class:`SessionLost` if the session was lost, or if the
+        expiry this client can vouch for (:attr:`expires_at`) has passed,
+        whatever the watchdog did (the session, and every bound lease, is
+        then lost); :class:`SessionClosed` after :meth:`close`."""
+        self._expire_if_due()
         err = self.error
         if err is not None:
             raise err
+        if self._close_called:
+            raise SessionClosed(self.session_id)
 
     def acquire(self, name: str, wait: float = 0, owner: Optional[str] = None, shared: bool = False,
                 limit: Optional[int] = None, fair: bool = False, metadata: Optional[Mapping[str, str]] = None,
@@ -127,12 +134,12 @@ class Session(_Renewable):
         """Renews the session now, with a new TTL in seconds if given (it
         then stays the session's TTL), retrying failures that may pass until
         the safety margin. Raises SessionLost, and sets :attr:`lost`, when
-        the session is gone."""
-        self._check_usable()
+        the session is gone, SessionClosed after :meth:`close`."""
+        self.check()
         try:
             self._renew_with_retry(self._stop, ttl)
         except _Stopped:
-            raise self._closed_error() from None
+            raise SessionClosed(self.session_id) from None
         except SessionLost as e:
             self._end(e, lost=True)
             raise
@@ -155,7 +162,9 @@ class Session(_Renewable):
             self._stop.set()
             if self._watchdog.is_alive() and self._watchdog is not threading.current_thread():
                 self._watchdog.join()
-            self.check()
+            lost = self.error
+            if lost is not None:
+                raise lost
             try:
                 resp = self._http.request("DELETE", session_path(self.session_id), timeout=self._timeout)
             except Unavailable:
@@ -201,8 +210,14 @@ class Session(_Renewable):
 
     def _check_usable(self) -> None:
         self.check()
-        if self._close_called:
-            raise self._closed_error()
+
+    def _expire_if_due(self) -> None:
+        """Ends the session as lost once the expiry it can vouch for passed."""
+        with self._mu:
+            due = not self._ended and time.monotonic() >= self._renewed_at + self._ttl
+        if due:
+            self._end(SessionLost("session %s: its expiry passed without a renewal, after which its leases may "
+                                  "have other holders" % self.session_id), lost=True)
 
     # The watchdog.
 
@@ -240,6 +255,7 @@ class Session(_Renewable):
                 self._error = err
             leases, self._leases = self._leases, []
         if lost:
+            logger.error("%s", err)
             self.lost.set()
         for lease in leases:
             lease._session_ended(err if lost else None)
@@ -262,9 +278,6 @@ class Session(_Renewable):
         err = SessionLost("session %s: %s" % (self.session_id, reason))
         err.__cause__ = last
         return err
-
-    def _closed_error(self) -> SessionLost:
-        return SessionLost("session %s: the session was closed" % self.session_id)
 
 
 def _gone(err: APIError) -> bool:
