@@ -9,7 +9,7 @@ import secrets
 import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from . import _election
 from ._election import LeaderInfo, Leadership

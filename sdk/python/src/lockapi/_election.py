@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, cast
 
 from ._errors import LeaseLost, LockDelay, LockHeld, Unavailable, error_from_response
 from ._http import lock_path
@@ -41,18 +41,20 @@ class LeaderInfo:
     elected: bool
     owner: str = ""
     #: The leader's value: its lease's metadata.
-    value: Dict[str, str] = field(default_factory=dict)
+    value: Dict[str, str] = field(default_factory=lambda: {})
     #: The leader's term: its fencing token; 0 when nobody leads.
     term: int = 0
 
     @staticmethod
     def of_state(doc: Mapping[str, Any]) -> "LeaderInfo":
         """The leader of a lock's state (GET /v1/locks/{name}): its exclusive holder."""
-        holder = doc.get("holder")
+        holder: Any = doc.get("holder")
         if not isinstance(holder, dict):
             return LeaderInfo(elected=False)
-        return LeaderInfo(elected=True, owner=str(holder.get("owner", "")),
-                          value=dict(holder.get("metadata") or {}), term=int(holder.get("fencing_token", 0)))
+        h = cast(Dict[str, Any], holder)
+        meta = cast(Dict[str, Any], h.get("metadata") or {})
+        return LeaderInfo(elected=True, owner=str(h.get("owner", "")),
+                          value={str(k): str(v) for k, v in meta.items()}, term=int(h.get("fencing_token", 0)))
 
 
 class Leadership:
@@ -139,6 +141,7 @@ def observe(client: "Client", name: str, wait: float) -> Iterator[LeaderInfo]:
     while True:
         query = {"index": index, "wait_ms": wait_ms} if index else None
         err: Optional[Unavailable] = None
+        resp = None
         try:
             resp = client._http.request("GET", path, query=query, timeout=(wait if index else 0.0) + client.timeout)
         except Unavailable as e:
@@ -155,6 +158,7 @@ def observe(client: "Client", name: str, wait: float) -> Iterator[LeaderInfo]:
             time.sleep(max(backoff.next(), err.retry_after))
             continue
         backoff = None
+        assert resp is not None
         doc = resp.json()
         index = str(doc.get("index", ""))
         info = LeaderInfo.of_state(doc)

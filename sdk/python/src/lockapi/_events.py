@@ -163,8 +163,11 @@ class EventStream(Iterator[Event]):
                                 backoff = Backoff(RETRY_BASE, RETRY_MAX)
                                 yield ev
                             err = Unavailable("events: the server ended the stream")
-                        except (OSError, ValueError, http.client.HTTPException) as e:
-                            # ValueError: read from a response closed by close().
+                        except (OSError, ValueError, AttributeError, http.client.HTTPException) as e:
+                            # ValueError, AttributeError: read from a response
+                            # that close() closed in another thread while
+                            # http.client was closing it too (both set its
+                            # fp to None; the second finds None).
                             err = Unavailable("events: the stream broke: %s: %s" % (type(e).__name__, e))
                 finally:
                     with self._mu:
