@@ -52,7 +52,7 @@ func newSessionInfo(s *api.Session) *SessionInfo {
 func (c *Client) GetSession(ctx context.Context, id string) (*SessionInfo, error) {
 	var s api.Session
 	err := c.call(ctx, "get session "+id, "", 0, func(ctx context.Context) (*http.Response, error) {
-		return c.api.GetSession(ctx, id)
+		return c.api.GetSession(ctx, id, nil)
 	}, http.StatusOK, &s)
 	if err != nil {
 		return nil, err
