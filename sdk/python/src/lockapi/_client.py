@@ -33,18 +33,25 @@ class Client:
     base_url, nothing is read from the environment. api_key is sent as a bearer token with every request, for a server
     configured with API keys. timeout (seconds) bounds each request that does
     not wait for a lock; a waiting acquire may take its wait on top of it.
-    ssl_context replaces the default one for https URLs. A Client is safe to
-    share between threads.
+    ssl_context replaces the default one for https URLs. loss_watch=False
+    turns off the loss watch of leases and sessions (a blocking query each,
+    which tells a loss within moments): they then learn of a loss at their
+    next renewal, for a client that holds thousands of leases. A Client is
+    safe to share between threads.
     """
 
     def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 timeout: float = DEFAULT_TIMEOUT, ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, ssl_context: Optional[ssl.SSLContext] = None,
+                 loss_watch: bool = True) -> None:
         if base_url is None:  # configured by the environment, as every client is
             base_url = os.environ.get("LOCKAPI_URL") or DEFAULT_URL
             if api_key is None:
                 api_key = os.environ.get("LOCKAPI_API_KEY") or None
         self._http = Transport(base_url, api_key, ssl_context)
         self.timeout = timeout if timeout > 0 else DEFAULT_TIMEOUT
+        #: Whether held leases and sessions are watched (a blocking query
+        #: each) to learn of a loss at once.
+        self.loss_watch = loss_watch
 
     def acquire(self, name: str, ttl: Optional[float] = 30.0, wait: float = 0, owner: Optional[str] = None,
                 shared: bool = False, limit: Optional[int] = None, fair: bool = False,
@@ -130,7 +137,7 @@ class Client:
     def _grant(self, doc: Mapping[str, Any], release_all: bool, waited: bool, sent: float, sent_wall: float,
                received: float, replayed: bool = False, session: Optional[Session] = None) -> Lease:
         lease = Lease(self._http, self.timeout, doc, release_all, sent, sent_wall, replayed=replayed,
-                      session=session)
+                      session=session, loss_watch=self.loss_watch)
         if session is not None:
             return lease  # kept by its session's watchdog, which measures its own renewals
         # The lease can only be vouched for from when the request was sent.

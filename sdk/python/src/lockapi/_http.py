@@ -12,7 +12,7 @@ import http.client
 import json
 import socket
 import ssl
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from ._errors import Unavailable
@@ -95,6 +95,46 @@ class Transport:
         finally:
             conn.close()
         return Response(resp.status, lower_headers(resp), data)
+
+
+    def request_abortable(self, path: str, *, query: Optional[Mapping[str, str]] = None, timeout: float,
+                          hold: Callable[[Optional[http.client.HTTPConnection]], bool]) -> Optional[Response]:
+        """A GET whose connection hold is given once connected (and None once
+        the exchange is over), so that another thread may abort it by
+        shutting the connection down (abort): it then raises Unavailable.
+        When hold answers False the request is not sent, and None is
+        returned. A blocking query (the loss watch) is sent this way."""
+        url = self._prefix + path
+        if query:
+            url += "?" + urlencode(query)
+        conn = self._connect(max(timeout, 0.001))
+        try:
+            try:
+                conn.connect()
+            except (OSError, http.client.HTTPException) as e:
+                raise _unavailable("GET", path, e) from e
+            if not hold(conn):
+                return None
+            try:
+                conn.request("GET", url, headers=self._headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                raise _unavailable("GET", path, e) from e
+            return Response(resp.status, lower_headers(resp), data)
+        finally:
+            hold(None)
+            conn.close()
+
+
+def abort(conn: http.client.HTTPConnection) -> None:
+    """Aborts the exchange on conn (request_abortable) from another thread."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def lower_headers(resp: http.client.HTTPResponse) -> Dict[str, str]:
