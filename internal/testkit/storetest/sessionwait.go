@@ -83,4 +83,16 @@ func sessionBlockingQuery(t *testing.T, b Backend) {
 	}
 	a = sessionWaitAnswers(t, answers, "to the session's end")
 	WantCode(t, a.err, lock.CodeSessionLost)
+
+	// A session that expires publishes nothing: the wait looks again at
+	// its expiry.
+	short := newSession(t, ss, lock.SessionRequest{TTL: 200 * time.Millisecond})
+	tryAcquire(t, s, lock.AcquireRequest{Lock: "sq:short", Owner: "w", Session: short.ID})
+	got, err = ss.GetSession(ctx, lock.SessionRef{ID: short.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = sessionWaitAnswers(t, waitSession(s, ss, lock.SessionRef{ID: short.ID}, lock.SessionIndex(got), 20*time.Second), "to the session's expiry")
+	WantCode(t, a.err, lock.CodeSessionLost)
+	t.Logf("session expiry to answer: %v", time.Since(got.ExpiresAt))
 }
