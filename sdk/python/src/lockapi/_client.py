@@ -171,9 +171,9 @@ class Client:
                     step(lease.fencing_token)
 
         When the lease is lost, ``lease.lost`` is set and on_lost (if given)
-        is called from the watchdog's thread. A block that ends normally
-        after a loss raises LeaseLost on the way out: its work may have
-        overlapped another holder's. An exception of the block wins over the
+        is called from the watchdog's (or the loss watch's) thread. A block
+        that ends normally after a loss raises LeaseLost on the way out: its
+        work may have overlapped another holder's. An exception of the block wins over the
         release's errors.
         """
         lease = self.acquire(name, ttl=ttl, wait=wait, owner=owner, shared=shared, limit=limit, fair=fair,

@@ -205,12 +205,12 @@ class Lease(_Renewable):
             raise err
 
     def keep_alive(self, on_lost: Optional[Callable[[LeaseLost], None]] = None) -> "Lease":
-        """Starts the watchdog thread (once; later calls do nothing) and
-        returns the lease. on_lost, if given, is called once from the
-        watchdog's thread with the LeaseLost error when the lease is lost,
-        e.g. to stop a child process. A bound lease starts no thread (its
-        session's watchdog keeps it), and on_lost is called when the session
-        is lost."""
+        """Starts the watchdog thread and the loss watch's (once; later
+        calls do nothing) and returns the lease. on_lost, if given, is
+        called once from either thread with the LeaseLost error when the
+        lease is lost, e.g. to stop a child process. A bound lease starts no
+        thread (its session's watchdog and loss watch keep it), and on_lost
+        is called when it is lost."""
         with self._mu:
             if on_lost is not None and self._on_lost is None:
                 self._on_lost = on_lost
