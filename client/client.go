@@ -20,17 +20,19 @@ const DefaultRequestTimeout = 30 * time.Second
 
 // Client talks to one lockapi server. It is safe for concurrent use.
 type Client struct {
-	api     *api.ClientWithResponses
-	timeout time.Duration
+	api       *api.ClientWithResponses
+	timeout   time.Duration
+	lossWatch bool // watch held leases and sessions (WithoutLossWatch)
 }
 
 // Option configures a Client.
 type Option func(*config)
 
 type config struct {
-	httpClient *http.Client
-	timeout    time.Duration
-	apiKey     string
+	httpClient  *http.Client
+	timeout     time.Duration
+	apiKey      string
+	noLossWatch bool
 }
 
 // WithHTTPClient makes the client send its requests with hc, for example to
@@ -96,7 +98,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lockapi: %w", err)
 	}
-	return &Client{api: a, timeout: cfg.timeout}, nil
+	return &Client{api: a, timeout: cfg.timeout, lossWatch: !cfg.noLossWatch}, nil
 }
 
 // AcquireOptions tunes an acquire. Every field is optional.
@@ -247,10 +249,13 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 func (c *Client) grant(ctx context.Context, g *api.Lease, unique, manual, waited bool, sent, received time.Time, sess *Session) (*Lease, error) {
 	l := newLease(c, g, unique, sent)
 	if sess != nil {
-		l.bound = true
+		l.bound, l.sess = true, sess
+		close(l.lossDone) // the session's watch covers it
+		sess.register(l)
 		go l.follow(sess)
 		return l, nil
 	}
+
 	// The lease can only be vouched for from when the request was sent. An
 	// acquire that waited may have been granted long after that, so confirm
 	// the grant with a renewal, which measures afresh. Until then the time
@@ -264,6 +269,11 @@ func (c *Client) grant(ctx context.Context, g *api.Lease, unique, manual, waited
 			return nil, fmt.Errorf("lockapi: acquire %q: granted after waiting, but the grant could not be confirmed: %w", l.name, err)
 		}
 	}
+	if c.lossWatch {
+		go l.watchHolders()
+	} else {
+		close(l.lossDone)
+	}
 	if manual {
 		go l.expire()
 		return l, nil
@@ -273,8 +283,10 @@ func (c *Client) grant(ctx context.Context, g *api.Lease, unique, manual, waited
 }
 
 // WithLock acquires the lock name, runs fn while holding it, and releases
-// it, also when fn panics. fn's context is cancelled the moment the lease
-// is lost, with the loss as its cause (context.Cause). The error joins fn's
+// it, also when fn panics. fn's context is cancelled once the lease is
+// known to be lost (Lease.Lost: within moments of a force release or an
+// expiry while the loss watch runs, else at the next renewal), with the
+// loss as its cause (context.Cause). The error joins fn's
 // error and Release's, so errors.Is(err, ErrLeaseLost) reports a loss while
 // fn ran.
 func (c *Client) WithLock(ctx context.Context, name string, opts AcquireOptions, fn func(ctx context.Context, l *Lease) error) (err error) {

@@ -327,7 +327,12 @@ func TestLease_WatchdogKeepsItAlive(t *testing.T) {
 func TestLease_LostByForceRelease(t *testing.T) {
 	ForEachStore(t, lockhttp.Config{}, func(t *testing.T, e *Env) {
 		const ttl = 2 * time.Second // time for the 410 to come back even on a slow machine
-		l := e.MustAcquire("job", client.AcquireOptions{TTL: ttl})
+		// The renewal's account of the loss: without the loss watch, which
+		// would tell first (losswatch_test.go).
+		l, err := e.NewClient(e.Rec, client.WithoutLossWatch()).Acquire(context.Background(), "job", client.AcquireOptions{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
 		e.ForceRelease("job")
 		MustClose(t, l.Lost(), ttl+promptly, "Lost after a force release")
 		if !isClosed(l.Done()) || !errors.Is(l.Err(), client.ErrLeaseLost) {

@@ -5,7 +5,7 @@
 //	...
 //	err = c.WithLock(ctx, "deploy:prod", client.AcquireOptions{TTL: 30 * time.Second, Wait: time.Minute},
 //		func(ctx context.Context, l *client.Lease) error {
-//			// ctx is cancelled the moment the lease is lost.
+//			// ctx is cancelled once the lease is known to be lost.
 //			return deploy(ctx, l.Token())
 //		})
 //	if client.IsHeld(err) { ... }
@@ -23,7 +23,11 @@
 // A Lease renews itself every TTL/3 until Release. Renewals that fail in a
 // way that may pass are retried, but only while the lease is surely still
 // held; a 410 from the server, or no successful renewal before a safety
-// margin ahead of the lease's expiry, closes Lost. Holding a lock is never
+// margin ahead of the lease's expiry, closes Lost. Besides, a loss watch (a
+// blocking query on the lock, one per lease; one per session for its bound
+// leases) closes Lost within moments of a force release or an expiry,
+// rather than at the next renewal; WithoutLossWatch turns it off. A watch
+// that fails is retried and never makes a lease lost by itself. Holding a lock is never
 // certain (a process can pause past its lease), so pass Lease.Token to the
 // resources you guard and have them refuse tokens smaller than one they
 // have seen.

@@ -18,8 +18,9 @@ func ExampleClient_WithLock() {
 	ctx := context.Background()
 	err = c.WithLock(ctx, "deploy:prod", client.AcquireOptions{TTL: 30 * time.Second, Wait: time.Minute},
 		func(ctx context.Context, l *client.Lease) error {
-			// ctx is cancelled the moment the lease is lost. Pass the
-			// fencing token to what you write to.
+			// ctx is cancelled once the lease is known to be lost
+			// (its loss watch tells within moments). Pass the fencing
+			// token to what you write to.
 			return deploy(ctx, l.Token())
 		})
 	var held *client.HeldError

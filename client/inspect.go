@@ -179,7 +179,8 @@ func (c *Client) Locks(ctx context.Context, opts ListLocksOptions) iter.Seq2[*Lo
 
 // ForceRelease ends every lease of the lock name, as an admin (DELETE
 // /v1/locks/{name}); released reports whether it was held. Its holders
-// learn it at their next renewal (410): their leases are lost.
+// learn it from their loss watch within moments (at their next renewal if
+// they turned it off): their leases are lost.
 func (c *Client) ForceRelease(ctx context.Context, name string) (released bool, err error) {
 	var res api.ForceReleaseResult
 	err = c.call(ctx, fmt.Sprintf("force release %q", name), name, 0, func(ctx context.Context) (*http.Response, error) {

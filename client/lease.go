@@ -15,7 +15,9 @@ import (
 
 // Lease is a held lock. A watchdog goroutine renews it every TTL/3 until
 // Release, or until it is lost: then Lost and Done are closed and Err says
-// why.
+// why. A loss watch (a blocking query on the lock, or on its session for a
+// bound lease) learns of a force release or an expiry within moments
+// rather than at the next renewal; WithoutLossWatch turns it off.
 //
 // The watchdog retries renewals that fail in ways that may pass (network
 // errors, 503, 429; see ErrUnavailable) with exponential backoff and jitter,
@@ -37,6 +39,7 @@ type Lease struct {
 	limit      int    // the semaphore's permits; 0 for a lock
 	releaseAll bool   // the owner is unique to this lease: Release drops every hold
 	bound      bool   // bound to a session, which renews it
+	sess       *Session
 	releaseURL string
 
 	mu        sync.Mutex
@@ -53,6 +56,7 @@ type Lease struct {
 	watchCtx  context.Context // cancelled by Release to stop the watchdog
 	stopWatch context.CancelFunc
 	watchDone chan struct{} // closed when the watchdog has returned
+	lossDone  chan struct{} // closed when the loss watch has returned
 
 	releaseOnce sync.Once
 	releaseErr  error
@@ -76,6 +80,7 @@ func newLease(c *Client, g *api.Lease, releaseAll bool, sent time.Time) *Lease {
 		lost:       make(chan struct{}),
 		done:       make(chan struct{}),
 		watchDone:  make(chan struct{}),
+		lossDone:   make(chan struct{}),
 	}
 	l.watchCtx, l.stopWatch = context.WithCancel(context.Background())
 	return l
@@ -139,9 +144,10 @@ func (l *Lease) ExpiresAt() time.Time {
 	return l.renewedAt.Add(l.ttl)
 }
 
-// Lost returns a channel that is closed when the lease is lost: a renewal
-// or the release was answered 410, or no renewal succeeded in time. It is
-// not closed by a successful Release.
+// Lost returns a channel that is closed when the lease is lost: the loss
+// watch saw the lock no longer held by it (force-released, expired, its
+// session lost), a renewal or the release was answered 410, or no renewal
+// succeeded in time. It is not closed by a successful Release.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Done returns a channel that is closed when the lease ends, lost or
@@ -228,6 +234,10 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) release(ctx context.Context) error {
 	l.stopWatch()
 	<-l.watchDone
+	<-l.lossDone
+	if l.sess != nil {
+		l.sess.unregister(l)
+	}
 
 	l.mu.Lock()
 	lostErr, gone := l.err, l.gone

@@ -55,6 +55,15 @@ type Session struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
+	// The loss watch (watchLeases): watching unless WithoutLossWatch;
+	// bound are the bound leases it covers, each with the gen it was
+	// registered at; requery makes it ask afresh.
+	watching bool
+	gen      uint64
+	bound    map[*Lease]uint64
+	requery  context.CancelFunc
+	lossDone chan struct{}
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -97,9 +106,17 @@ func (c *Client) NewSession(ctx context.Context, opts SessionOptions) (*Session,
 		lost:      make(chan struct{}),
 		done:      make(chan struct{}),
 		watchDone: make(chan struct{}),
+		watching:  c.lossWatch,
+		bound:     make(map[*Lease]uint64),
+		lossDone:  make(chan struct{}),
 	}
 	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	go watch(s.watchCtx, s, c.timeout, s.watchDone)
+	if s.watching {
+		go s.watchLeases()
+	} else {
+		close(s.lossDone)
+	}
 	return s, nil
 }
 
@@ -117,8 +134,9 @@ func (s *Session) TTL() time.Duration {
 }
 
 // Lost returns a channel that is closed when the session is lost: the
-// server answered 410 or 404 to a renewal, or no renewal succeeded in
-// time. It is not closed by Close.
+// server answered 410 or 404 to a renewal or to the loss watch (a blocking
+// query on the session, which learns of it within moments), or no renewal
+// succeeded in time. It is not closed by Close.
 func (s *Session) Lost() <-chan struct{} { return s.lost }
 
 // Done returns a channel that is closed when the session ends, lost or
@@ -168,6 +186,7 @@ func (s *Session) Close(ctx context.Context) error {
 func (s *Session) close(ctx context.Context) error {
 	s.stopWatch()
 	<-s.watchDone
+	<-s.lossDone
 	if err := s.Err(); err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func newSessionInfo(s *api.Session) *SessionInfo {
 func (c *Client) GetSession(ctx context.Context, id string) (*SessionInfo, error) {
 	var s api.Session
 	err := c.call(ctx, "get session "+id, "", 0, func(ctx context.Context) (*http.Response, error) {
-		return c.api.GetSession(ctx, id)
+		return c.api.GetSession(ctx, id, nil)
 	}, http.StatusOK, &s)
 	if err != nil {
 		return nil, err
@@ -94,8 +94,8 @@ func (c *Client) ListSessions(ctx context.Context, opts ListSessionsOptions) ([]
 
 // DeleteSession ends the session id, which need not be this process's
 // (for an operator): every lease bound to it is released, and its holder
-// learns it at its next renewal. To end a Session of your own, use its
-// Close, which also stops its watchdog.
+// learns it within moments (its loss watch) or at its next renewal. To end
+// a Session of your own, use its Close, which also stops its watchdog.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	return c.call(ctx, "delete session "+id, "", 0, func(ctx context.Context) (*http.Response, error) {
 		return c.api.DeleteSession(ctx, id)

@@ -987,12 +987,17 @@ type ReplayResult struct {
 
 // Session A session and the leases bound to it.
 //
-// Example: {"expires_at":"2025-11-22T14:02:10Z","leases":[{"fencing_token":42,"lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8N","lock":"deploy:prod","mode":"exclusive"}],"lock_delay_ms":5000,"owner":"worker-7","session_id":"01JD3Z8Q6W9M4T5R2K7X1B0C9S","ttl_ms":10000}
+// Example: {"expires_at":"2025-11-22T14:02:10Z","index":"3k1z9q0v2m8xa","leases":[{"fencing_token":42,"lease_id":"01JD3Z8Q6W9M4T5R2K7X1B0C8N","lock":"deploy:prod","mode":"exclusive"}],"lock_delay_ms":5000,"owner":"worker-7","session_id":"01JD3Z8Q6W9M4T5R2K7X1B0C9S","ttl_ms":10000}
 type Session struct {
 	// ExpiresAt When the session, and every lease bound to it, ends unless renewed (the store's clock).
 	//
 	// Example: 2025-11-22T14:02:10Z
 	ExpiresAt time.Time `json:"expires_at"`
+
+	// Index Opaque; changes when a lease is bound to the session or one of its leases ends, not when the session is renewed. Pass it to `GET /v1/sessions/{id}?index=` to wait for the next change.
+	//
+	// Example: 3k1z9q0v2m8xa
+	Index string `json:"index"`
 
 	// Leases The live leases bound to the session, by lock name.
 	Leases []SessionLease `json:"leases"`
@@ -1297,7 +1302,7 @@ type ListLocksParams struct {
 
 // GetLockParams defines parameters for GetLock.
 type GetLockParams struct {
-	// Index The `index` of a previous answer. The query then blocks until the lock's index differs from it or `wait_ms` has passed.
+	// Index The `index` of a previous answer. The query then blocks until the lock's (or session's) index differs from it or `wait_ms` has passed.
 	Index *Index `form:"index,omitempty" json:"index,omitempty"`
 
 	// WaitMs How long a blocking query may wait, in milliseconds; clamped to the server's maximum wait (default 60000). Used only with `index`; with `index` and no `wait_ms` the query waits up to the maximum wait, as Consul's blocking queries do.
@@ -1332,6 +1337,15 @@ type ListSessionsParams struct {
 
 	// Limit The most sessions to return. Default 100.
 	Limit *SessionListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// GetSessionParams defines parameters for GetSession.
+type GetSessionParams struct {
+	// Index The `index` of a previous answer. The query then blocks until the lock's (or session's) index differs from it or `wait_ms` has passed.
+	Index *Index `form:"index,omitempty" json:"index,omitempty"`
+
+	// WaitMs How long a blocking query may wait, in milliseconds; clamped to the server's maximum wait (default 60000). Used only with `index`; with `index` and no `wait_ms` the query waits up to the maximum wait, as Consul's blocking queries do.
+	WaitMs *WatchWaitMs `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
 
 // ListDeadLettersParams defines parameters for ListDeadLetters.
@@ -1869,8 +1883,19 @@ type ClientInterface interface {
 	//
 	// The session with its live leases.
 	//
+	// With `index` this is a blocking query, as `GET /v1/locks/{name}`'s:
+	// the answer comes as soon as the session's index differs from
+	// `index`, or once `wait_ms` (clamped to the server's maximum wait)
+	// has passed, with the session as it is then. The index changes when
+	// one of the session's leases ends (released, force-released, or
+	// expired) or a lease is bound to it; a renewal leaves it as it is.
+	// A lease bound to a lock the session did not hold when the query
+	// began may be seen only when the wait ends: ask again after binding
+	// one. The session's end (deleted or expired) answers at once, as
+	// `410 session-lost`.
+	//
 	// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
-	GetSession(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetSession(ctx context.Context, id SessionIDPath, params *GetSessionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RenewSessionWithBody Renew a session
 	//
@@ -2677,9 +2702,20 @@ func (c *Client) DeleteSession(ctx context.Context, id SessionIDPath, reqEditors
 //
 // The session with its live leases.
 //
+// With `index` this is a blocking query, as `GET /v1/locks/{name}`'s:
+// the answer comes as soon as the session's index differs from
+// `index`, or once `wait_ms` (clamped to the server's maximum wait)
+// has passed, with the session as it is then. The index changes when
+// one of the session's leases ends (released, force-released, or
+// expired) or a lease is bound to it; a renewal leaves it as it is.
+// A lease bound to a lock the session did not hold when the query
+// began may be seen only when the wait ends: ask again after binding
+// one. The session's end (deleted or expired) answers at once, as
+// `410 session-lost`.
+//
 // Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
-func (c *Client) GetSession(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetSessionRequest(c.Server, id)
+func (c *Client) GetSession(ctx context.Context, id SessionIDPath, params *GetSessionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3899,7 +3935,7 @@ func NewDeleteSessionRequest(server string, id SessionIDPath) (*http.Request, er
 }
 
 // NewGetSessionRequest constructs an http.Request for the GetSession method
-func NewGetSessionRequest(server string, id SessionIDPath) (*http.Request, error) {
+func NewGetSessionRequest(server string, id SessionIDPath, params *GetSessionParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3922,6 +3958,45 @@ func NewGetSessionRequest(server string, id SessionIDPath) (*http.Request, error
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Index != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "index", *params.Index, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.WaitMs != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait_ms", *params.WaitMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -4760,10 +4835,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// The session with its live leases.
 	//
+	// With `index` this is a blocking query, as `GET /v1/locks/{name}`'s:
+	// the answer comes as soon as the session's index differs from
+	// `index`, or once `wait_ms` (clamped to the server's maximum wait)
+	// has passed, with the session as it is then. The index changes when
+	// one of the session's leases ends (released, force-released, or
+	// expired) or a lease is bound to it; a renewal leaves it as it is.
+	// A lease bound to a lock the session did not hold when the query
+	// began may be seen only when the wait ends: ask again after binding
+	// one. The session's end (deleted or expired) answers at once, as
+	// `410 session-lost`.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
-	GetSessionWithResponse(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*GetSessionResponse, error)
+	GetSessionWithResponse(ctx context.Context, id SessionIDPath, params *GetSessionParams, reqEditors ...RequestEditorFn) (*GetSessionResponse, error)
 
 	// RenewSessionWithBodyWithResponse Renew a session
 	//
@@ -9787,11 +9873,22 @@ func (c *ClientWithResponses) DeleteSessionWithResponse(ctx context.Context, id 
 //
 // The session with its live leases.
 //
+// With `index` this is a blocking query, as `GET /v1/locks/{name}`'s:
+// the answer comes as soon as the session's index differs from
+// `index`, or once `wait_ms` (clamped to the server's maximum wait)
+// has passed, with the session as it is then. The index changes when
+// one of the session's leases ends (released, force-released, or
+// expired) or a lease is bound to it; a renewal leaves it as it is.
+// A lease bound to a lock the session did not hold when the query
+// began may be seen only when the wait ends: ask again after binding
+// one. The session's end (deleted or expired) answers at once, as
+// `410 session-lost`.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
-func (c *ClientWithResponses) GetSessionWithResponse(ctx context.Context, id SessionIDPath, reqEditors ...RequestEditorFn) (*GetSessionResponse, error) {
-	rsp, err := c.GetSession(ctx, id, reqEditors...)
+func (c *ClientWithResponses) GetSessionWithResponse(ctx context.Context, id SessionIDPath, params *GetSessionParams, reqEditors ...RequestEditorFn) (*GetSessionResponse, error) {
+	rsp, err := c.GetSession(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

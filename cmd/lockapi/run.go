@@ -35,9 +35,10 @@ environment, renews the lease in the background, and releases it when the
 command exits. SIGINT and SIGTERM are passed on to the command (except a
 Ctrl-C in a terminal, which reaches the command by itself).
 
-If the lease is lost while the command runs (force-released, or the server
-could not be reached to renew it), the command gets SIGTERM, then SIGKILL
-after --grace, and lockapi run exits 70. Give the fencing token to whatever
+If the lease is lost while the command runs (force-released or expired,
+seen within moments by a watch of the lock; or the server could not be
+reached to renew it), the command gets SIGTERM, then SIGKILL after
+--grace, and lockapi run exits 70. Give the fencing token to whatever
 the command writes to, so that a late write is refused.
 
 Flags:

@@ -318,19 +318,29 @@ func TestRun_ExitStatus(t *testing.T) {
 	}
 }
 
-// A force release makes the command get SIGTERM, and lockapi run exit 70.
+// A force release makes the command get SIGTERM, and lockapi run exit 70:
+// at once (the lease's loss watch), not at the next renewal, 10 s away
+// with a 30 s TTL. The target is 250 ms; the bound asserted, 2 s, leaves a
+// loaded machine room and still proves the watch.
 func TestRun_LeaseLostTerminatesCommand(t *testing.T) {
 	url := startServer(t, lockhttp.Config{})
 	marker := filepath.Join(t.TempDir(), "term")
 	t.Setenv("MARKER", marker)
-	r := start(context.Background(), "run", "--server", url, "--ttl", "1s", "job", "--", "sh", "-c",
-		`trap 'echo got-term > "$MARKER"; kill $! 2>/dev/null; exit 0' TERM; echo started; sleep 30 & wait`)
+	r := start(context.Background(), "run", "--server", url, "--ttl", "30s", "job", "--", "sh", "-c",
+		`trap 'echo got-term > "$MARKER"; echo got-term; kill $! 2>/dev/null; exit 0' TERM; echo started; sleep 30 & wait`)
 	mustSee(t, r.Stdout.Seen("started"), "the command to start", r)
 
+	forced := time.Now()
 	if released, err := newTestClient(t, url).ForceRelease(context.Background(), "job"); err != nil || !released {
 		t.Fatalf("force release: released %v, %v", released, err)
 	}
-	res := r.Wait(t, time.Second+promptly)
+	mustSee(t, r.Stdout.Seen("got-term"), "the command to get SIGTERM", r)
+	told := time.Since(forced)
+	t.Logf("force release to SIGTERM: %v (target 250ms)", told)
+	if told > 2*time.Second {
+		t.Errorf("the command got SIGTERM %v after the force release, want within 2s (target 250ms)", told)
+	}
+	res := r.Wait(t, promptly)
 	if res.Code != exitLeaseLost {
 		t.Errorf("exit %d, want %d\nstderr: %s", res.Code, exitLeaseLost, res.Stderr)
 	}

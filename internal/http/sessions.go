@@ -39,6 +39,8 @@ type Session struct {
 	LockDelayMs int64          `json:"lock_delay_ms"`
 	ExpiresAt   string         `json:"expires_at"`
 	Leases      []SessionLease `json:"leases"`
+	// Index changes when a lease is bound or ends (lock.SessionIndex).
+	Index string `json:"index"`
 }
 
 // SessionLease is the JSON form of lock.SessionLease.
@@ -62,6 +64,7 @@ func newSession(s lock.Session) Session {
 		LockDelayMs: s.LockDelay.Milliseconds(),
 		ExpiresAt:   event.FormatTime(s.ExpiresAt),
 		Leases:      make([]SessionLease, 0, len(s.Leases)),
+		Index:       lock.SessionIndex(s),
 	}
 	for _, l := range s.Leases {
 		out.Leases = append(out.Leases, SessionLease{Lock: l.Lock, LeaseID: l.LeaseID, Mode: mode(l.Mode), FencingToken: l.Token})
@@ -256,15 +259,35 @@ func (s *Server) handleRenewSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, newSession(sess))
 }
 
-// handleGetSession handles the "GET /v1/sessions/{id}" route.
+// handleGetSession handles the "GET /v1/sessions/{id}" route: the session
+// at once or, with index, as a blocking query that answers when the
+// session's index differs from index (a lease bound or ended), the
+// session ends, or wait_ms has passed; as the lock's (handleInspect).
 func (s *Server) handleGetSession(w http.ResponseWriter, r *http.Request) {
-	ss, ref, ok := s.sessionCall(w, r, nil)
+	q := parseQuery(r)
+	index, _ := q.str("index")
+	defaultWait := int64(0)
+	if index != "" {
+		defaultWait = s.cfg.MaxWait.Milliseconds()
+	}
+	waitMs := q.int("wait_ms", defaultWait, 0, s.cfg.MaxWait.Milliseconds(), true)
+	ss, ref, ok := s.sessionCall(w, r, q.fields)
 	if !ok {
 		return
 	}
-	sess, err := ss.GetSession(r.Context(), ref)
+	ctx, wait := r.Context(), time.Duration(waitMs)*time.Millisecond
+	if index != "" && wait > 0 {
+		var end func()
+		var err error
+		if ctx, end, err = s.beginWait(r, callerOf(r)); err != nil {
+			Error(w, r, err)
+			return
+		}
+		defer end()
+	}
+	sess, err := lock.WaitSessionChange(ctx, s.store, ss, ref, index, wait)
 	if err != nil {
-		Error(w, r, err)
+		Error(w, r, waitError(ctx, err))
 		return
 	}
 	writeJSON(w, r, http.StatusOK, newSession(sess))

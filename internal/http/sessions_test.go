@@ -108,6 +108,33 @@ func TestSessions(t *testing.T) {
 		}
 	})
 
+	t.Run("BlockingQuery", func(t *testing.T) {
+		e := e.For(t)
+		sess := e.CreateSession(`{"ttl_ms":30000}`)
+		e.Acquire("s:bq", `{"session":"`+sess.SessionID+`"}`)
+		path := "/v1/sessions/" + sess.SessionID
+		got := Decode[lockhttp.Session](t, e.Do("GET", path, ""))
+		renewed := Decode[lockhttp.Session](t, e.Do("POST", path+"/renew", ""))
+		if got.Index == "" || got.Index == sess.Index || renewed.Index != got.Index {
+			t.Fatalf("index %q of a new session, %q with a lease, %q renewed", sess.Index, got.Index, renewed.Index)
+		}
+		if same := Decode[lockhttp.Session](t, e.Do("GET", path+"?index="+got.Index+"&wait_ms=30", "")); same.Index != got.Index {
+			t.Fatalf("a wait with nothing changed answered %+v", same)
+		}
+		answers := make(chan Response, 1)
+		go func() { answers <- e.Do("GET", path+"?index="+got.Index+"&wait_ms=20000", "") }()
+		if resp := e.Do("DELETE", "/v1/locks/s:bq", ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("force release: %d %s", resp.StatusCode, resp.Body)
+		}
+		after := Decode[lockhttp.Session](t, Within(t, answers, "the blocking query after a force release"))
+		if len(after.Leases) != 0 || after.Index == got.Index {
+			t.Fatalf("answer after the force release: %+v", after)
+		}
+		go func() { answers <- e.Do("GET", path+"?index="+after.Index, "") }()
+		e.Do("DELETE", path, "")
+		WantProblem(t, Within(t, answers, "the blocking query after the session's end"), http.StatusGone, "session-lost")
+	})
+
 	t.Run("BadInput400ChangesNothing", func(t *testing.T) {
 		e := e.Malformed(t)
 		sess := e.CreateSession("")
@@ -121,6 +148,7 @@ func TestSessions(t *testing.T) {
 			{"POST", "/v1/sessions", `{"ttl_ms":10}`, "ttl_ms"},
 			{"POST", "/v1/sessions", `{"ttl_ms":86400000}`, "ttl_ms"},
 			{"GET", "/v1/sessions/xyz", "", "id"},
+			{"GET", "/v1/sessions/" + sess.SessionID + "?index=x&wait_ms=-1", "", "wait_ms"},
 			{"POST", "/v1/sessions/" + strings.ToLower(sess.SessionID) + "/renew", "", "id"},
 			{"POST", "/v1/sessions/" + sess.SessionID + "/renew", `{"ttl_ms":1}`, "ttl_ms"},
 		} {

@@ -215,6 +215,7 @@ func (m *Store) EndSession(ctx context.Context, ref lock.SessionRef) (lock.Sessi
 	for name, n := range ended {
 		m.notify(name, n)
 	}
+	m.notify(lock.SessionWatchName(ref.ID), notice{}) // its blocking queries
 	return out, nil
 }
 

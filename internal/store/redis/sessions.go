@@ -187,12 +187,26 @@ func (ss *sessions) EndSession(ctx context.Context, ref lock.SessionRef) (lock.S
 	}
 	if sess.ID != "" {
 		ss.unclaimSession(ctx, sess.Principal, sess.ID)
+		ss.announceEnd(ctx, sess.ID)
 	}
 	if err != nil {
 		return sess, err
 	}
 	return sess, ss.confirm("session's end", confirmed,
 		"it ended on the master; if Redis fails over now its leases may live on until its expiry: delete it again")
+}
+
+// announceEnd wakes the blocking queries of session id on every instance
+// (lock.WaitSessionChange watches lock.SessionWatchName): one PUBLISH.
+// Best effort: should it fail, they learn at the session's expiry or
+// their wait's end.
+func (ss *sessions) announceEnd(ctx context.Context, id string) {
+	ch := ss.s.channel(lock.SessionWatchName(id))
+	if ss.s.cluster != nil {
+		_ = ss.s.rdb.SPublish(ctx, ch, "e").Err()
+		return
+	}
+	_ = ss.s.rdb.Publish(ctx, ch, "e").Err()
 }
 
 // finish runs session_sweep.lua on a due session until none of its leases

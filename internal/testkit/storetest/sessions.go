@@ -25,6 +25,7 @@ var sessionBehaviours = []behaviour{
 	{"Session_of_another_principal_is_not_found", sessionOfAnotherPrincipal},
 	{"Acquire_with_an_unknown_or_ended_session_changes_nothing", acquireWithBadSession},
 	{"Session_quota_counts_each_principals_live_sessions", sessionQuota},
+	{"Session_blocking_query_answers_a_lost_lease_and_the_end", sessionBlockingQuery},
 }
 
 // openSessions opens a store of b and its sessions, skipping the test on a

@@ -202,11 +202,14 @@ class LeaseTest(ServerTestCase):
         self.assertEqual(self.holder(name), "", "released on the way out")
 
     def test_force_release_is_noticed_and_the_work_told(self) -> None:
+        # The renewal's account of a force release: without the loss watch,
+        # which would tell first (test_losswatch.py).
         name = self.name()
         told = threading.Event()
         lease: Optional[lockapi.Lease] = None
+        client = lockapi.Client(BASE_URL, api_key=ADMIN_KEY, timeout=10, loss_watch=False)
         with self.assertRaises(lockapi.LeaseLost) as cm:
-            with self.client.lock(name, ttl=3, on_lost=lambda err: told.set()) as lease:
+            with client.lock(name, ttl=3, on_lost=lambda err: told.set()) as lease:
                 self.assertTrue(self.client.force_release(name))
                 start = time.monotonic()
                 self.assertTrue(lease.lost.wait(PROMPTLY), "the force release went unnoticed")

@@ -187,6 +187,9 @@ async function grant(http: Http, g: LeaseData, unique: boolean, manual: boolean,
   if (waited && received - sent > l.ttlMs / 10) {
     await l.confirmGrant(received);
   }
+  if (http.lossWatch) {
+    l.startLossWatch();
+  }
   if (!manual) {
     l.startWatchdog();
   }

@@ -28,8 +28,12 @@ export interface CallOptions {
 export class Http {
   readonly baseUrl: string;
   readonly timeoutMs: number;
+  /** Whether leases and sessions are watched to learn of a loss at once (ClientOptions.lossWatch). */
+  lossWatch = true;
   private readonly apiKey: string | undefined;
   private readonly fetchImpl: FetchLike;
+  /** The caller chose the fetch (ClientOptions.fetch). */
+  private readonly ownFetch: boolean;
 
   constructor(baseUrl: string, apiKey: string | undefined, timeoutMs: number, fetchImpl: FetchLike | undefined) {
     let u: URL;
@@ -49,6 +53,22 @@ export class Http {
       throw new TypeError("lockapi: no global fetch: use Node.js 18 or later, or pass options.fetch");
     }
     this.fetchImpl = fetchImpl ?? ((input, init) => globalThis.fetch(input, init));
+    this.ownFetch = fetchImpl !== undefined;
+  }
+
+  /**
+   * This Http for requests that must not keep a Node.js process alive (the
+   * loss watch's blocking queries): one sending with background, unless
+   * the caller chose its own fetch or there is no background fetch (a
+   * browser, or Node.js before 20.16).
+   */
+  forBackground(background: FetchLike | undefined): Http {
+    if (this.ownFetch || !background) {
+      return this;
+    }
+    const h = new Http(this.baseUrl, this.apiKey, this.timeoutMs, background);
+    h.lossWatch = this.lossWatch;
+    return h;
   }
 
   /** The request headers every call carries, plus extra. */

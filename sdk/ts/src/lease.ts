@@ -10,6 +10,7 @@ import { ApiError, LeaseLostError, UnavailableError, type SessionLostError } fro
 import type { Http } from "./http.js";
 import { pathName } from "./http.js";
 import { abortReason, Backoff, monotonicNow, sleep, unref } from "./internal.js";
+import { LossWatch, refused } from "./watch.js";
 
 /** A lease as the server sends it (openapi.yaml, Lease). */
 export interface LeaseData {
@@ -48,6 +49,12 @@ export interface SessionBinding {
    * Returns a function that stops the call.
    */
   onEnd(fn: (lost: SessionLostError | undefined) => void): () => void;
+  /**
+   * Has the session's loss watch cover a bound lease: lostBy is called if
+   * its answer no longer lists the lease. Returns a function that stops it
+   * (before the lease's release is sent).
+   */
+  watchLease(lease: { readonly leaseId: string; lostBy(reason: string): void }): () => void;
 }
 
 /** What Lease.renew, keepAlive and release reject with once the lease was released. */
@@ -67,7 +74,11 @@ const releaseAttempts = 3;
 /**
  * A held lock. Its watchdog renews it every TTL/3 until `release()`, or
  * until it is lost: then `signal` aborts, with a LeaseLostError as its
- * `reason`.
+ * `reason`. A loss watch (a blocking query on the lock; for a bound lease,
+ * its session's one) aborts it within moments of a force release or an
+ * expiry, rather than at the next renewal; `lossWatch: false` in
+ * ClientOptions turns it off. A watch that fails is retried and never
+ * makes a lease lost by itself.
  *
  * Holding is never certain: a process can pause past its lease. Pass
  * `fencingToken` to the resources you guard, and have them refuse tokens
@@ -117,6 +128,11 @@ export class Lease {
   private meta: Readonly<Record<string, string>>;
   /** Stops following the session (release). */
   private unfollow: (() => void) | undefined;
+  /** Takes the lease out of its session's loss watch (release). */
+  private unwatch: (() => void) | undefined;
+  /** Aborted to stop the loss watch: by release, or the lease's end. */
+  private readonly lossStopCtl = new AbortController();
+  private lossWatch: LossWatch | undefined;
 
   /** @internal Leases come from Client.acquire and Session.acquire. */
   constructor(http: Http, g: LeaseData, releaseAll: boolean, sentAt: number, session?: SessionBinding) {
@@ -188,6 +204,39 @@ export class Lease {
     });
   }
 
+  /** @internal Starts the loss watch of an unbound lease; Client.acquire calls it once, unless turned off. */
+  startLossWatch(): void {
+    this.lossWatch = new LossWatch(this.http, {
+      path: `/v1/locks/${pathName(this.name)}`,
+      stop: this.lossStopCtl.signal,
+      answer: (doc) => this.judge(doc as LockStateData),
+      refusal: refused,
+    });
+  }
+
+  /**
+   * Takes in an answer of the lock's blocking query: a state that saw this
+   * lease's grant (its fencing token) and no longer lists it among the
+   * holders (by owner and token; a holder's lease id is not shown) means
+   * the lease is lost.
+   */
+  private judge(st: LockStateData): boolean {
+    if ((st.fencing_token ?? 0) < this.fencingToken) {
+      return false;
+    }
+    if ((st.holders ?? []).some((h) => h.fencing_token === this.fencingToken && h.owner === this.owner)) {
+      return false;
+    }
+    this.lostBy("the server no longer lists it among the lock's holders: it was force-released or expired");
+    return true;
+  }
+
+  /** @internal Ends the lease as lost, shown by a loss watch: the server no longer has it. */
+  lostBy(reason: string): void {
+    this.gone = true;
+    this.lose(new LeaseLostError(this.name, this.leaseId, this.fencingToken, reason));
+  }
+
   /**
    * @internal Makes a lease bound to session end with it, in place of a
    * watchdog: lost (signal aborts, with a LeaseLostError whose cause is the
@@ -195,6 +244,7 @@ export class Lease {
    * closed. Session.acquire calls it once.
    */
   follow(session: SessionBinding): void {
+    this.unwatch = session.watchLease(this);
     this.unfollow = session.onEnd((sessionLost) => {
       this.gone = true; // the server dropped it with the session
       if (sessionLost) {
@@ -319,9 +369,12 @@ export class Lease {
 
   private async doRelease(): Promise<void> {
     this.stopCtl.abort();
+    this.lossStopCtl.abort();
     this.alarm.ring();
     this.unfollow?.();
+    this.unwatch?.(); // its release is no loss
     await this.watching;
+    await this.lossWatch?.done;
 
     const lostBefore = this.ended;
     if (lostBefore instanceof LeaseReleasedError) {
@@ -485,10 +538,17 @@ export class Lease {
     }
     this.ended = err;
     this.alarm.ring();
+    this.lossStopCtl.abort();
     if (lost) {
       this.lostCtl.abort(err);
     }
   }
+}
+
+/** What the loss watch reads of a lock's state (openapi.yaml, LockState). */
+interface LockStateData {
+  fencing_token?: number;
+  holders?: Array<{ owner: string; fencing_token: number }>;
 }
 
 /** How long before a lease's expiry the watchdog gives up renewing: clock drift, and time for the holder to stop its work. */

@@ -11,6 +11,7 @@ import { ApiError, SessionLostError, SessionNotFoundError, UnavailableError } fr
 import type { Http } from "./http.js";
 import { Alarm, attemptTimeout, renewUntilSafe, runWatchdog, safetyMargin, type Lease, type SessionBinding } from "./lease.js";
 import { monotonicNow } from "./internal.js";
+import { LossWatch, refused } from "./watch.js";
 
 /** Tunes a session. Every field is optional. */
 export interface SessionOptions {
@@ -42,6 +43,8 @@ export interface SessionData {
   lock_delay_ms: number;
   expires_at: string;
   leases: Array<{ lock: string; lease_id: string; mode: "exclusive" | "shared"; fencing_token: number }>;
+  /** Changes when a lease is bound or ends; for blocking queries. */
+  index?: string;
 }
 
 /** What Session's methods reject with once it was closed. */
@@ -92,6 +95,15 @@ export class Session implements SessionBinding {
   private closing: Promise<void> | undefined;
   /** Called once when the session ends: its bound leases (Lease.follow). */
   private readonly followers = new Set<(lost: SessionLostError | undefined) => void>();
+  /**
+   * The loss watch (one blocking query on the session): the bound leases
+   * it covers, each with the gen it was bound at (only those bound before
+   * a query was sent are judged by its answer).
+   */
+  private lossWatch: LossWatch | undefined;
+  private readonly lossStopCtl = new AbortController();
+  private gen = 0;
+  private readonly watched = new Map<{ readonly leaseId: string; lostBy(reason: string): void }, number>();
 
   /** @internal Sessions come from Client.session. */
   constructor(http: Http, d: SessionData, sentAt: number) {
@@ -122,6 +134,15 @@ export class Session implements SessionBinding {
     s.watching = s.watch().catch(() => {
       // watch settles every failure into the session's end; nothing escapes.
     });
+    if (http.lossWatch) {
+      s.lossWatch = new LossWatch(http, {
+        path: `/v1/sessions/${encodeURIComponent(s.id)}`,
+        stop: s.lossStopCtl.signal,
+        answer: (doc, gen) => s.judge(doc as SessionData, gen),
+        refusal: (e) => s.watchRefused(e),
+        gen: () => s.gen,
+      });
+    }
     return s;
   }
 
@@ -236,8 +257,10 @@ export class Session implements SessionBinding {
 
   private async doClose(): Promise<void> {
     this.stopCtl.abort();
+    this.lossStopCtl.abort();
     this.alarm.ring();
     await this.watching;
+    await this.lossWatch?.done;
     if (this.ended) {
       if (!this.gone) {
         // Lost by the watchdog's deadline: the server may still keep the
@@ -271,6 +294,38 @@ export class Session implements SessionBinding {
     }
     this.followers.add(fn);
     return () => this.followers.delete(fn);
+  }
+
+  /** @internal See SessionBinding.watchLease. */
+  watchLease(lease: { readonly leaseId: string; lostBy(reason: string): void }): () => void {
+    if (!this.lossWatch) {
+      return () => undefined;
+    }
+    this.watched.set(lease, ++this.gen);
+    this.lossWatch.requery(); // so that it covers the new lease's lock too
+    return () => this.watched.delete(lease);
+  }
+
+  /** Takes in an answer of the session's blocking query: a lease bound before the query was sent that it no longer lists is lost. */
+  private judge(d: SessionData, gen: number): boolean {
+    const listed = new Set((d.leases ?? []).map((l) => l.lease_id));
+    for (const [lease, g] of [...this.watched]) {
+      if (g <= gen && !listed.has(lease.leaseId)) {
+        this.watched.delete(lease);
+        lease.lostBy(`the server no longer lists it in session ${this.id}: it was force-released or released elsewhere`);
+      }
+    }
+    return false;
+  }
+
+  /** Takes in a refusal of the session's blocking query: 410 or 404 is the session's end. */
+  private watchRefused(e: ApiError): boolean {
+    if (isGone(e)) {
+      this.gone = true;
+      this.lose(this.lostError(e));
+      return true;
+    }
+    return refused(e);
   }
 
   /** @internal When the watchdog gives the session up: its expiry less the safety margin. */
@@ -393,6 +448,7 @@ export class Session implements SessionBinding {
     }
     this.ended = err;
     this.alarm.ring();
+    this.lossStopCtl.abort();
     if (lost) {
       this.lostCtl.abort(lost);
     }

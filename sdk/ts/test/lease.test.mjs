@@ -118,8 +118,10 @@ test("the watchdog keeps a short lease through longer work", async () => {
 });
 
 test("a force release is noticed within 2s: the signal aborts with LeaseLostError", async () => {
+  // The renewal's account of a force release: without the loss watch,
+  // which would tell first (losswatch.test.mjs).
   const rec = recordingFetch();
-  const c = newClient({ fetch: rec.fetch });
+  const c = newClient({ fetch: rec.fetch, lossWatch: false });
   const name = uniqueName("job");
   const l = await c.acquire(name, { ttlMs: 1500 });
   assert.equal(await admin.forceRelease(name), true);

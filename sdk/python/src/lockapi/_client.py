@@ -46,7 +46,10 @@ class Client:
     base_url, nothing is read from the environment. api_key is sent as a
     bearer token with every request, for a server configured with API keys.
     timeout (seconds) bounds each request that does not wait for a lock; a
-    waiting acquire may take its wait on top of it.
+    waiting acquire may take its wait on top of it. loss_watch=False turns
+    off the loss watch of leases and sessions (a blocking query each, which
+    tells a loss within moments): they then learn of a loss at their next
+    renewal, for a client that holds thousands of leases.
 
     Requests go through transport, by default an :class:`HTTPTransport`:
     kept-alive connections, the proxy of HTTPS_PROXY / HTTP_PROXY unless
@@ -58,7 +61,7 @@ class Client:
 
     def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None,
                  timeout: float = DEFAULT_TIMEOUT, ssl_context: Optional[ssl.SSLContext] = None,
-                 transport: Optional[BaseTransport] = None) -> None:
+                 transport: Optional[BaseTransport] = None, loss_watch: bool = True) -> None:
         if base_url is None:  # configured by the environment, as every client is
             base_url = os.environ.get("LOCKAPI_URL") or DEFAULT_URL
             if api_key is None:
@@ -68,6 +71,9 @@ class Client:
         self._http = Transport(base_url, api_key, transport or HTTPTransport(ssl_context=ssl_context))
         #: Seconds each request may take (each socket operation).
         self.timeout: float = timeout if timeout > 0 else DEFAULT_TIMEOUT
+        #: Whether held leases and sessions are watched (a blocking query
+        #: each) to learn of a loss at once.
+        self.loss_watch: bool = loss_watch
 
     def close(self) -> None:
         """Closes the transport's idle connections. Leases and sessions keep
@@ -184,7 +190,7 @@ class Client:
                received: float, replayed: bool = False, session: Optional[Session] = None, manual: bool = False,
                on_lost: Optional[Callable[[LeaseLost], None]] = None) -> Lease:
         lease = Lease(self._http, self.timeout, doc, release_all, sent, sent_wall, replayed=replayed,
-                      session=session)
+                      session=session, loss_watch=self.loss_watch)
         if session is not None:
             return lease  # kept by its session's watchdog, which measures its own renewals
         # The lease can only be vouched for from when the request was sent.
@@ -220,9 +226,9 @@ class Client:
                     step(lease.fencing_token)
 
         When the lease is lost, ``lease.lost`` is set and on_lost (if given)
-        is called from the watchdog's thread. A block that ends normally
-        after a loss raises LeaseLost on the way out: its work may have
-        overlapped another holder's. An exception of the block wins over the
+        is called from the watchdog's (or the loss watch's) thread. A block
+        that ends normally after a loss raises LeaseLost on the way out: its
+        work may have overlapped another holder's. An exception of the block wins over the
         release's errors.
         """
         lease = self._acquire(name, ttl, wait, owner, shared, limit, fair, metadata, idempotency_key,

@@ -8,7 +8,7 @@ import http.client
 import json
 import socket
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 from urllib.parse import quote, urlencode, urlsplit
 
 from ._errors import Unavailable
@@ -53,11 +53,12 @@ class Transport:
 
     def open(self, method: str, path: str, *, query: Optional[Mapping[str, str]] = None,
              body: Any = None, headers: Optional[Mapping[str, str]] = None,
-             timeout: float, read_timeout: Optional[float] = None) -> Response:
+             timeout: float, read_timeout: Optional[float] = None,
+             hold: Optional[Callable[[Callable[[], None]], bool]] = None) -> Response:
         """Sends a request and returns its answer, whose body the caller
         reads and closes. timeout bounds each socket operation until the
         answer's head, read_timeout (default timeout) each read of its body.
-        A failure to exchange it raises Unavailable."""
+        hold: see Request.hold. A failure to exchange it raises Unavailable."""
         url = self._base + path
         if query:
             url += "?" + urlencode(query)
@@ -70,7 +71,7 @@ class Transport:
             hdrs.update(headers)
         start = time.monotonic()
         try:
-            resp = self._transport.handle_request(Request(method, url, hdrs, payload, timeout, read_timeout))
+            resp = self._transport.handle_request(Request(method, url, hdrs, payload, timeout, read_timeout, hold))
         except Unavailable as e:
             _log_failure(method, path, start, e)
             raise
@@ -93,6 +94,42 @@ class Transport:
         finally:
             resp.close()
         return Answer(resp.status, resp.headers, data)
+
+
+    def request_abortable(self, path: str, *, query: Optional[Mapping[str, str]] = None, timeout: float,
+                          hold: Callable[[Optional[Callable[[], None]]], bool]) -> Optional[Answer]:
+        """A GET that another thread may stop before its answer: hold gets a
+        function that aborts the exchange once connected (the request then
+        raises Unavailable), and None once the exchange is over. When hold
+        answers False the request is not sent, and None is returned. A
+        blocking query (the loss watch) is sent this way. A transport of the
+        caller's may not offer the abort (BaseTransport may ignore
+        Request.hold): the query then runs to its answer."""
+        withdrawn = False
+
+        def on_connect(abort: Callable[[], None]) -> bool:
+            nonlocal withdrawn
+            if hold(abort):
+                return True
+            withdrawn = True
+            return False
+
+        try:
+            try:
+                resp = self.open("GET", path, query=query, timeout=timeout, hold=on_connect)
+            except Unavailable:
+                if withdrawn:
+                    return None
+                raise
+            try:
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                raise unavailable("GET", path, e) from e
+            finally:
+                resp.close()
+            return Answer(resp.status, resp.headers, data)
+        finally:
+            hold(None)
 
 
 def unavailable(method: str, path: str, e: BaseException) -> Unavailable:

@@ -6,12 +6,13 @@ import math
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, cast
 
 from ._errors import APIError, LeaseLost, LeaseReleased, SessionLost, Unavailable, error_from_response
 from ._http import Transport, lock_path
 from ._log import logger
 from ._timing import attempt_timeout, renew_backoff, safety_margin
+from ._watch import Watch, refused
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -114,6 +115,12 @@ class Lease(_Renewable):
     every TTL/3 until :meth:`release`, or until it is lost: then :attr:`lost`
     is set and :attr:`error` says why.
 
+    With the watchdog runs a loss watch (a blocking query on the lock; for a
+    bound lease, its session's one) that sets :attr:`lost` within moments of
+    a force release or an expiry, rather than at the next renewal; a Client
+    made with ``loss_watch=False`` has none. A watch that fails is retried
+    and never makes a lease lost by itself.
+
     The watchdog retries renewals that fail in ways that may pass (network
     errors, 503, 429: :class:`Unavailable`) with exponential backoff and
     jitter, but only while the lease is surely still held: it declares the
@@ -133,7 +140,7 @@ class Lease(_Renewable):
 
     def __init__(self, transport: Transport, timeout: float, doc: Mapping[str, Any],
                  release_all: bool, sent: float, sent_wall: float, replayed: bool = False,
-                 session: Optional["Session"] = None) -> None:
+                 session: Optional["Session"] = None, loss_watch: bool = False) -> None:
         self._http = transport
         self._timeout = timeout
         #: The lock's name.
@@ -157,8 +164,9 @@ class Lease(_Renewable):
         self.session: Optional["Session"] = session
         #: The id of the session the lease is bound to, as the server said, or None.
         self.session_id: Optional[str] = doc.get("session") or None
-        #: Set when the lease is lost: a renewal or the release was refused
-        #: (410 lease-lost after an expiry or a force release), or no renewal
+        #: Set when the lease is lost: the loss watch saw the lock no longer
+        #: held by it (force-released, expired, its session lost), a renewal
+        #: or the release was refused (410 lease-lost), or no renewal
         #: succeeded in time. Not set by a successful release.
         self.lost: threading.Event = threading.Event()
 
@@ -176,6 +184,8 @@ class Lease(_Renewable):
 
         self._stop = threading.Event()  # set by release to stop the watchdog
         self._watchdog: Optional[threading.Thread] = None
+        self._loss_watch_on = loss_watch
+        self._loss_watch: Optional[Watch] = None
         self._on_lost: Optional[Callable[[LeaseLost], None]] = None
         self._release_lock = threading.Lock()
         self._release_called = False
@@ -238,12 +248,13 @@ class Lease(_Renewable):
             raise LeaseReleased(self.name, self.lease_id)
 
     def keep_alive(self, on_lost: Optional[Callable[[LeaseLost], None]] = None) -> "Lease":
-        """Starts the watchdog thread (once; later calls do nothing) and
-        returns the lease. on_lost, if given, is called once from the
-        watchdog's thread with the LeaseLost error when the lease is lost,
-        e.g. to stop a child process. A bound lease starts no thread (its
-        session's watchdog keeps it), and on_lost is called when the session
-        is lost. Raises :class:`LeaseReleased` after :meth:`release`."""
+        """Starts the watchdog thread and the loss watch's (once; later
+        calls do nothing) and returns the lease. on_lost, if given, is
+        called once from either thread with the LeaseLost error when the
+        lease is lost, e.g. to stop a child process. A bound lease starts no
+        thread (its session's watchdog and loss watch keep it), and on_lost
+        is called when it is lost. Raises :class:`LeaseReleased` after
+        :meth:`release`."""
         if self._release_called or self._closed_by_session:
             raise LeaseReleased(self.name, self.lease_id)
         with self._mu:
@@ -253,6 +264,9 @@ class Lease(_Renewable):
                 return self
             self._watchdog = threading.Thread(target=self._watch, name="lockapi-watchdog " + self.name, daemon=True)
             self._watchdog.start()
+            if self._loss_watch_on:
+                self._loss_watch = Watch(self._http, self._timeout, lock_path(self.name), self.name,
+                                         self._judge, refused).start()
         return self
 
     def renew(self, ttl: Optional[float] = None) -> None:
@@ -319,6 +333,10 @@ class Lease(_Renewable):
             watchdog = self._watchdog
             if watchdog is not None and watchdog is not threading.current_thread():
                 watchdog.join()
+            if self._loss_watch is not None:
+                self._loss_watch.stop()
+            if self.session is not None:
+                self.session._unwatch(self)  # its release is no loss
 
             with self._mu:
                 lost, gone, closed = self._error, self._gone, self._closed_by_session
@@ -421,6 +439,30 @@ class Lease(_Renewable):
                                   query=query, timeout=timeout)
         if resp.status != 200:
             raise error_from_response(resp.status, resp.headers, resp.body, self.name)
+
+    # The loss watch.
+
+    def _judge(self, doc: Mapping[str, Any], gen: int) -> bool:
+        """Takes in an answer of the lock's blocking query: a state that saw
+        this lease's grant (its fencing token) and no longer lists it among
+        the holders means the lease is lost."""
+        if int(doc.get("fencing_token") or 0) < self.fencing_token:
+            return False
+        holders = cast(List[Dict[str, Any]], doc.get("holders") or [])
+        for h in holders:
+            if int(h.get("fencing_token") or 0) == self.fencing_token and h.get("owner") == self.owner:
+                return False
+        self._lost_by("the server no longer lists it among the lock's holders: it was force-released or expired")
+        return True
+
+    def _lost_by(self, reason: str) -> None:
+        """Ends the lease as lost, shown by a watch: the server no longer has
+        it. Its watchdog stops, having nothing left to renew."""
+        with self._mu:
+            self._gone = True
+        self._end(LeaseLost("lock %r, lease %s, fencing token %d: %s"
+                            % (self.name, self.lease_id, self.fencing_token, reason)), lost=True)
+        self._stop.set()
 
     # The end.
 

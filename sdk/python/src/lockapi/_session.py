@@ -6,13 +6,14 @@ import math
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, cast
 
 from ._errors import APIError, SessionClosed, SessionLost, Unavailable, error_from_response
 from ._http import Transport
 from ._log import logger
 from ._lease import Lease, _Renewable, _Stopped
 from ._timing import safety_margin
+from ._watch import Watch, refused
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -37,6 +38,12 @@ class Session(_Renewable):
     :attr:`lost` is set, :attr:`error` says why, and every bound lease is
     lost with it. :meth:`close` ends it and releases every bound lease at
     once. ``with client.session(ttl=10) as s:`` closes it on the way out.
+
+    A loss watch (one blocking query on the session, whatever the number of
+    bound leases) sets :attr:`lost` within moments of the session's end, and
+    a bound lease's ``lost`` within moments of its force release, rather
+    than at the next renewal; a Client made with ``loss_watch=False`` has
+    none.
     """
 
     def __init__(self, client: "Client", doc: Mapping[str, Any], sent: float, sent_wall: float) -> None:
@@ -66,8 +73,20 @@ class Session(_Renewable):
         self._close_lock = threading.Lock()
         self._close_called = False
 
+        # The loss watch: the bound leases it covers, each with the gen it
+        # was bound at (only those bound before a query was sent are judged
+        # by its answer).
+        self._gen = 0
+        self._watched: Dict[Lease, int] = {}
+        self._loss_watch: Optional[Watch] = None
+        if client.loss_watch:
+            self._loss_watch = Watch(self._http, self._timeout, session_path(self.session_id), self.session_id,
+                                     self._judge, self._watch_error, self._current_gen)
+
     def _start(self) -> "Session":
         self._watchdog.start()
+        if self._loss_watch is not None:
+            self._loss_watch.start()
         return self
 
     def __repr__(self) -> str:
@@ -162,6 +181,8 @@ class Session(_Renewable):
             self._stop.set()
             if self._watchdog.is_alive() and self._watchdog is not threading.current_thread():
                 self._watchdog.join()
+            if self._loss_watch is not None:
+                self._loss_watch.stop()
             lost = self.error
             if lost is not None:
                 raise lost
@@ -197,16 +218,54 @@ class Session(_Renewable):
 
     def _bind(self, lease: Lease) -> None:
         with self._mu:
-            if not self._ended:
+            ended, err, watch = self._ended, self._error, self._loss_watch
+            if not ended:
                 self._leases.append(lease)
-                return
-            err = self._error
-        lease._session_ended(err)  # it ended while the acquire was answered
+                self._gen += 1
+                self._watched[lease] = self._gen
+        if ended:
+            lease._session_ended(err)  # it ended while the acquire was answered
+        elif watch is not None:
+            watch.requery()  # so that it covers the new lease's lock too
 
     def _unbind(self, lease: Lease) -> None:
         with self._mu:
             if lease in self._leases:
                 self._leases.remove(lease)
+            self._watched.pop(lease, None)
+
+    def _unwatch(self, lease: Lease) -> None:
+        with self._mu:
+            self._watched.pop(lease, None)
+
+    # The loss watch.
+
+    def _current_gen(self) -> int:
+        with self._mu:
+            return self._gen
+
+    def _judge(self, doc: Mapping[str, Any], gen: int) -> bool:
+        """Takes in an answer of the session's blocking query: a lease bound
+        before the query was sent that it no longer lists is lost."""
+        leases = cast(List[Dict[str, Any]], doc.get("leases") or [])
+        listed = {str(l.get("lease_id")) for l in leases}
+        with self._mu:
+            lost = [l for l, g in self._watched.items() if g <= gen and l.lease_id not in listed]
+            for l in lost:
+                del self._watched[l]
+        for l in lost:
+            l._lost_by("the server no longer lists it in session %s: it was force-released or released elsewhere"
+                       % self.session_id)
+        return False
+
+    def _watch_error(self, err: APIError) -> bool:
+        """Takes in a refusal of the session's blocking query: 410 or 404 is
+        the session's end."""
+        if _gone(err):
+            self._end(self._lost_error(err), lost=True)
+            self._stop.set()
+            return True
+        return refused(err)
 
     def _check_usable(self) -> None:
         self.check()

@@ -26,7 +26,7 @@ import ssl
 import threading
 import time
 import urllib.request
-from typing import IO, Dict, List, Mapping, Optional, Tuple, Union
+from typing import IO, Callable, Dict, List, Mapping, Optional, Tuple, Union
 from urllib.parse import SplitResult, unquote, urlsplit
 
 # How long a connection may stay idle in the pool: less than the server's
@@ -50,13 +50,20 @@ class Request:
     answer may take to begin."""
 
     def __init__(self, method: str, url: str, headers: Mapping[str, str], body: Optional[bytes],
-                 timeout: float, read_timeout: Optional[float] = None) -> None:
+                 timeout: float, read_timeout: Optional[float] = None,
+                 hold: Optional[Callable[[Callable[[], None]], bool]] = None) -> None:
         self.method: str = method
         self.url: str = url
         self.headers: Dict[str, str] = dict(headers)
         self.body: Optional[bytes] = body
         self.timeout: float = timeout
         self.read_timeout: Optional[float] = read_timeout
+        #: For a request another thread may need to stop before its answer
+        #: begins (a blocking query): a transport that can calls hold, once
+        #: connected and before sending, with a function that aborts the
+        #: exchange from any thread; when hold returns False it sends nothing
+        #: and raises ConnectionAbortedError. A transport may ignore it.
+        self.hold: Optional[Callable[[Callable[[], None]], bool]] = hold
 
     @property
     def replayable(self) -> bool:
@@ -161,6 +168,8 @@ class HTTPTransport(BaseTransport):
         key = (u.scheme, "%s:%d" % (host, port), proxy.geturl() if proxy is not None else "")
         timeout = max(request.timeout, 0.001)
 
+        if request.hold is not None:
+            return self._send_abortable(request, key, target, headers, https, host, port, proxy, timeout)
         conn, reused = self._checkout(key)
         if conn is None:
             conn = self._connect(https, host, port, proxy, timeout)
@@ -182,6 +191,36 @@ class HTTPTransport(BaseTransport):
             if request.read_timeout is not None and sock is not None:
                 sock.settimeout(max(request.read_timeout, 0.001))
             return _PooledResponse(self, key, conn, sock, resp)
+
+    def _send_abortable(self, request: Request, key: Tuple[str, str, str], target: str, headers: Dict[str, str],
+                        https: bool, host: str, port: int, proxy: Optional[SplitResult],
+                        timeout: float) -> Response:
+        """Sends request on a connection of its own, never pooled, which
+        request.hold may abort from another thread (see Request.hold)."""
+        assert request.hold is not None
+        conn = self._connect(https, host, port, proxy, timeout)
+        try:
+            conn.connect()
+
+            def abort() -> None:
+                sock = conn.sock
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+            if not request.hold(abort):
+                raise ConnectionAbortedError("not sent: the caller withdrew it")
+            conn.request(request.method, target, body=request.body, headers=headers)
+            sock = conn.sock
+            resp = conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+        answer = _PooledResponse(self, key, conn, sock, resp)
+        answer.reuse = False
+        return answer
 
     def close(self) -> None:
         """Closes the idle connections; those in use close when their answer
@@ -271,6 +310,8 @@ class _PooledResponse(Response):
         self._resp = resp
         self._mu = threading.Lock()
         self._done = False
+        #: False: the connection closes with the answer, never pooled.
+        self.reuse = True
 
     def read(self, amt: int = -1) -> bytes:
         return self._resp.read() if amt < 0 else self._resp.read(amt)
@@ -283,7 +324,7 @@ class _PooledResponse(Response):
             if self._done:
                 return
             self._done = True
-        if self._resp.isclosed() and not self._resp.will_close and self._conn.sock is not None:
+        if self.reuse and self._resp.isclosed() and not self._resp.will_close and self._conn.sock is not None:
             self._pool._checkin(self._key, self._conn)
             return
         if self._sock is not None:
