@@ -254,26 +254,9 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 			return 0, offset, err
 		}
 	}
-	more := false // a shadow has leases left to end
-	refused := 0  // due leases of a newer layout, left to a newer sweeper
-	if len(calls) > 0 {
-		runPipelined(ctx, r.runner.rdb, calls)
-		for _, c := range calls {
-			if err := c.cmd.Err(); err != nil {
-				if _, newer := unknownLeaseLayout(err); newer {
-					// A newer instance's lease: told; its sweeper
-					// records the expiry.
-					r.runner.noteLayout(err, firstKey(c.keys))
-					refused++
-					continue
-				}
-				return 0, offset, err
-			}
-			if c.script == r.runner.scripts.sessionSweep {
-				left, _ := c.cmd.Int64()
-				more = more || left > 0
-			}
-		}
+	more, refused, err := sw.runCalls(ctx, calls)
+	if err != nil {
+		return 0, offset, err
 	}
 	if mark || more || len(calls) == sweepBatch || (next != 0 && next <= nowMs) {
 		next = nowMs // look again at once
@@ -284,4 +267,32 @@ func (sw *sweeper) sweep(trim bool, offset time.Duration) (next int64, _ time.Du
 		next = nowMs + refusedRetry
 	}
 	return next, offset, nil
+}
+
+// runCalls runs the sweep's expire and session-sweep calls, and reports whether a
+// session's shadow has leases left to end, and how many due leases were of a
+// newer layout (left to a newer instance's sweeper).
+func (sw *sweeper) runCalls(ctx context.Context, calls []*scriptCall) (more bool, refused int, _ error) {
+	if len(calls) == 0 {
+		return false, 0, nil
+	}
+	r := sw.r
+	runPipelined(ctx, r.runner.rdb, calls)
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil {
+			if _, newer := unknownLeaseLayout(err); newer {
+				// A newer instance's lease: told; its sweeper records
+				// the expiry.
+				r.runner.noteLayout(err, firstKey(c.keys))
+				refused++
+				continue
+			}
+			return false, 0, err
+		}
+		if c.script == r.runner.scripts.sessionSweep {
+			left, _ := c.cmd.Int64()
+			more = more || left > 0
+		}
+	}
+	return more, refused, nil
 }
