@@ -6,7 +6,7 @@
 // bound to a session has no watchdog of its own: it lives and ends with
 // its session (client/session.go, Lease.follow).
 
-import { ApiError, LeaseLostError, UnavailableError, type SessionLostError } from "./errors.js";
+import { ApiError, brand, LeaseLostError, UnavailableError, type SessionLostError } from "./errors.js";
 import type { Http } from "./http.js";
 import { pathName } from "./http.js";
 import { abortReason, Backoff, monotonicNow, sleep, unref } from "./internal.js";
@@ -56,8 +56,8 @@ export class LeaseReleasedError extends Error {
     super(`lockapi: lease ${leaseId} of lock "${lock}" was released`);
   }
 
-  override get name(): string {
-    return "LeaseReleasedError";
+  static {
+    brand(this, "LeaseReleasedError");
   }
 }
 

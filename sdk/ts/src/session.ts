@@ -7,7 +7,7 @@
 // expiry loses it, and every bound lease with it.
 
 import { acquireMany, acquireOne, type AcquireAllOptions, type AcquireOptions } from "./acquire.js";
-import { ApiError, SessionLostError, SessionNotFoundError, UnavailableError } from "./errors.js";
+import { ApiError, brand, SessionLostError, SessionNotFoundError, UnavailableError } from "./errors.js";
 import type { Http } from "./http.js";
 import { Alarm, attemptTimeout, renewUntilSafe, runWatchdog, safetyMargin, type Lease, type SessionBinding } from "./lease.js";
 import { monotonicNow } from "./internal.js";
@@ -53,8 +53,8 @@ export class SessionClosedError extends Error {
     this.sessionId = sessionId;
   }
 
-  override get name(): string {
-    return "SessionClosedError";
+  static {
+    brand(this, "SessionClosedError");
   }
 }
 

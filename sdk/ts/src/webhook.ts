@@ -3,6 +3,7 @@
 // (client/verify.go). It uses WebCrypto (globalThis.crypto.subtle): Node.js
 // 18 or later, browsers, Deno and Bun.
 
+import { brand } from "./errors.js";
 import { eventFrom, type LockEvent } from "./events.js";
 
 /** A test delivery (Client's pingWebhook, POST /v1/webhooks/{id}/ping): webhooks only. */
@@ -16,29 +17,29 @@ export interface WebhookPing {
 
 /** Why verifyWebhook refused a delivery: answer it 401 and drop it. */
 export class WebhookVerificationError extends Error {
-  override get name(): string {
-    return "WebhookVerificationError";
+  static {
+    brand(this, "WebhookVerificationError");
   }
 }
 
 /** The webhook-id, webhook-timestamp or webhook-signature header is missing. */
 export class WebhookHeadersError extends WebhookVerificationError {
-  override get name(): string {
-    return "WebhookHeadersError";
+  static {
+    brand(this, "WebhookHeadersError");
   }
 }
 
 /** The timestamp is malformed, or further from now than the tolerance (too old: perhaps a replay). */
 export class WebhookTimestampError extends WebhookVerificationError {
-  override get name(): string {
-    return "WebhookTimestampError";
+  static {
+    brand(this, "WebhookTimestampError");
   }
 }
 
 /** No signature matches the secret. */
 export class WebhookSignatureError extends WebhookVerificationError {
-  override get name(): string {
-    return "WebhookSignatureError";
+  static {
+    brand(this, "WebhookSignatureError");
   }
 }
 
