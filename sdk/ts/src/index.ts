@@ -34,6 +34,7 @@ export {
   isUnavailableError,
   isWebhookVerificationError,
 } from "./guards.js";
+export type { LockHolder, LockMode, LockState } from "./inspect.js";
 export type { EventsOptions, EventType, LockEvent } from "./events.js";
 export type { FetchLike } from "./http.js";
 export {

@@ -51,9 +51,9 @@ export type WebhookHeaders = Headers | Record<string, string | string[] | undefi
 
 export interface VerifyWebhookOptions {
   /** defaultWebhookToleranceMs unless set. */
-  toleranceMs?: number;
+  toleranceMs?: number | undefined;
   /** The receiver's clock, in ms since the epoch; Date.now unless set. */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /**
