@@ -16,7 +16,9 @@ import (
 // TestTypeScriptSDK runs the TypeScript SDK's own tests (sdk/ts, node:test)
 // against the real binary, on the embedded memory store and on a real
 // redis-server: it installs the package's dev dependencies (npm ci), builds
-// its ESM and CommonJS output (npm run build), and runs npm test once per
+// its ESM and CommonJS output (npm run build), typechecks docs/SDK_TS.md's
+// samples and sdk/ts/test/types against the declarations (npm run check),
+// and runs npm test once per
 // store with the server's URL and API keys in the environment (see
 // sdk/ts/test/helpers.mjs, which also learns the store's name from
 // LOCKAPI_STORE). The servers have API keys configured, so every
@@ -36,6 +38,9 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 	runTool(t, dir, 10*time.Minute, nil, npm, "ci", "--no-audit", "--no-fund")
 	runTool(t, dir, 3*time.Minute, nil, npm, "run", "build") // cleans dist/ first
+	// The declarations as users compile against them: docs/SDK_TS.md's
+	// samples and test/types/, strict with exactOptionalPropertyTypes.
+	runTool(t, dir, 2*time.Minute, nil, npm, "run", "check")
 
 	keys := newTSSDKKeys(t)
 	stores := []struct {

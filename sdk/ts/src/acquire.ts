@@ -16,24 +16,24 @@ export interface AcquireOptions {
    * and each release drops one. Unset means a fresh owner unique to this
    * acquire, whose release drops every hold.
    */
-  owner?: string;
+  owner?: string | undefined;
   /** How long the lease lasts unless renewed; the server's default (30 s) unless set. The lease renews itself every TTL/3 while held. */
-  ttlMs?: number;
+  ttlMs?: number | undefined;
   /**
    * How long to wait for the lock while another owner holds it; unset or 0
    * tries once. A wait longer than the server's maximum (60 s by default)
    * takes several requests, and failures that may pass are retried with
    * backoff while the wait lasts.
    */
-  waitMs?: number;
+  waitMs?: number | undefined;
   /** Asks for a read lease: any number of shared leases hold the lock together, an exclusive one holds it alone. */
-  shared?: boolean;
+  shared?: boolean | undefined;
   /** Makes the name a semaphore with this many permits (1 to 10,000); each acquire takes one. */
-  limit?: number;
+  limit?: number | undefined;
   /** Waits in arrival order: while others queued first, the lock goes to them. Matters only with waitMs. */
-  fair?: boolean;
+  fair?: boolean | undefined;
   /** Labels kept with the lease and shown to anyone who looks at the lock: at most 16. */
-  metadata?: Record<string, string>;
+  metadata?: Record<string, string> | undefined;
   /**
    * The Idempotency-Key of the acquire's requests (a random one unless
    * set). Every request of one acquire carries the same key, so a retry
@@ -42,9 +42,9 @@ export interface AcquireOptions {
    * separate calls (or processes) repeats of one another while the lease
    * lives.
    */
-  idempotencyKey?: string;
+  idempotencyKey?: string | undefined;
   /** Aborts the acquire (its reason is the rejection). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /**
    * Takes the lease without its watchdog: the caller renews it with
    * `lease.renew()`, more often than its TTL (the watchdog renews every
@@ -52,7 +52,7 @@ export interface AcquireOptions {
    * with LeaseLostError and aborts `signal`; nothing else watches it. It
    * does not apply to a lease bound to a session, which its session renews.
    */
-  manual?: boolean;
+  manual?: boolean | undefined;
 }
 
 /** Tunes a multi-lock (acquireAll): limit, fair and idempotencyKey do not apply to several locks at once. */
@@ -156,7 +156,7 @@ async function pauseOrThrow(err: unknown, deadline: number | undefined, sent: nu
 }
 
 /** When (monotonic ms) an acquire's wait ends; undefined: it tries once. */
-function waitDeadline(opts: { waitMs?: number }): number | undefined {
+function waitDeadline(opts: { waitMs?: number | undefined }): number | undefined {
   return opts.waitMs !== undefined && opts.waitMs > 0 ? monotonicNow() + opts.waitMs : undefined;
 }
 

@@ -6,6 +6,7 @@ import { campaign, leader, observe, type CampaignOptions, type LeaderInfo, type 
 import { LeaseLostError, SessionLostError } from "./errors.js";
 import { events, type EventsOptions, type LockEvent } from "./events.js";
 import { Http, pathName, type FetchLike } from "./http.js";
+import { inspectLock, type LockState } from "./inspect.js";
 import type { Lease } from "./lease.js";
 import { Session, type SessionOptions } from "./session.js";
 
@@ -14,11 +15,11 @@ export const defaultRequestTimeoutMs = 30_000;
 
 export interface ClientOptions {
   /** Sent as `Authorization: Bearer <apiKey>` with every request, for a server configured with API keys. */
-  apiKey?: string;
+  apiKey?: string | undefined;
   /** Bounds each request (30 s unless set); a waiting acquire may take its wait on top. */
-  requestTimeoutMs?: number;
+  requestTimeoutMs?: number | undefined;
   /** The fetch to send requests with (a proxy, TLS settings, a test double); the global fetch by default. */
-  fetch?: FetchLike;
+  fetch?: FetchLike | undefined;
   /**
    * false turns off the loss watch of leases and sessions (a blocking query
    * each, which tells a loss within moments of a force release or an
@@ -27,7 +28,7 @@ export interface ClientOptions {
    * queries do not keep the process alive (unless `fetch` is given, which
    * they then use), as the watchdog's timers do not.
    */
-  lossWatch?: boolean;
+  lossWatch?: boolean | undefined;
 }
 
 /** The server of a Client given none, when LOCKAPI_URL is not set. */
@@ -147,10 +148,19 @@ export class Client {
   }
 
   /**
+   * The state of the lock name (GET /v1/locks/{name}): its holders
+   * (without their lease ids), waiters, last fencing token and lock-delay.
+   * A free lock is no error: its `held` is false. Needs read access.
+   */
+  inspect(name: string, opts: { signal?: AbortSignal | undefined } = {}): Promise<LockState> {
+    return inspectLock(this.http, name, opts);
+  }
+
+  /**
    * Frees the lock whoever holds it (an admin's operation): the holders'
    * leases are lost. Resolves with whether a lease was ended.
    */
-  async forceRelease(name: string, opts: { signal?: AbortSignal } = {}): Promise<boolean> {
+  async forceRelease(name: string, opts: { signal?: AbortSignal | undefined } = {}): Promise<boolean> {
     const a = await this.http.call<{ released?: boolean }>("DELETE", `/v1/locks/${pathName(name)}`, {
       signal: opts.signal,
       timeoutMs: this.http.timeoutMs,

@@ -4,6 +4,36 @@
 // A lease that no longer holds its lock is a LeaseLostError, a session
 // that ended without close() a SessionLostError.
 
+/**
+ * The brand of lockapi's errors: a key of the global symbol registry, so
+ * every copy of the package loaded at once (its ESM and CommonJS builds, a
+ * bundle) brands alike and reads the others' brands; `instanceof` knows
+ * only the classes of its own copy.
+ */
+const kindsKey = Symbol.for("@lockapi/client.errorKinds");
+
+/**
+ * Names an error class, in a static block: it hard-codes the class's
+ * `name` (which a minifier renames along with the class) and brands its
+ * instances with that name and its ancestors', for the `is...Error` guards.
+ */
+export function brand(cls: abstract new (...args: never[]) => Error, name: string): void {
+  const proto = cls.prototype as unknown as Record<PropertyKey, unknown>;
+  const inherited = (Object.getPrototypeOf(proto) as Record<PropertyKey, unknown>)[kindsKey];
+  const kinds = Object.freeze([name, ...(Array.isArray(inherited) ? (inherited as string[]) : [])]);
+  Object.defineProperty(proto, kindsKey, { value: kinds });
+  Object.defineProperty(proto, "name", { value: name, writable: true, configurable: true });
+}
+
+/** Whether e is an error of a class branded name, or of a subclass, from any copy of the package. */
+export function hasKind(e: unknown, name: string): boolean {
+  if ((typeof e !== "object" && typeof e !== "function") || e === null) {
+    return false;
+  }
+  const kinds = (e as Record<PropertyKey, unknown>)[kindsKey];
+  return Array.isArray(kinds) && kinds.includes(name);
+}
+
 /** The base of the `type` URIs of lockapi's problems: `${problemTypeBase}lock-held`. */
 export const problemTypeBase = "https://lockapi.dev/problems/";
 
@@ -22,6 +52,8 @@ export interface ProblemInit {
   requestId?: string | undefined;
   retryAfterMs?: number | undefined;
   fields?: FieldError[] | undefined;
+  instance?: string | undefined;
+  problem?: Readonly<Record<string, unknown>> | undefined;
   cause?: unknown;
 }
 
@@ -44,6 +76,14 @@ export class ApiError extends Error {
   readonly retryAfterMs: number | undefined;
   /** The offending inputs of a 400. */
   readonly fields: FieldError[];
+  /** The problem's `instance`: the path of the request that failed; undefined when the body was no problem. */
+  readonly instance: string | undefined;
+  /** The problem document as the server sent it, members this client does not read included; undefined when the body was no problem. */
+  readonly problem: Readonly<Record<string, unknown>> | undefined;
+
+  static {
+    brand(this, "ApiError");
+  }
 
   constructor(p: ProblemInit) {
     super(describe(p), p.cause === undefined ? undefined : { cause: p.cause });
@@ -54,10 +94,8 @@ export class ApiError extends Error {
     this.requestId = p.requestId;
     this.retryAfterMs = p.retryAfterMs;
     this.fields = p.fields ?? [];
-  }
-
-  override get name(): string {
-    return this.constructor.name;
+    this.instance = p.instance;
+    this.problem = p.problem;
   }
 
   /** The last part of `type` (`lock-held`), or "" for a bare status. */
@@ -103,6 +141,10 @@ export class LockHeldError extends ApiError {
   /** Waiters queued for the lock. */
   readonly queueLength: number;
 
+  static {
+    brand(this, "LockHeldError");
+  }
+
   constructor(p: ProblemInit, lock: string, holder: Holder | undefined, queueLength: number) {
     super(p);
     this.lock = lock;
@@ -130,6 +172,10 @@ export class LockDelayError extends ApiError {
   /** How long the delay lasts at most, from the server's Retry-After (whole seconds, rounded up). */
   declare readonly retryAfterMs: number;
 
+  static {
+    brand(this, "LockDelayError");
+  }
+
   constructor(p: ProblemInit, lock: string) {
     super({ ...p, retryAfterMs: p.retryAfterMs ?? 1000 });
     this.lock = lock;
@@ -137,13 +183,25 @@ export class LockDelayError extends ApiError {
 }
 
 /** 404 `session-not-found`: no such session, or another principal's (whose existence is not disclosed). */
-export class SessionNotFoundError extends ApiError {}
+export class SessionNotFoundError extends ApiError {
+  static {
+    brand(this, "SessionNotFoundError");
+  }
+}
 
 /** 401 `unauthorized`: no API key, or one the server does not (or no longer) accept. */
-export class UnauthorizedError extends ApiError {}
+export class UnauthorizedError extends ApiError {
+  static {
+    brand(this, "UnauthorizedError");
+  }
+}
 
 /** 403 `forbidden`: the key lacks the scope, or the lock name is outside its patterns. */
-export class ForbiddenError extends ApiError {}
+export class ForbiddenError extends ApiError {
+  static {
+    brand(this, "ForbiddenError");
+  }
+}
 
 /**
  * A failure that may pass: the server answered 503 (its store is
@@ -151,7 +209,11 @@ export class ForbiddenError extends ApiError {}
  * at all, or did not answer in time (then `status` is 0 and `cause` is the
  * network failure). The client retries these where that is safe.
  */
-export class UnavailableError extends ApiError {}
+export class UnavailableError extends ApiError {
+  static {
+    brand(this, "UnavailableError");
+  }
+}
 
 /**
  * The lease no longer holds its lock: the server answered 410 `lease-lost`
@@ -166,6 +228,18 @@ export class LeaseLostError extends Error {
   readonly fencingToken: number;
   /** Why, in words. */
   readonly reason: string;
+  /**
+   * The HTTP status of the answer that showed the loss (410, or a
+   * refusal's); of a bound lease, its session's. 0 when no answer did: no
+   * renewal succeeded in time.
+   */
+  readonly status: number;
+  /** The X-Request-ID of that answer, to quote in a report. */
+  readonly requestId: string | undefined;
+
+  static {
+    brand(this, "LeaseLostError");
+  }
 
   constructor(lock: string, leaseId: string, fencingToken: number, reason: string, cause?: unknown) {
     super(`lockapi: lease lost: lock "${lock}", lease ${leaseId}, fencing token ${fencingToken}: ${reason}`,
@@ -174,10 +248,9 @@ export class LeaseLostError extends Error {
     this.leaseId = leaseId;
     this.fencingToken = fencingToken;
     this.reason = reason;
-  }
-
-  override get name(): string {
-    return "LeaseLostError";
+    const a = lossAnswer(cause);
+    this.status = a.status;
+    this.requestId = a.requestId;
   }
 }
 
@@ -193,16 +266,37 @@ export class SessionLostError extends Error {
   readonly sessionId: string;
   /** Why, in words. */
   readonly reason: string;
+  /** The HTTP status of the answer that showed the loss (410, 404, or a refusal's); 0 when no renewal succeeded in time. */
+  readonly status: number;
+  /** The X-Request-ID of that answer, to quote in a report. */
+  readonly requestId: string | undefined;
+
+  static {
+    brand(this, "SessionLostError");
+  }
 
   constructor(sessionId: string, reason: string, cause?: unknown) {
     super(`lockapi: session lost: ${sessionId}: ${reason}`, cause === undefined ? undefined : { cause });
     this.sessionId = sessionId;
     this.reason = reason;
+    const a = lossAnswer(cause);
+    this.status = a.status;
+    this.requestId = a.requestId;
   }
+}
 
-  override get name(): string {
-    return "SessionLostError";
+/**
+ * The answer that showed a loss, from the loss's cause: a refusal (an
+ * ApiError that is no UnavailableError), or the loss of a bound lease's
+ * session. A failure that may pass, the last before the deadline, is no
+ * such answer.
+ */
+function lossAnswer(cause: unknown): { status: number; requestId: string | undefined } {
+  if ((hasKind(cause, "ApiError") && !hasKind(cause, "UnavailableError")) || hasKind(cause, "SessionLostError")) {
+    const c = cause as { status: number; requestId: string | undefined };
+    return { status: c.status, requestId: c.requestId };
   }
+  return { status: 0, requestId: undefined };
 }
 
 /** Whether an answer with this status may succeed when asked again. */
@@ -213,6 +307,7 @@ export function isTransientStatus(status: number): boolean {
 /** The JSON of a problem, as far as the client reads it. */
 interface ProblemDoc {
   type?: unknown;
+  instance?: unknown;
   title?: unknown;
   detail?: unknown;
   lock?: unknown;
@@ -258,6 +353,8 @@ export async function responseError(res: Response, lockName: string): Promise<Ap
     p.type = String(doc.type);
     p.title = typeof doc.title === "string" ? doc.title : p.title;
     p.detail = typeof doc.detail === "string" ? doc.detail : "";
+    p.instance = typeof doc.instance === "string" ? doc.instance : undefined;
+    p.problem = doc as Readonly<Record<string, unknown>>;
     if (Array.isArray(doc.errors)) {
       p.fields = doc.errors.map((f) => ({ field: String(f.field ?? ""), detail: String(f.detail ?? "") }));
     }

@@ -38,15 +38,15 @@ export interface LockEvent {
 /** Selects the events of Client.events. None set: every event of every lock the API key may read, from the next. */
 export interface EventsOptions {
   /** The events of this lock only. Not with prefix. */
-  lock?: string;
+  lock?: string | undefined;
   /** The events of the locks whose names start with this. Not with lock. */
-  prefix?: string;
+  prefix?: string | undefined;
   /** Events of these types; none set selects all. */
-  types?: EventType[];
+  types?: EventType[] | undefined;
   /** Resume after the event with this id, as an earlier run left off. */
-  after?: string;
+  after?: string | undefined;
   /** Ends the iteration: the loop then rejects with the signal's reason. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /** Reconnection pacing, and how long a stream may stay silent: the server sends a keep-alive every 15 s, so three missed ones mean the connection is dead. */

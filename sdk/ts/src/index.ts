@@ -22,6 +22,21 @@ export {
   problemTypeBase,
 } from "./errors.js";
 export type { FieldError, Holder } from "./errors.js";
+export {
+  isApiError,
+  isForbiddenError,
+  isLeaseLostError,
+  isLeaseReleasedError,
+  isLockDelayError,
+  isLockHeldError,
+  isSessionClosedError,
+  isSessionLostError,
+  isSessionNotFoundError,
+  isUnauthorizedError,
+  isUnavailableError,
+  isWebhookVerificationError,
+} from "./guards.js";
+export type { LockHolder, LockMode, LockState } from "./inspect.js";
 export type { EventsOptions, EventType, LockEvent } from "./events.js";
 export type { FetchLike } from "./http.js";
 export {

@@ -6,11 +6,12 @@
 // bound to a session has no watchdog of its own: it lives and ends with
 // its session (client/session.go, Lease.follow).
 
-import { ApiError, LeaseLostError, UnavailableError, type SessionLostError } from "./errors.js";
+import { ApiError, brand, LeaseLostError, UnavailableError, type SessionLostError } from "./errors.js";
 import type { Http } from "./http.js";
 import { pathName } from "./http.js";
 import { abortReason, Backoff, monotonicNow, sleep, unref } from "./internal.js";
 import { LossWatch, refused } from "./watch.js";
+import { asyncDispose } from "./dispose.js";
 
 /** A lease as the server sends it (openapi.yaml, Lease). */
 export interface LeaseData {
@@ -31,9 +32,9 @@ export interface LeaseData {
 }
 
 /**
- * @internal What a lease bound to a session needs of it (Session
- * implements it): its expiry stands for the lease's, its renewals renew
- * the lease, and its end ends the lease.
+ * What a lease bound to a session needs of it (Session implements it;
+ * the package does not export it): its expiry stands for the lease's, its
+ * renewals renew the lease, and its end ends the lease.
  */
 export interface SessionBinding {
   readonly id: string;
@@ -41,7 +42,7 @@ export interface SessionBinding {
   readonly expiresAt: Date;
   /** When (monotonic ms) the session's watchdog would give it up: its expiry less the safety margin. */
   safeDeadline(): number;
-  renew(opts?: { ttlMs?: number }): Promise<void>;
+  renew(opts?: { ttlMs?: number | undefined }): Promise<void>;
   keepAlive(): Promise<void>;
   /**
    * Calls fn once when the session ends (at once if it has): with the
@@ -63,8 +64,8 @@ export class LeaseReleasedError extends Error {
     super(`lockapi: lease ${leaseId} of lock "${lock}" was released`);
   }
 
-  override get name(): string {
-    return "LeaseReleasedError";
+  static {
+    brand(this, "LeaseReleasedError");
   }
 }
 
@@ -280,7 +281,7 @@ export class Lease {
    * A bound lease renews its session (Session.renew), and so every lease
    * bound to it.
    */
-  async renew(opts: { ttlMs?: number } = {}): Promise<void> {
+  async renew(opts: { ttlMs?: number | undefined } = {}): Promise<void> {
     this.mustBeHeld();
     if (this.session) {
       return this.session.renew(opts);
@@ -365,6 +366,16 @@ export class Lease {
   release(): Promise<void> {
     this.releasing ??= this.doRelease();
     return this.releasing;
+  }
+
+  /**
+   * Releases the lease at the end of an `await using` block: release(),
+   * settling as it does (a lease lost meanwhile rejects with its
+   * LeaseLostError; when the block threw too, the runtime throws a
+   * SuppressedError holding both).
+   */
+  [asyncDispose](): Promise<void> {
+    return this.release();
   }
 
   private async doRelease(): Promise<void> {

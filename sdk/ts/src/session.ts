@@ -7,26 +7,27 @@
 // expiry loses it, and every bound lease with it.
 
 import { acquireMany, acquireOne, type AcquireAllOptions, type AcquireOptions } from "./acquire.js";
-import { ApiError, SessionLostError, SessionNotFoundError, UnavailableError } from "./errors.js";
+import { ApiError, brand, SessionLostError, SessionNotFoundError, UnavailableError } from "./errors.js";
 import type { Http } from "./http.js";
-import { Alarm, attemptTimeout, renewUntilSafe, runWatchdog, safetyMargin, type Lease, type SessionBinding } from "./lease.js";
+import { Alarm, attemptTimeout, renewUntilSafe, runWatchdog, safetyMargin, type Lease } from "./lease.js";
 import { monotonicNow } from "./internal.js";
 import { LossWatch, refused } from "./watch.js";
+import { asyncDispose } from "./dispose.js";
 
 /** Tunes a session. Every field is optional. */
 export interface SessionOptions {
   /** How long the session, and every lease bound to it, lasts unless renewed; the server's default (10 s) unless set. It renews itself every TTL/3. */
-  ttlMs?: number;
+  ttlMs?: number | undefined;
   /**
    * How long a lock stays closed to new grants (409 `lock-delay`) after a
    * lease bound to the session ended by the session's expiry or a force
    * release, so that the lost holder's last writes land first. 0: none.
    */
-  lockDelayMs?: number;
+  lockDelayMs?: number | undefined;
   /** Names the session's holder; unset: a unique one. */
-  owner?: string;
+  owner?: string | undefined;
   /** Aborts the creation (its reason is the rejection). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /** Tunes an acquire bound to a session: as AcquireOptions, without ttlMs (a bound lease lives as long as its session). */
@@ -56,8 +57,8 @@ export class SessionClosedError extends Error {
     this.sessionId = sessionId;
   }
 
-  override get name(): string {
-    return "SessionClosedError";
+  static {
+    brand(this, "SessionClosedError");
   }
 }
 
@@ -68,7 +69,7 @@ export class SessionClosedError extends Error {
  * SessionLostError, and every bound lease is lost with it. `close()` ends
  * it and releases every bound lease at once.
  */
-export class Session implements SessionBinding {
+export class Session {
   /** The session's id. */
   readonly id: string;
   /** The session's owner. */
@@ -209,7 +210,7 @@ export class Session implements SessionBinding {
    * SessionLostError; a failure that may pass rejects with UnavailableError
    * and leaves the session to its watchdog.
    */
-  async renew(opts: { ttlMs?: number } = {}): Promise<void> {
+  async renew(opts: { ttlMs?: number | undefined } = {}): Promise<void> {
     this.mustLive();
     try {
       await this.renewOnce(this.stopCtl.signal, this.http.timeoutMs, opts.ttlMs);
@@ -253,6 +254,15 @@ export class Session implements SessionBinding {
   close(): Promise<void> {
     this.closing ??= this.doClose();
     return this.closing;
+  }
+
+  /**
+   * Closes the session at the end of an `await using` block: close(),
+   * settling as it does (a session lost meanwhile rejects with its
+   * SessionLostError).
+   */
+  [asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   private async doClose(): Promise<void> {

@@ -1,8 +1,9 @@
 // Verifying a webhook delivery as the Standard Webhooks specification says
 // (docs/WEBHOOKS.md), as the Go client's VerifyWebhook does
-// (client/verify.go). It uses WebCrypto (globalThis.crypto.subtle): Node.js
-// 18 or later, browsers, Deno and Bun.
+// (client/verify.go). It uses WebCrypto: globalThis.crypto.subtle (Node.js
+// 20 or later, browsers, Deno, Bun), or node:crypto's on Node.js 18.
 
+import { brand } from "./errors.js";
 import { eventFrom, type LockEvent } from "./events.js";
 
 /** A test delivery (Client's pingWebhook, POST /v1/webhooks/{id}/ping): webhooks only. */
@@ -16,29 +17,29 @@ export interface WebhookPing {
 
 /** Why verifyWebhook refused a delivery: answer it 401 and drop it. */
 export class WebhookVerificationError extends Error {
-  override get name(): string {
-    return "WebhookVerificationError";
+  static {
+    brand(this, "WebhookVerificationError");
   }
 }
 
 /** The webhook-id, webhook-timestamp or webhook-signature header is missing. */
 export class WebhookHeadersError extends WebhookVerificationError {
-  override get name(): string {
-    return "WebhookHeadersError";
+  static {
+    brand(this, "WebhookHeadersError");
   }
 }
 
 /** The timestamp is malformed, or further from now than the tolerance (too old: perhaps a replay). */
 export class WebhookTimestampError extends WebhookVerificationError {
-  override get name(): string {
-    return "WebhookTimestampError";
+  static {
+    brand(this, "WebhookTimestampError");
   }
 }
 
 /** No signature matches the secret. */
 export class WebhookSignatureError extends WebhookVerificationError {
-  override get name(): string {
-    return "WebhookSignatureError";
+  static {
+    brand(this, "WebhookSignatureError");
   }
 }
 
@@ -50,9 +51,9 @@ export type WebhookHeaders = Headers | Record<string, string | string[] | undefi
 
 export interface VerifyWebhookOptions {
   /** defaultWebhookToleranceMs unless set. */
-  toleranceMs?: number;
+  toleranceMs?: number | undefined;
   /** The receiver's clock, in ms since the epoch; Date.now unless set. */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /**
@@ -114,7 +115,7 @@ async function sign(secret: string, id: string, ts: string, body: Uint8Array): P
   } catch {
     return undefined;
   }
-  const subtle = globalThis.crypto.subtle;
+  const subtle = await webCrypto();
   const k = await subtle.importKey("raw", key as BufferSource, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   const prefix = new TextEncoder().encode(`${id}.${ts}.`);
   const msg = new Uint8Array(prefix.length + body.length);
@@ -122,6 +123,23 @@ async function sign(secret: string, id: string, ts: string, body: Uint8Array): P
   msg.set(body, prefix.length);
   const mac = new Uint8Array(await subtle.sign("HMAC", k, msg as BufferSource));
   return btoa(String.fromCharCode(...mac));
+}
+
+/**
+ * WebCrypto's SubtleCrypto: the global one (Node.js 20 or later, browsers,
+ * Deno, Bun), or node:crypto's on Node.js 18, which has no global crypto.
+ */
+async function webCrypto(): Promise<SubtleCrypto> {
+  const subtle = (globalThis as { crypto?: { subtle?: SubtleCrypto } }).crypto?.subtle;
+  if (subtle) {
+    return subtle;
+  }
+  const nodeCrypto = "node:crypto"; // not a literal, so that a bundler for browsers leaves it alone
+  const m = (await import(nodeCrypto).catch(() => undefined)) as { webcrypto?: { subtle?: SubtleCrypto } } | undefined;
+  if (!m?.webcrypto?.subtle) {
+    throw new Error("lockapi: verifyWebhook needs WebCrypto (globalThis.crypto.subtle)");
+  }
+  return m.webcrypto.subtle;
 }
 
 /** Compares two strings in time that depends on their length only. */

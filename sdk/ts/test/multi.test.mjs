@@ -21,12 +21,14 @@ test("acquireAll takes every lock or none, and names the one held", async () => 
   }
   await holder.release();
 
-  const leases = await c.acquireAll([z, a, b], { owner: "w", ttlMs: 1500, metadata: { job: "deploy" } });
+  const leases = await c.acquireAll([z, a, b], { owner: "w", ttlMs: 3000, metadata: { job: "deploy" } });
   assert.deepEqual(leases.map((l) => l.name), [z, a, b], "in the order of names");
   assert.equal(new Set(leases.map((l) => l.leaseId)).size, 3);
   assert.ok(leases.every((l) => l.owner === "w" && l.sessionId === undefined && l.metadata.job === "deploy"));
-  // Each renews itself (every TTL/3): held after two TTLs. A TTL of 1.5 s
-  // lets a renewal be a second late on a loaded machine.
+  // Each renews itself (every TTL/3): held past its TTL. A TTL of 3 s
+  // leaves each renewal 1.4 s (from TTL/3 to the safety margin) on a
+  // loaded machine; with 1.5 s, a run at load 15 on two cores once lost a
+  // lease with no renewal sent in time.
   await new Promise((r) => setTimeout(r, 3200));
   for (const name of [z, a, b]) {
     await assert.rejects(c.acquire(name, { owner: "other" }), LockHeldError);
