@@ -26,6 +26,10 @@ func Wire(e lock.Event) event.Event {
 		Time:         e.Time,
 		Session:      e.Session,
 	}
+	if e.Type == event.Granted {
+		ms := e.Waited.Milliseconds()
+		out.WaitedMS = &ms
+	}
 	if e.Queue >= 0 {
 		q := e.Queue
 		out.QueueLength = &q

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_edbc4cc8dfc3d572"},
-		{"cluster", true, "lockapi_b3be6e6b9468797e"},
+		{"plain", false, "lockapi_61c45e98a73fadfa"},
+		{"cluster", true, "lockapi_f59a7633451b4a92"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
