@@ -88,6 +88,10 @@ func TestUI_history(t *testing.T) {
 	if st := uiState(t, s, adminKey, "jobs:nightly"); st.Held {
 		t.Fatalf("the session's lease lives on: %+v", st)
 	}
+	// Counted as the API's DELETE /v1/sessions/{id} is: it is that request.
+	if got := scrape(t, newAPI(t, s))[`lockapi_http_requests_total{method="DELETE",route="/v1/sessions/{id}",status="200"}`]; got != 1 {
+		t.Errorf("DELETE /v1/sessions/{id} counted %v times after the dashboard ended a session, want 1", got)
+	}
 	b.checkConsole()
 }
 
