@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client/api"
+	"github.com/lockapi/lockapi/event"
 )
 
 // EndedBy says how a lease of a lock's history ended.
@@ -93,25 +95,29 @@ func newPastLease(l api.HistoryLease) PastLease {
 	return out
 }
 
-// MarshalJSON writes l as the server answers it (HistoryLease).
+// MarshalJSON writes l as the server answers it (HistoryLease): the same
+// members, in the same order, times in the API's format.
 func (l PastLease) MarshalJSON() ([]byte, error) {
-	mode := api.LeaseModeExclusive
+	out := struct {
+		Owner        string `json:"owner"`
+		Principal    string `json:"principal"`
+		Mode         string `json:"mode"`
+		FencingToken uint64 `json:"fencing_token"`
+		Session      string `json:"session,omitempty"`
+		AcquiredAt   string `json:"acquired_at,omitempty"`
+		EndedAt      string `json:"ended_at,omitempty"`
+		EndedBy      string `json:"ended_by,omitempty"`
+		HeldMs       *int64 `json:"held_ms,omitempty"`
+		WaitedMs     *int64 `json:"waited_ms,omitempty"`
+	}{Owner: l.Owner, Principal: l.Principal, Mode: string(api.LeaseModeExclusive), FencingToken: l.Token, Session: l.Session, EndedBy: string(l.EndedBy)}
 	if l.Shared {
-		mode = api.LeaseModeShared
-	}
-	out := api.HistoryLease{Owner: l.Owner, Principal: l.Principal, Mode: mode, FencingToken: api.FencingToken(l.Token)}
-	if l.Session != "" {
-		out.Session = &l.Session
+		out.Mode = string(api.LeaseModeShared)
 	}
 	if !l.AcquiredAt.IsZero() {
-		out.AcquiredAt = &l.AcquiredAt
+		out.AcquiredAt = event.FormatTime(l.AcquiredAt)
 	}
 	if !l.EndedAt.IsZero() {
-		out.EndedAt = &l.EndedAt
-	}
-	if l.EndedBy != "" {
-		by := string(l.EndedBy)
-		out.EndedBy = &by
+		out.EndedAt = event.FormatTime(l.EndedAt)
 	}
 	if l.HeldKnown {
 		ms := l.Held.Milliseconds()
@@ -121,7 +127,13 @@ func (l PastLease) MarshalJSON() ([]byte, error) {
 		ms := l.Waited.Milliseconds()
 		out.WaitedMs = &ms
 	}
-	return json.Marshal(out)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as the server writes
+	if err := enc.Encode(out); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // StatsSort orders the locks of LockStats.
