@@ -41,6 +41,8 @@ var contract = []struct {
 	{http.MethodDelete, "/v1/sessions/{id}", "deleteSession", []string{"200", "400", "401", "403", "404", "410", "415", "429", "501", "503"}},
 	{http.MethodPost, "/v1/sessions/{id}/renew", "renewSession", []string{"200", "400", "401", "403", "404", "410", "413", "415", "429", "501", "503"}},
 	{http.MethodGet, "/v1/events", "getEvents", []string{"200", "400", "401", "403", "410", "429", "501", "503"}},
+	{http.MethodGet, "/v1/locks/{name}/history", "getLockHistory", []string{"200", "400", "401", "403", "429", "501", "503"}},
+	{http.MethodGet, "/v1/stats/locks", "getLockStats", []string{"200", "400", "401", "403", "429", "501"}},
 	{http.MethodPost, "/v1/webhooks", "createWebhook", []string{"201", "400", "401", "403", "409", "413", "415", "429", "501", "503"}},
 	{http.MethodGet, "/v1/webhooks", "listWebhooks", []string{"200", "400", "401", "403", "429", "501", "503"}},
 	{http.MethodGet, "/v1/webhooks/{id}", "getWebhook", []string{"200", "400", "401", "403", "404", "429", "501", "503"}},

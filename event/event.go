@@ -91,6 +91,10 @@ type Event struct {
 	// QueueLength is the lock's queued waiters after the change; nil (and
 	// absent) where the store did not know it.
 	QueueLength *int `json:"queue_length,omitempty"`
+	// WaitedMS is how long the request of a Granted event waited for the
+	// lease, in milliseconds: 0 for an immediate grant. nil (and absent)
+	// on every other type.
+	WaitedMS *int64 `json:"waited_ms,omitempty"`
 	// LeaseID is the lease's capability to renew and release: shown to
 	// admins only, never in a webhook delivery.
 	LeaseID string `json:"lease_id,omitempty"`

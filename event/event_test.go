@@ -45,7 +45,7 @@ func TestMarshal(t *testing.T) {
 		// A reader takes an event of a later server, with members it does
 		// not know; an absent time is the zero time.
 		var got event.Event
-		if err := json.Unmarshal([]byte(`{"id":"2-0","type":"updated","waited_ms":5}`), &got); err != nil {
+		if err := json.Unmarshal([]byte(`{"id":"2-0","type":"updated","colour":5}`), &got); err != nil {
 			t.Fatal(err)
 		}
 		if got.ID != "2-0" || got.Type != "updated" || !got.Time.IsZero() || got.QueueLength != nil {

@@ -227,6 +227,27 @@ func (e WebhookWorkerLease) Valid() bool {
 	}
 }
 
+// Defines values for GetLockStatsParamsSort.
+const (
+	Expiries GetLockStatsParamsSort = "expiries"
+	Grants   GetLockStatsParamsSort = "grants"
+	Waited   GetLockStatsParamsSort = "waited"
+)
+
+// Valid indicates whether the value is a known member of the GetLockStatsParamsSort enum.
+func (e GetLockStatsParamsSort) Valid() bool {
+	switch e {
+	case Expiries:
+		return true
+	case Grants:
+		return true
+	case Waited:
+		return true
+	default:
+		return false
+	}
+}
+
 // AcquireRequest Every field is optional; the body itself may be omitted. Each default is the server's, named in the field's description: a client sends only what it sets. `session` and `ttl_ms` do not go together.
 //
 // Example: {"metadata":{"job":"nightly"},"owner":"worker-7","ttl_ms":30000,"wait_ms":0}
@@ -402,6 +423,11 @@ type Event struct {
 	//
 	// Example: granted
 	Type EventType `json:"type"`
+
+	// WaitedMs On a `granted` event only: how long the request waited for the lease, in milliseconds; 0 for an immediate grant.
+	//
+	// Example: 0
+	WaitedMs *int64 `json:"waited_ms,omitempty"`
 }
 
 // EventID An event's id: opaque, and ordered (a later event has a larger id). Today `<ms>-<seq>`, as Redis stream ids are, each part 1-19 digits.
@@ -479,6 +505,53 @@ type HeldBy struct {
 	//
 	// Example: worker-7
 	Owner Owner `json:"owner"`
+}
+
+// HistoryLease One lease of a lock's history. A current holder has no `ended_at`, `ended_by` nor `held_ms`; `acquired_at`, `waited_ms` and `held_ms` are absent where the grant is older than what the server read.
+type HistoryLease struct {
+	// AcquiredAt Example: 2026-11-23T17:00:00.000Z
+	AcquiredAt *time.Time `json:"acquired_at,omitempty"`
+
+	// EndedAt Example: 2026-11-23T17:00:59.000Z
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+
+	// EndedBy How the lease ended: `released`, `expired` (its TTL ran out), `force_released` (by an admin) or `session_ended` (its session ended or expired). An open string: a later server may add ends.
+	//
+	// Example: released
+	EndedBy *string `json:"ended_by,omitempty"`
+
+	// FencingToken Strictly larger for every fresh grant of the lock, and below 2^53. Guarded resources reject writes with a token smaller than one seen.
+	//
+	// Example: 42
+	FencingToken FencingToken `json:"fencing_token"`
+
+	// HeldMs From the grant to the end, in milliseconds.
+	//
+	// Example: 59000
+	HeldMs *int64 `json:"held_ms,omitempty"`
+
+	// Mode How a lease holds its lock: `exclusive` alone (the default), or `shared` with other readers. A semaphore's permits are `exclusive`: they are counted, not shared.
+	//
+	// Example: exclusive
+	Mode LeaseMode `json:"mode"`
+
+	// Owner Who holds or asks for the lock: 1–128 printable characters (Unicode letters, marks, numbers, punctuation, symbols other than U+FFFD, and the ASCII space). The same owner re-acquiring a lock it holds is reentrant.
+	//
+	// Example: worker-7
+	Owner Owner `json:"owner"`
+
+	// Principal The principal that acquired the lease; empty on a server without API keys.
+	//
+	// Example: ci
+	Principal string `json:"principal"`
+
+	// Session The session the lease was bound to; absent for none.
+	Session *SessionID `json:"session,omitempty"`
+
+	// WaitedMs How long the request waited for the grant, in milliseconds.
+	//
+	// Example: 0
+	WaitedMs *int64 `json:"waited_ms,omitempty"`
 }
 
 // Holder What anyone may see of a live lease; never its `lease_id`.
@@ -596,6 +669,18 @@ type LeaseID = string
 // Example: exclusive
 type LeaseMode string
 
+// LockHistory A lock's recent leases, newest first, its current holders first.
+//
+// Example: {"leases":[{"acquired_at":"2026-11-23T17:01:00.000Z","fencing_token":43,"mode":"exclusive","owner":"ci-8","principal":"ci","waited_ms":1200},{"acquired_at":"2026-11-23T17:00:00.000Z","ended_at":"2026-11-23T17:00:59.000Z","ended_by":"released","fencing_token":42,"held_ms":59000,"mode":"exclusive","owner":"ci-7","principal":"ci","waited_ms":0}],"lock":"deploy:prod"}
+type LockHistory struct {
+	Leases []HistoryLease `json:"leases"`
+
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
+	//
+	// Example: deploy:prod
+	Lock LockName `json:"lock"`
+}
+
 // LockList Example: {"locks":[{"fencing_token":42,"held":true,"holder":{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{},"mode":"exclusive","owner":"worker-7"},"holders":[{"acquired_at":"2025-11-22T14:02:00Z","expires_at":"2025-11-22T14:02:30Z","fencing_token":42,"hold_count":1,"metadata":{},"mode":"exclusive","owner":"worker-7"}],"index":"1732284120000-42","limit":0,"lock":"deploy:prod","mode":"exclusive","queue_length":0}],"next_cursor":null}
 type LockList struct {
 	Locks []LockState `json:"locks"`
@@ -659,6 +744,70 @@ type LockState struct {
 	//
 	// Example: 0
 	QueueLength int32 `json:"queue_length"`
+}
+
+// LockStats One lock's figures over the window.
+type LockStats struct {
+	// Expiries Example: 2
+	Expiries int32 `json:"expiries"`
+
+	// ForceReleases Example: 0
+	ForceReleases int32 `json:"force_releases"`
+
+	// Grants Example: 120
+	Grants int32 `json:"grants"`
+
+	// GrantsPerMinute Grants in each minute of the window, oldest first.
+	//
+	// Example: [8,9,7]
+	GrantsPerMinute []int32 `json:"grants_per_minute"`
+
+	// HeldP50Ms Example: 800
+	HeldP50Ms int64 `json:"held_p50_ms"`
+
+	// HeldP99Ms Example: 4200
+	HeldP99Ms int64 `json:"held_p99_ms"`
+
+	// Lock 1–200 characters from `A-Z a-z 0-9 . _ : @ ~ -`, not only dots; `:` separates levels.
+	//
+	// Example: deploy:prod
+	Lock LockName `json:"lock"`
+
+	// MaxQueue The largest queue of waiters an event of the lock reported.
+	//
+	// Example: 3
+	MaxQueue int32 `json:"max_queue"`
+
+	// WaitedP50Ms Example: 15
+	WaitedP50Ms int64 `json:"waited_p50_ms"`
+
+	// WaitedP99Ms Example: 2900
+	WaitedP99Ms int64 `json:"waited_p99_ms"`
+}
+
+// LockStatsList The hottest locks over a window, and the window's minutes.
+type LockStatsList struct {
+	// ExpiringPrincipals The principals whose leases expired in the window, most first.
+	ExpiringPrincipals []PrincipalExpiries `json:"expiring_principals"`
+	Locks              []LockStats         `json:"locks"`
+
+	// Minutes Every minute of the window, oldest first, summed over the locks the caller may read.
+	Minutes []StatsMinute `json:"minutes"`
+
+	// Since The start of the window's first minute.
+	//
+	// Example: 2026-11-23T16:46:00.000Z
+	Since time.Time `json:"since"`
+
+	// Sort The order of `locks`.
+	//
+	// Example: grants
+	Sort string `json:"sort"`
+
+	// WindowMs The window, in milliseconds.
+	//
+	// Example: 900000
+	WindowMs int64 `json:"window_ms"`
 }
 
 // Metadata Free-form string labels kept with the lease: at most 16 keys, keys non-empty, keys and values at most 4096 bytes (of UTF-8) in all, none holding U+FFFD (what a decoder makes of invalid text). Values are strings, never null.
@@ -806,6 +955,15 @@ type PingResult struct {
 
 // PingResultOutcome `delivered`; `rejected` (another status); `unreachable` (no answer in time, or no connection); `refused` (the destination resolves to an address not allowed).
 type PingResultOutcome string
+
+// PrincipalExpiries A principal whose leases expired.
+type PrincipalExpiries struct {
+	// Expiries Example: 5
+	Expiries int32 `json:"expiries"`
+
+	// Principal Example: batch
+	Principal string `json:"principal"`
+}
 
 // Problem An RFC 9457 problem detail, sent as `application/problem+json`. `lock` is present for the conflicts (`lock-held`, `limit-mismatch`, `upgrade-refused`); `queue_length`, and `holder` unless only queued waiters are in the way, for `lock-held`; `lock_delay_remaining_ms` for `lock-delay`; `errors` for `invalid-request`; `oldest_id` for `events-gone`.
 //
@@ -1010,6 +1168,11 @@ type Session struct {
 	// Example: worker-7
 	Owner Owner `json:"owner"`
 
+	// Principal The principal that created the session; empty on a server without API keys.
+	//
+	// Example: ci
+	Principal *string `json:"principal,omitempty"`
+
 	// SessionID A session's id, a 26-character ULID.
 	//
 	// Example: 01JD3Z8Q6W9M4T5R2K7X1B0C9S
@@ -1050,6 +1213,21 @@ type SessionLease struct {
 // SessionList defines model for SessionList.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`
+}
+
+// StatsMinute One minute of the window.
+type StatsMinute struct {
+	// At Example: 2026-11-23T17:00:00.000Z
+	At time.Time `json:"at"`
+
+	// Expiries Example: 0
+	Expiries int32 `json:"expiries"`
+
+	// ForceReleases Example: 0
+	ForceReleases int32 `json:"force_releases"`
+
+	// Grants Example: 8
+	Grants int32 `json:"grants"`
 }
 
 // UpdateLeaseRequest The lease's new metadata, which replaces all of the old.
@@ -1309,6 +1487,12 @@ type GetLockParams struct {
 	WaitMs *WatchWaitMs `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
 
+// GetLockHistoryParams defines parameters for GetLockHistory.
+type GetLockHistoryParams struct {
+	// Limit The most leases in the answer, 100 by default; larger values are clamped to 1000.
+	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // AcquireLeaseParams defines parameters for AcquireLease.
 type AcquireLeaseParams struct {
 	// IdempotencyKey Makes retrying this acquire safe (IETF httpapi Idempotency-Key). A repeat with the same key, owner and lock while the lease lives returns the lease as it is instead of adding a hold. 1-255 printable ASCII characters; a UUID or ULID per logical acquire is typical.
@@ -1347,6 +1531,21 @@ type GetSessionParams struct {
 	// WaitMs How long a blocking query may wait, in milliseconds; clamped to the server's maximum wait (default 60000). Used only with `index`; with `index` and no `wait_ms` the query waits up to the maximum wait, as Consul's blocking queries do.
 	WaitMs *WatchWaitMs `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
+
+// GetLockStatsParams defines parameters for GetLockStats.
+type GetLockStatsParams struct {
+	// Window How far back to count, `1m` to `60m`, or `1h` (the current minute counts as one); `15m` by default.
+	Window *string `form:"window,omitempty" json:"window,omitempty"`
+
+	// Sort The order of `locks`, largest first: `grants`, `waited` (waited p99), or `expiries`; ties by grants, then by name. `grants` by default.
+	Sort *GetLockStatsParamsSort `form:"sort,omitempty" json:"sort,omitempty"`
+
+	// Limit The most locks, and principals, in the answer, 20 by default; larger values are clamped to 1000.
+	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// GetLockStatsParamsSort defines parameters for GetLockStats.
+type GetLockStatsParamsSort string
 
 // ListDeadLettersParams defines parameters for ListDeadLetters.
 type ListDeadLettersParams struct {
@@ -1633,6 +1832,21 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/locks/{name} (the `GetLock` operationId).
 	GetLock(ctx context.Context, name LockName, params *GetLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetLockHistory A lock's recent leases
+	//
+	// The lock's recent leases, newest first: its current holders (as
+	// `GET /v1/locks/{name}` sees them) without `ended_at`, then the
+	// leases that ended, at most `LOCKAPI_HISTORY_LEASES` (100) of them.
+	// Each instance keeps them in memory from the event log
+	// (`docs/EVENTS.md`), which it reads back an hour at start, so every
+	// instance answers alike. `acquired_at`, `waited_ms` and `held_ms` are
+	// absent where the grant is older than what the instance read. A lock
+	// with no event for an hour is forgotten. Needs `locks:read` on the
+	// name.
+	//
+	// Corresponds with GET /v1/locks/{name}/history (the `GetLockHistory` operationId).
+	GetLockHistory(ctx context.Context, name LockName, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// AcquireLeaseWithBody Acquire a lease on a lock
 	//
 	// Grants the lock, waiting up to `wait_ms` for it to become free.
@@ -1914,6 +2128,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
 	RenewSession(ctx context.Context, id SessionIDPath, body RenewSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetLockStats The hottest locks
+	//
+	// The locks with the most activity over the last `window`, from the
+	// instance's in-memory window of lock events (as for
+	// `GET /v1/locks/{name}/history`): per lock its grants, expiries and
+	// force releases, held and waited percentiles, the largest queue an
+	// event reported and its grants per minute; the same counts per
+	// minute over all those locks; and the principals whose leases expired
+	// most (crashing holders). Only the locks the caller may read count,
+	// for every key, an admin's too: its name patterns decide. Percentiles
+	// are of the last `LOCKAPI_HISTORY_LEASES` leases of each lock that
+	// fall in the window (held: of those that ended in it; waited: of
+	// those granted in it), as are the principals' expiries; the counts
+	// are of every event. Needs `locks:read`.
+	//
+	// Corresponds with GET /v1/stats/locks (the `GetLockStats` operationId).
+	GetLockStats(ctx context.Context, params *GetLockStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWebhooks List webhooks
 	//
@@ -2312,6 +2544,31 @@ func (c *Client) ForceRelease(ctx context.Context, name LockName, reqEditors ...
 // Corresponds with GET /v1/locks/{name} (the `GetLock` operationId).
 func (c *Client) GetLock(ctx context.Context, name LockName, params *GetLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetLockRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLockHistory A lock's recent leases
+//
+// The lock's recent leases, newest first: its current holders (as
+// `GET /v1/locks/{name}` sees them) without `ended_at`, then the
+// leases that ended, at most `LOCKAPI_HISTORY_LEASES` (100) of them.
+// Each instance keeps them in memory from the event log
+// (`docs/EVENTS.md`), which it reads back an hour at start, so every
+// instance answers alike. `acquired_at`, `waited_ms` and `held_ms` are
+// absent where the grant is older than what the instance read. A lock
+// with no event for an hour is forgotten. Needs `locks:read` on the
+// name.
+//
+// Corresponds with GET /v1/locks/{name}/history (the `GetLockHistory` operationId).
+func (c *Client) GetLockHistory(ctx context.Context, name LockName, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLockHistoryRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2754,6 +3011,34 @@ func (c *Client) RenewSessionWithBody(ctx context.Context, id SessionIDPath, con
 // Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
 func (c *Client) RenewSession(ctx context.Context, id SessionIDPath, body RenewSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRenewSessionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLockStats The hottest locks
+//
+// The locks with the most activity over the last `window`, from the
+// instance's in-memory window of lock events (as for
+// `GET /v1/locks/{name}/history`): per lock its grants, expiries and
+// force releases, held and waited percentiles, the largest queue an
+// event reported and its grants per minute; the same counts per
+// minute over all those locks; and the principals whose leases expired
+// most (crashing holders). Only the locks the caller may read count,
+// for every key, an admin's too: its name patterns decide. Percentiles
+// are of the last `LOCKAPI_HISTORY_LEASES` leases of each lock that
+// fall in the window (held: of those that ended in it; waited: of
+// those granted in it), as are the principals' expiries; the counts
+// are of every event. Needs `locks:read`.
+//
+// Corresponds with GET /v1/stats/locks (the `GetLockStats` operationId).
+func (c *Client) GetLockStats(ctx context.Context, params *GetLockStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLockStatsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3471,6 +3756,67 @@ func NewGetLockRequest(server string, name LockName, params *GetLockParams) (*ht
 	return req, nil
 }
 
+// NewGetLockHistoryRequest constructs an http.Request for the GetLockHistory method
+func NewGetLockHistoryRequest(server string, name LockName, params *GetLockHistoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewAcquireLeaseRequest calls the generic AcquireLease builder with application/json body
 func NewAcquireLeaseRequest(server string, name LockName, params *AcquireLeaseParams, body AcquireLeaseJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4054,6 +4400,84 @@ func NewRenewSessionRequestWithBody(server string, id SessionIDPath, contentType
 	return req, nil
 }
 
+// NewGetLockStatsRequest constructs an http.Request for the GetLockStats method
+func NewGetLockStatsRequest(server string, params *GetLockStatsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stats/locks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Window != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "window", *params.Window, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Sort != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "sort", *params.Sort, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListWebhooksRequest constructs an http.Request for the ListWebhooks method
 func NewListWebhooksRequest(server string) (*http.Request, error) {
 	var err error
@@ -4579,6 +5003,23 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/locks/{name} (the `GetLock` operationId).
 	GetLockWithResponse(ctx context.Context, name LockName, params *GetLockParams, reqEditors ...RequestEditorFn) (*GetLockResponse, error)
 
+	// GetLockHistoryWithResponse A lock's recent leases
+	//
+	// The lock's recent leases, newest first: its current holders (as
+	// `GET /v1/locks/{name}` sees them) without `ended_at`, then the
+	// leases that ended, at most `LOCKAPI_HISTORY_LEASES` (100) of them.
+	// Each instance keeps them in memory from the event log
+	// (`docs/EVENTS.md`), which it reads back an hour at start, so every
+	// instance answers alike. `acquired_at`, `waited_ms` and `held_ms` are
+	// absent where the grant is older than what the instance read. A lock
+	// with no event for an hour is forgotten. Needs `locks:read` on the
+	// name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/locks/{name}/history (the `GetLockHistory` operationId).
+	GetLockHistoryWithResponse(ctx context.Context, name LockName, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*GetLockHistoryResponse, error)
+
 	// AcquireLeaseWithBodyWithResponse Acquire a lease on a lock
 	//
 	// Grants the lock, waiting up to `wait_ms` for it to become free.
@@ -4868,6 +5309,26 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/renew (the `RenewSession` operationId).
 	RenewSessionWithResponse(ctx context.Context, id SessionIDPath, body RenewSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSessionResponse, error)
+
+	// GetLockStatsWithResponse The hottest locks
+	//
+	// The locks with the most activity over the last `window`, from the
+	// instance's in-memory window of lock events (as for
+	// `GET /v1/locks/{name}/history`): per lock its grants, expiries and
+	// force releases, held and waited percentiles, the largest queue an
+	// event reported and its grants per minute; the same counts per
+	// minute over all those locks; and the principals whose leases expired
+	// most (crashing holders). Only the locks the caller may read count,
+	// for every key, an admin's too: its name patterns decide. Percentiles
+	// are of the last `LOCKAPI_HISTORY_LEASES` leases of each lock that
+	// fall in the window (held: of those that ended in it; waited: of
+	// those granted in it), as are the principals' expiries; the counts
+	// are of every event. Needs `locks:read`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/stats/locks (the `GetLockStats` operationId).
+	GetLockStatsWithResponse(ctx context.Context, params *GetLockStatsParams, reqEditors ...RequestEditorFn) (*GetLockStatsResponse, error)
 
 	// ListWebhooksWithResponse List webhooks
 	//
@@ -6255,6 +6716,155 @@ func (r GetLockResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetLockHistoryResponse200Headers the declared response headers of an HTTP 200 response for GetLockHistory
+type GetLockHistoryResponse200Headers struct {
+	XRequestID string
+}
+
+// GetLockHistoryResponse400Headers the declared response headers of an HTTP 400 response for GetLockHistory
+type GetLockHistoryResponse400Headers struct {
+	XRequestID string
+}
+
+// GetLockHistoryResponse401Headers the declared response headers of an HTTP 401 response for GetLockHistory
+type GetLockHistoryResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetLockHistoryResponse403Headers the declared response headers of an HTTP 403 response for GetLockHistory
+type GetLockHistoryResponse403Headers struct {
+	XRequestID string
+}
+
+// GetLockHistoryResponse429Headers the declared response headers of an HTTP 429 response for GetLockHistory
+type GetLockHistoryResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// GetLockHistoryResponse501Headers the declared response headers of an HTTP 501 response for GetLockHistory
+type GetLockHistoryResponse501Headers struct {
+	XRequestID string
+}
+
+// GetLockHistoryResponse503Headers the declared response headers of an HTTP 503 response for GetLockHistory
+type GetLockHistoryResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// GetLockHistoryResponseDefaultHeaders the declared response headers of an HTTP default response for GetLockHistory
+type GetLockHistoryResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type GetLockHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockHistory
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *EventsDisabled
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetLockHistoryResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetLockHistoryResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetLockHistoryResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetLockHistoryResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLockHistoryResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *GetLockHistoryResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetLockHistoryResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetLockHistoryResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLockHistoryResponse) GetJSON200() *LockHistory {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationProblemJSON501() *EventsDisabled {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetLockHistoryResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLockHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLockHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLockHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLockHistoryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8064,6 +8674,140 @@ func (r RenewSessionResponse) ContentType() string {
 	return ""
 }
 
+// GetLockStatsResponse200Headers the declared response headers of an HTTP 200 response for GetLockStats
+type GetLockStatsResponse200Headers struct {
+	XRequestID string
+}
+
+// GetLockStatsResponse400Headers the declared response headers of an HTTP 400 response for GetLockStats
+type GetLockStatsResponse400Headers struct {
+	XRequestID string
+}
+
+// GetLockStatsResponse401Headers the declared response headers of an HTTP 401 response for GetLockStats
+type GetLockStatsResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetLockStatsResponse403Headers the declared response headers of an HTTP 403 response for GetLockStats
+type GetLockStatsResponse403Headers struct {
+	XRequestID string
+}
+
+// GetLockStatsResponse429Headers the declared response headers of an HTTP 429 response for GetLockStats
+type GetLockStatsResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// GetLockStatsResponse501Headers the declared response headers of an HTTP 501 response for GetLockStats
+type GetLockStatsResponse501Headers struct {
+	XRequestID string
+}
+
+// GetLockStatsResponseDefaultHeaders the declared response headers of an HTTP default response for GetLockStats
+type GetLockStatsResponseDefaultHeaders struct {
+	XRequestID string
+}
+
+type GetLockStatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockStatsList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *InvalidRequest
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationProblemJSON501 *EventsDisabled
+	// ApplicationProblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationProblemJSONDefault *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetLockStatsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetLockStatsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetLockStatsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetLockStatsResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLockStatsResponse429Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *GetLockStatsResponse501Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetLockStatsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLockStatsResponse) GetJSON200() *LockStatsList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetLockStatsResponse) GetApplicationProblemJSON400() *InvalidRequest {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetLockStatsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetLockStatsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetLockStatsResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r GetLockStatsResponse) GetApplicationProblemJSON501() *EventsDisabled {
+	return r.ApplicationProblemJSON501
+}
+
+// GetApplicationProblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetLockStatsResponse) GetApplicationProblemJSONDefault() *Internal {
+	return r.ApplicationProblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLockStatsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLockStatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLockStatsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLockStatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListWebhooksResponse200Headers the declared response headers of an HTTP 200 response for ListWebhooks
 type ListWebhooksResponse200Headers struct {
 	XRequestID string
@@ -9539,6 +10283,29 @@ func (c *ClientWithResponses) GetLockWithResponse(ctx context.Context, name Lock
 	return ParseGetLockResponse(rsp)
 }
 
+// GetLockHistoryWithResponse A lock's recent leases
+//
+// The lock's recent leases, newest first: its current holders (as
+// `GET /v1/locks/{name}` sees them) without `ended_at`, then the
+// leases that ended, at most `LOCKAPI_HISTORY_LEASES` (100) of them.
+// Each instance keeps them in memory from the event log
+// (`docs/EVENTS.md`), which it reads back an hour at start, so every
+// instance answers alike. `acquired_at`, `waited_ms` and `held_ms` are
+// absent where the grant is older than what the instance read. A lock
+// with no event for an hour is forgotten. Needs `locks:read` on the
+// name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/locks/{name}/history (the `GetLockHistory` operationId).
+func (c *ClientWithResponses) GetLockHistoryWithResponse(ctx context.Context, name LockName, params *GetLockHistoryParams, reqEditors ...RequestEditorFn) (*GetLockHistoryResponse, error) {
+	rsp, err := c.GetLockHistory(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLockHistoryResponse(rsp)
+}
+
 // AcquireLeaseWithBodyWithResponse Acquire a lease on a lock
 //
 // Grants the lock, waiting up to `wait_ms` for it to become free.
@@ -9923,6 +10690,32 @@ func (c *ClientWithResponses) RenewSessionWithResponse(ctx context.Context, id S
 		return nil, err
 	}
 	return ParseRenewSessionResponse(rsp)
+}
+
+// GetLockStatsWithResponse The hottest locks
+//
+// The locks with the most activity over the last `window`, from the
+// instance's in-memory window of lock events (as for
+// `GET /v1/locks/{name}/history`): per lock its grants, expiries and
+// force releases, held and waited percentiles, the largest queue an
+// event reported and its grants per minute; the same counts per
+// minute over all those locks; and the principals whose leases expired
+// most (crashing holders). Only the locks the caller may read count,
+// for every key, an admin's too: its name patterns decide. Percentiles
+// are of the last `LOCKAPI_HISTORY_LEASES` leases of each lock that
+// fall in the window (held: of those that ended in it; waited: of
+// those granted in it), as are the principals' expiries; the counts
+// are of every event. Needs `locks:read`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/stats/locks (the `GetLockStats` operationId).
+func (c *ClientWithResponses) GetLockStatsWithResponse(ctx context.Context, params *GetLockStatsParams, reqEditors ...RequestEditorFn) (*GetLockStatsResponse, error) {
+	rsp, err := c.GetLockStats(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLockStatsResponse(rsp)
 }
 
 // ListWebhooksWithResponse List webhooks
@@ -11546,6 +12339,185 @@ func ParseGetLockResponse(rsp *http.Response) (*GetLockResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers GetLockResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetLockHistoryResponse parses an HTTP response from a GetLockHistoryWithResponse call
+func ParseGetLockHistoryResponse(rsp *http.Response) (*GetLockHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLockHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockHistory
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest EventsDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetLockHistoryResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetLockHistoryResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetLockHistoryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetLockHistoryResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetLockHistoryResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers GetLockHistoryResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetLockHistoryResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers GetLockHistoryResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -13745,6 +14717,161 @@ func ParseRenewSessionResponse(rsp *http.Response) (*RenewSessionResponse, error
 		response.Headers503 = &headers
 	case true:
 		var headers RenewSessionResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetLockStatsResponse parses an HTTP response from a GetLockStatsWithResponse call
+func ParseGetLockStatsResponse(rsp *http.Response) (*GetLockStatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLockStatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockStatsList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest EventsDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetLockStatsResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetLockStatsResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetLockStatsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetLockStatsResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetLockStatsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 501:
+		var headers GetLockStatsResponse501Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers501 = &headers
+	case true:
+		var headers GetLockStatsResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
@@ -64,6 +65,7 @@ type serveConfig struct {
 	EventsMax       int
 	EventsRetention time.Duration
 	EventsByField   bool
+	HistoryLeases   int
 
 	TLSCert, TLSKey                       string
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
@@ -165,6 +167,7 @@ func (c *serveConfig) settings() []setting {
 		{"events-max", events, "about how many events the event log keeps at most", intValue(&c.EventsMax, redisstore.DefaultEventsMax, positive)},
 		{"events-retention", events, "how long the event log keeps events at least, within --events-max", durationValue(&c.EventsRetention, redisstore.DefaultEventsRetention, positive)},
 		{"events-by-field", events, "write each event's fields as stream fields of their own, the layout earlier versions read, while a rolling deploy runs them beside this one (Redis)", boolValue(&c.EventsByField, false)},
+		{"history-leases", events, "ended leases per lock that each instance keeps in memory for GET /v1/locks/{name}/history, beside an hour of per-minute figures per lock", intValue(&c.HistoryLeases, history.DefaultLeases, positive)},
 		{"webhooks-file", events, "JSON file of webhook subscriptions, beside those created over /v1/webhooks", fileValue(&c.WebhooksFile)},
 		{"webhooks-allow-private", events, "let webhooks reach loopback, link-local and private addresses, and use http", boolValue(&c.WebhooksAllowPrivate, false)},
 		{"webhooks-timeout", events, "time limit of one webhook delivery attempt", durationValue(&c.WebhooksTimeout, webhook.DefaultTimeout, positive)},

@@ -37,6 +37,7 @@ var otherNames = map[string]string{
 	"LOCKAPI_PROMISE":            "test",
 	"LOCKAPI_RECORD_RELIABILITY": "test",
 	"LOCKAPI_UI_SCREENSHOT":      "test",
+	"LOCKAPI_UI_SCREENSHOTS":     "test",
 	"LOCKAPI_E2E_SESSION_HOLDER": "test",
 }
 

@@ -30,7 +30,7 @@ import (
 )
 
 // wireEvents are one event of every type, each with every optional field
-// set (a queue length, a lease id, a session, an update's metadata), an owner that an HTML-minded
+// set (a queue length, a lease id, a session, an update's metadata, a grant's wait), an owner that an HTML-minded
 // encoder would escape, and times that are neither UTC nor whole
 // milliseconds.
 func wireEvents() []lock.Event {
@@ -47,6 +47,7 @@ func wireEvents() []lock.Event {
 		}
 	}
 	out[0].Mode = lock.Shared
+	out[0].Waited = 1234 * time.Millisecond
 	return out
 }
 

@@ -21,6 +21,8 @@ commands:
   run        run a command while holding a lock, like flock(1) across machines
   status     print a lock's holders, fencing token and waiters
   events     print lock events as they happen
+  history    print a lock's recent leases: holders, waits, how each ended
+  top        show the hottest locks, refreshed every 2 s
   keys new   create an API key and the line that configures the server for it
   version    print lockapi's version and VCS revision (also -v, --version)
   help       print this text

@@ -27,6 +27,8 @@ func TestHelp_golden(t *testing.T) {
 		{"run", []string{"run", "-h"}},
 		{"status", []string{"status", "--help"}},
 		{"events", []string{"events", "-h"}},
+		{"history", []string{"history", "-h"}},
+		{"top", []string{"top", "-h"}},
 		{"keys-new", []string{"keys", "new", "-h"}},
 		{"keys-new", []string{"keys", "-h"}},
 		{"version", []string{"version", "-h"}},

@@ -53,6 +53,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusCmd(ctx, args, stdout, stderr)
 	case "events":
 		return eventsCmd(ctx, args, stdout, stderr)
+	case "history":
+		return historyCmd(ctx, args, stdout, stderr)
+	case "top":
+		return topCmd(ctx, args, stdout, stderr)
 	case "keys":
 		return keys(ctx, args, stdout, stderr)
 	case "version":

@@ -19,6 +19,7 @@ import (
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/force"
+	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/layout"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -157,10 +158,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	// One reader of the store's event log feeds the event streams and the
 	// webhook workers alike; it closes after both have stopped.
+	// The history window follows it for as long as the process runs.
 	var feed *events.Feed
+	var hist *history.Window
 	if el := b.store.Events(); el != nil {
 		feed = events.New(el, events.Options{Logger: log.With().Str("component", "events").Logger()})
 		defer feed.Close()
+		hist = history.Start(feed, el, history.Options{Leases: c.HistoryLeases, Logger: log.With().Str("component", "history").Logger()})
+		defer hist.Close()
 	}
 	hooks, err := openWebhooks(c, b.store, feed, b.hookState, m, log)
 	if err != nil {
@@ -188,6 +193,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Metrics:                 m,
 		Webhooks:                webhooksAPI(hooks),
 		Events:                  feed,
+		History:                 hist,
 	})
 	// The admin dashboard, beside the API and a client of its rules: its
 	// live feed asks the API for /v1/events, and its force release is the

@@ -27,6 +27,10 @@ func Wire(e lock.Event) event.Event {
 		Session:      e.Session,
 		Metadata:     e.Metadata,
 	}
+	if e.Type == event.Granted {
+		ms := e.Waited.Milliseconds()
+		out.WaitedMS = &ms
+	}
 	if e.Queue >= 0 {
 		q := e.Queue
 		out.QueueLength = &q

@@ -24,6 +24,7 @@ import (
 	"github.com/lockapi/lockapi/internal/auth"
 	"github.com/lockapi/lockapi/internal/events"
 	"github.com/lockapi/lockapi/internal/force"
+	"github.com/lockapi/lockapi/internal/history"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/metrics"
 )
@@ -121,6 +122,10 @@ type Config struct {
 	// Webhooks serves /v1/webhooks; nil answers them 501
 	// webhooks-disabled.
 	Webhooks Webhooks
+	// History is the window of Events that serves GET
+	// /v1/locks/{name}/history and GET /v1/stats/locks (cmd/lockapi
+	// starts it on the one feed); nil answers them 501 events-disabled.
+	History *history.Window
 }
 
 // Defaults of the limits.
@@ -245,6 +250,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		r.Delete("/v1/locks/{name}/leases/{lease_id}", s.handleRelease)
 		r.Patch("/v1/locks/{name}/leases/{lease_id}", s.handleUpdate)
 		r.Get("/v1/locks/{name}", s.handleInspect)
+		r.Get("/v1/locks/{name}/history", s.handleLockHistory)
+		r.Get("/v1/stats/locks", s.handleLockStats)
 		r.Delete("/v1/locks/{name}", s.handleForceRelease)
 		r.Get("/v1/locks", s.handleList)
 		r.Post("/v1/leases", s.handleAcquireAll)

@@ -35,6 +35,7 @@ type renewSessionBody struct {
 type Session struct {
 	SessionID   string         `json:"session_id"`
 	Owner       string         `json:"owner"`
+	Principal   string         `json:"principal"`
 	TTLMs       int64          `json:"ttl_ms"`
 	LockDelayMs int64          `json:"lock_delay_ms"`
 	ExpiresAt   string         `json:"expires_at"`
@@ -60,6 +61,7 @@ func newSession(s lock.Session) Session {
 	out := Session{
 		SessionID:   s.ID,
 		Owner:       s.Owner,
+		Principal:   s.Principal,
 		TTLMs:       s.TTL.Milliseconds(),
 		LockDelayMs: s.LockDelay.Milliseconds(),
 		ExpiresAt:   event.FormatTime(s.ExpiresAt),

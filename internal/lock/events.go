@@ -50,7 +50,10 @@ type Event struct {
 	// Metadata is the lease's new metadata, on an EventUpdated only.
 	Metadata map[string]string
 	Queue    int // queued waiters, where the store knew it (-1: unknown)
-	Time     time.Time
+	// Waited is how long the request of a granted event waited for it
+	// (AcquireRequest.Waited), to the millisecond; 0 otherwise.
+	Waited time.Duration
+	Time   time.Time
 	// Late marks an event read after events with larger ids: a log that
 	// merges several (Redis Cluster's, one per master) orders them by the
 	// masters' clocks, and a master whose clock is behind records events

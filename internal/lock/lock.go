@@ -115,6 +115,10 @@ type AcquireRequest struct {
 	// Fair asks for arrival order: a waiting acquire (WaiterID set) joins the
 	// lock's queue and is granted only at its head.
 	Fair bool
+	// Waited is how long the request has waited so far: AcquireWait sets
+	// it on each try after the first, and a fresh grant records it
+	// (Event.Waited) for everyone who reads the event log.
+	Waited time.Duration
 	// WaiterID names a waiting acquire in the lock's queue; AcquireWait sets
 	// it, "" for a try. Its first byte encodes how the entry queues (see
 	// NewWaiterID), so that a store reads it without another lookup.

@@ -56,6 +56,9 @@ type Waiting struct {
 	keep     bool
 	sw       *singleWait
 	deadline time.Time
+	// started is when the call made its first try: each later try tells
+	// the store how long it has waited (AcquireRequest.Waited).
+	started time.Time
 	// retryAt and last are the last try's: when to try again without a
 	// wake-up (zero: only on one), and its refusal, the answer if the wait
 	// runs out.
@@ -72,11 +75,12 @@ type Waiting struct {
 // another context.
 func BeginWait(ctx context.Context, s Store, req AcquireRequest, wait time.Duration) (_ Grant, _ *Waiting, err error) {
 	req, keep := withWaiterID(req, wait)
+	started := time.Now()
 	g, err := tryAcquire(ctx, s, req)
 	if wait <= 0 || !waitMends(err) {
 		return g, nil, err
 	}
-	wt := &Waiting{s: s, req: req, keep: keep, deadline: time.Now().Add(wait),
+	wt := &Waiting{s: s, req: req, keep: keep, deadline: time.Now().Add(wait), started: started,
 		sw: &singleWait{queued: heldBy(err).Queued, backoff: minUnavailableBackoff}}
 	w, err := s.Watch(ctx, req.Lock, WaitForRelease)
 	if err != nil {
@@ -110,6 +114,7 @@ func (wt *Waiting) Wait(ctx context.Context) (Grant, error) {
 
 // try makes one try and takes in its answer: done when it is the call's.
 func (wt *Waiting) try(ctx context.Context) (Grant, error, bool) {
+	wt.req.Waited = time.Since(wt.started)
 	g, err := tryAcquire(ctx, wt.s, wt.req)
 	retryIn, done := wt.sw.next(g, err)
 	if done {

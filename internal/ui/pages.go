@@ -233,6 +233,10 @@ type lockPage struct {
 	Lock lockView
 	// CanRelease: the session may force-release this lock.
 	CanRelease bool
+	// Timeline is the lock's recent leases (nil: TimelineNote says why
+	// there are none).
+	Timeline     *timeline
+	TimelineNote string
 }
 
 // handleLock handles the "GET /ui/locks/{name}" route: the lock's holders,
@@ -244,6 +248,7 @@ func (h *Handler) handleLock(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	p.feed = h.feed(r.Context(), s, lock.EventFilter{Lock: p.Lock.Name})
+	p.Timeline, p.TimelineNote = h.timelineOf(r, s, p.Lock.Name)
 	h.render(w, r, http.StatusOK, "lock", p)
 }
 
@@ -333,6 +338,9 @@ func (h *Handler) fragment(w http.ResponseWriter, r *http.Request, page, name, v
 // funcs are the templates' helpers.
 var funcs = map[string]any{
 	"seconds": formatTTL,
+	"ms":      formatMs,
+	"minute":  minuteLabel,
+	"sub":     func(a, b int) int { return a - b },
 }
 
 // formatTTL writes a TTL as the script's countdown does: 12.3 s, 4m 05s,

@@ -9,7 +9,9 @@
 // authorizes with the API's keys by the API's rule (auth.Key.Allow), and
 // force-releases through the API's service (internal/force), so a key's
 // scopes and name patterns decide what it shows and does, and a release
-// is counted, as on the API. cmd/lockapi mounts it beside the API. Signing in with a key starts a
+// is counted, as on the API. The Activity page, a lock's timeline and the
+// Sessions page ask the API itself, in-process and as the session's key
+// (apicall.go). cmd/lockapi mounts it beside the API. Signing in with a key starts a
 // sealed session (seal.go) that names the key by a fingerprint, never
 // holds it, and ends at its expiry, at sign-out, or when the key leaves
 // the configuration or expires; on a server without keys the dashboard is
@@ -112,7 +114,7 @@ func New(cfg Config) *Handler {
 	if h.revoked == nil {
 		h.revoked = auth.MemoryRevocations()
 	}
-	for _, name := range []string{"signin", "locks", "lock", "confirm", "error", "webhooks", "deadletters"} {
+	for _, name := range []string{"signin", "locks", "lock", "confirm", "error", "webhooks", "deadletters", "activity", "sessions"} {
 		h.pages[name] = template.Must(template.New("").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}
 
@@ -136,6 +138,9 @@ func New(cfg Config) *Handler {
 	mux.HandleFunc("GET /ui/locks/{name}/release", h.withSession(true, h.handleConfirm))
 	mux.HandleFunc("POST /ui/locks/{name}/release", h.withSession(false, h.handleForceRelease))
 	mux.HandleFunc("GET /ui/webhooks", h.withSession(true, h.handleWebhooks))
+	mux.HandleFunc("GET /ui/activity", h.withSession(true, h.handleActivity))
+	mux.HandleFunc("GET /ui/sessions", h.withSession(true, h.handleSessions))
+	mux.HandleFunc("POST /ui/sessions/{id}/end", h.withSession(false, h.handleEndSession))
 	mux.HandleFunc("GET /ui/webhooks/{id}/dead-letters", h.withSession(true, h.handleDeadLetters))
 	// What the pages' script fetches.
 	mux.HandleFunc("GET /ui/rows", h.withSession(false, h.handleRows))

@@ -510,7 +510,9 @@ func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, bou
 	m.schedule(l)
 	g := lock.Grant{Lease: copyLease(&l.Lease), Fresh: true, RequestID: requestID}
 	ns := n.admit(req, l)
-	m.record(lock.EventGranted, n, l, 1, now)
+	e := leaseEvent(lock.EventGranted, n, l, 1, now)
+	e.Waited = req.Waited.Truncate(time.Millisecond)
+	m.log.add(e, now)
 	return g, ns, nil
 }
 

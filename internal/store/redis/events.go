@@ -281,7 +281,8 @@ func (j *journal) parseEvent(m goredis.XMessage) lock.Event {
 // parseEvent reads a stream entry as record in scripts/lib.lua writes it:
 // v=2 (layout.EventsPacked) and one field, e, whose value is the event's
 // fields in eventFields' order, separated by newlines (none of them holds
-// one); e without v (builds before the layout versions) reads the same. An
+// one), and after them, on a grant whose request waited, the ms it waited
+// (lock.Event.Waited); e without v (builds before the layout versions) reads the same. An
 // entry of one field per event field named as eventFields names them
 // (layout.EventsFields, v0.1.0's: without v, or v=1) reads the same. An entry of
 // another layout is an event with only its ID, Time and UnknownLayout
@@ -289,7 +290,7 @@ func (j *journal) parseEvent(m goredis.XMessage) lock.Event {
 // field md beside them, its metadata.
 func parseEvent(m goredis.XMessage) lock.Event {
 	ms, _, _ := lock.ParseEventID(m.ID)
-	var f [len(eventFields)]string
+	var f [len(eventFields) + 1]string // and the packed layout's waited ms
 	v, versioned := m.Values["v"].(string)
 	e, packed := m.Values["e"].(string)
 	switch {
@@ -335,6 +336,7 @@ func parseEvent(m goredis.XMessage) lock.Event {
 		Queue:     num(f[8]),
 		Session:   f[9],
 		Metadata:  md,
+		Waited:    time.Duration(num(f[10])) * time.Millisecond,
 		Time:      time.UnixMilli(int64(ms)).UTC(),
 	}
 }

@@ -327,10 +327,10 @@ func (s *Store) confirmGrant(ctx context.Context, req lock.AcquireRequest, g loc
 }
 
 // acquire runs the acquire script: the fast one when the request is a plain
-// exclusive try (see acquire_fast.lua), and the full one when the request
+// exclusive try that has not waited (see acquire_fast.lua), and the full one when the request
 // is anything else or the fast script leaves it to the full one.
 func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID, meta string, rec *recording) (*goredis.Cmd, int) {
-	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" && req.Session == "" {
+	if req.Mode != lock.Shared && req.Limit == 0 && !req.Fair && req.WaiterID == "" && req.IdempotencyKey == "" && req.Session == "" && req.Waited == 0 {
 		cmd, confirmed := s.write(ctx, "acquire", s.scripts.acquireFast, s.acquireKeys(req.Lock), req.MinReplicas, rec,
 			requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), s.publish)
 		if !fellBack(cmd) {
@@ -346,7 +346,7 @@ func (s *Store) acquire(ctx context.Context, req lock.AcquireRequest, requestID,
 	}
 	return s.write(ctx, "acquire", s.scripts.acquire, s.keys(req.Lock), req.MinReplicas, rec,
 		requestID, req.Owner, req.Principal, req.TTL.Milliseconds(), meta, s.channel(req.Lock), req.IdempotencyKey, s.publish,
-		mode, req.Limit, fair, req.WaiterID, req.Session)
+		mode, req.Limit, fair, req.WaiterID, req.Session, req.Waited.Milliseconds())
 }
 
 // freshGrant is the grant of a fresh exclusive lease, which the scripts

@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_b5351082c9d3c1e4"},
-		{"cluster", true, "lockapi_f2c3ff266e0aa295"},
+		{"plain", false, "lockapi_a71c9037b06998bd"},
+		{"cluster", true, "lockapi_c846b98f7021dff4"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {

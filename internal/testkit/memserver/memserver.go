@@ -11,6 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
+	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/store/memory"
 )
@@ -25,7 +27,12 @@ func Start(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := lockhttp.NewServer(mem, lockhttp.Config{Logger: zerolog.Nop(), Release: release})
+	// One feed and a history window on it, as lockapi serve has.
+	feed := events.New(mem.Events(), events.Options{})
+	hist := history.Start(feed, mem.Events(), history.Options{})
+	t.Cleanup(feed.Close)
+	t.Cleanup(hist.Close)
+	srv := lockhttp.NewServer(mem, lockhttp.Config{Logger: zerolog.Nop(), Release: release, Events: feed, History: hist})
 	if err := srv.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

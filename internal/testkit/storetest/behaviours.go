@@ -32,7 +32,7 @@ type behaviour struct {
 // backend's run. It is kept in three parts: the plain lock's behaviours here,
 // those of the lock kinds (docs/LOCK_KINDS.md) in kinds.go, and those of the
 // event log (docs/EVENTS.md) in events.go.
-var behaviours = append(append(coreBehaviours, kindBehaviours...), eventBehaviours...)
+var behaviours = append(append(append(coreBehaviours, kindBehaviours...), eventBehaviours...), historyBehaviours...)
 
 // coreBehaviours are the plain (exclusive) lock's behaviours.
 var coreBehaviours = []behaviour{

@@ -128,6 +128,34 @@ var eventBehaviours = []behaviour{
 			evOf(lock.EventGranted, e, 1), evOf(lock.EventGranted, sh.Lease, 1), evOf(lock.EventReleased, sh.Lease, 0),
 			evOf(lock.EventGranted, p.Lease, 1), evOf(lock.EventReleased, p.Lease, 0))
 	}},
+	{"Events_a_grant_carries_how_long_it_waited", func(t *testing.T, backend Backend) {
+		// AcquireWait tells each try after its first how long it has
+		// waited (AcquireRequest.Waited); a fresh grant records it, to the
+		// millisecond, and no other event carries it.
+		s := backend.Open(t)
+		c := newEventCheck(t, backend, s, "ev:w")
+		waited := tryAcquire(t, s, lock.AcquireRequest{Lock: "ev:w", Owner: "w", WaiterID: lock.NewWaiterID(lock.AcquireRequest{Lock: "ev:w"}),
+			Waited: 1500*time.Millisecond + 400*time.Microsecond})
+		tryAcquire(t, s, lock.AcquireRequest{Lock: "ev:w", Owner: "w", Waited: time.Second}) // a re-entry
+		atOnce := tryAcquire(t, s, lock.AcquireRequest{Lock: "ev:w:2", Owner: "w"})
+		shared := tryAcquire(t, s, lock.AcquireRequest{Lock: "ev:w:3", Owner: "w", Mode: lock.Shared, Waited: 20 * time.Millisecond})
+		got := c.next()
+		slices.SortStableFunc(got, func(a, b lock.Event) int { return cmp.Compare(a.Lock, b.Lock) })
+		want := []struct {
+			token  uint64
+			typ    lock.EventType
+			waited time.Duration
+		}{{waited.Lease.Token, lock.EventGranted, 1500 * time.Millisecond}, {waited.Lease.Token, lock.EventReentered, 0},
+			{atOnce.Lease.Token, lock.EventGranted, 0}, {shared.Lease.Token, lock.EventGranted, 20 * time.Millisecond}}
+		if len(got) != len(want) {
+			t.Fatalf("recorded %d events, want %d: %v", len(got), len(want), got)
+		}
+		for i, w := range want {
+			if e := got[i]; e.Token != w.token || e.Type != w.typ || e.Waited != w.waited {
+				t.Errorf("event %d: %s waited %v, want %s of token %d waited %v", i, describe(e), e.Waited, w.typ, w.token, w.waited)
+			}
+		}
+	}},
 	{"Events_of_shared_leases_and_permits", func(t *testing.T, backend Backend) {
 		s := backend.Open(t)
 		c := newEventCheck(t, backend, s, "ev:s")

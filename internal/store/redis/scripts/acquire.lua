@@ -16,7 +16,9 @@
 -- ARGV[12] waiter id, "" for a try (see lock.NewWaiterID)
 -- ARGV[13] session id the lease is bound to, "" for none (ARGV[4] is then
 --          ignored: the session's TTL and expiry count)
--- ARGV[14] events: see events_from in lib.lua ("0" to record none)
+-- ARGV[14] ms the request has waited so far ("0" for its first try):
+--          recorded with a fresh grant (record in lib.lua)
+-- ARGV[15] events: see events_from in lib.lua ("0" to record none)
 --
 -- Returns, for a fresh exclusive lease (the lease id is the request id, the
 -- rest is as asked), "<token> <acquired ms>" (a string costs Redis less
@@ -69,7 +71,7 @@ local shared = ARGV[9] == 's'
 local limit = tonumber(ARGV[10])
 local fair = ARGV[11] == '1'
 local waiter = ARGV[12]
-events_from(ARGV[14])
+events_from(ARGV[15])
 local sid = ARGV[13]
 local ttl_s = ARGV[4]
 if sid ~= '' then
@@ -153,7 +155,11 @@ local function granted(fresh, id, token, count, exp_ms)
 	if fresh == 1 then
 		event = 'granted'
 	end
-	record(now, event, id, mode, token, owner, principal, count, exp_ms, nil, sid)
+	local waited = nil
+	if fresh == 1 then
+		waited = ARGV[14]
+	end
+	record(now, event, id, mode, token, owner, principal, count, exp_ms, nil, sid, nil, waited)
 	if fresh == 1 and sid ~= '' then
 		bind(sid, id, mode, limit, token)
 	end

@@ -238,7 +238,9 @@ end
 
 -- Events (docs/EVENTS.md). record appends one event to the log (EV_LOG):
 -- type, lock, lease id, owner, principal, mode, token, holds left, queue
--- length and, for a lease bound to a session, the session, in that order
+-- length and, for a lease bound to a session, the session, then for a
+-- grant whose request waited the ms it waited (after an empty session when
+-- none; a reader of layout 2 that knows ten parts ignores it), in that order
 -- in one field, e, separated by newlines (none of them holds one), which
 -- costs Redis a third less than a field each; the field v before it is the
 -- entry's layout, 2 (a stream stores the field names of entries like the
@@ -290,10 +292,11 @@ end
 -- principal that made the change (a force release's admin). meta, given
 -- by an update only, is the lease's new metadata (JSON, "" for none): the
 -- field md of the entry, beside e (or the fields), which a reader that
--- does not know it passes over. An expiry is recorded only by the script
--- that takes the lease out of EV_EXP, so once whichever scripts and
--- sweepers see it.
-local function record(now, t, id, mode, token, owner, principal, count, exp, by, sess, meta)
+-- does not know it passes over. waited, given by a grant only, is how long
+-- its request waited, in ms ("0" or nil: not at all). An expiry is
+-- recorded only by the script that takes the lease out of EV_EXP, so once
+-- whichever scripts and sweepers see it.
+local function record(now, t, id, mode, token, owner, principal, count, exp, by, sess, meta, waited)
 	if EVENTS_MAX == 0 then
 		return
 	end
@@ -334,7 +337,9 @@ local function record(now, t, id, mode, token, owner, principal, count, exp, by,
 	end
 	local e = t .. '\n' .. lock_name() .. '\n' .. id .. '\n' .. owner .. '\n' .. (by or principal) .. '\n' ..
 		mode .. '\n' .. token .. '\n' .. count .. '\n' .. q
-	if sess and sess ~= '' then
+	if waited and waited ~= '0' then
+		e = e .. '\n' .. (sess or '') .. '\n' .. waited
+	elseif sess and sess ~= '' then
 		e = e .. '\n' .. sess
 	end
 	if meta then
