@@ -163,7 +163,9 @@ func TestMalformed(t *testing.T) {
 		{"PutLock405", "PUT", "/v1/locks/busy", "", "", 405, "method-not-allowed", ""},
 		{"GetLeases405", "GET", "/v1/locks/busy/leases", "", "", 405, "method-not-allowed", ""},
 		{"PostHealthz405", "POST", "/healthz", "", "", 405, "method-not-allowed", ""},
-		{"PatchLease405", "PATCH", "/v1/locks/busy/leases/{L}", `{"ttl_ms":100}`, json, 405, "method-not-allowed", ""},
+		{"PutLease405", "PUT", "/v1/locks/busy/leases/{L}", `{"ttl_ms":100}`, json, 405, "method-not-allowed", ""},
+		// PATCH replaces metadata only: a TTL there is refused, and nothing changes.
+		{"PatchLeaseTTL", "PATCH", "/v1/locks/busy/leases/{L}", `{"ttl_ms":100}`, json, 400, "invalid-request", ""},
 		{"GetMultiLeases405", "GET", "/v1/leases", "", "", 405, "method-not-allowed", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
