@@ -66,7 +66,7 @@ export async function acquireOne(http: Http, name: string, opts: AcquireOptions,
   // One key for every request of this acquire: its retries are repeats.
   const key = opts.idempotencyKey || randomHex(16);
   const bo = new Backoff(100, 5000);
-  for (;;) {
+  for (let attempt = 1; ; attempt++) {
     const wait = setWait(body, deadline);
     const sent = monotonicNow();
     let err: unknown;
@@ -85,7 +85,40 @@ export async function acquireOne(http: Http, name: string, opts: AcquireOptions,
       }
       err = e;
     }
+    if (deadline === undefined) {
+      await pauseOrThrowNoWait(err, attempt, bo, opts.signal);
+      continue;
+    }
     await pauseOrThrow(err, deadline, sent, bo, opts.signal, true);
+  }
+}
+
+/**
+ * How often an acquire that does not wait sends its request at most when
+ * the answer is one that may pass (UnavailableError): its Idempotency-Key
+ * makes a repeat safe, and a blip of the network or a failover should not
+ * fail it. As the Python SDK's NO_WAIT_ATTEMPTS.
+ */
+const NO_WAIT_ATTEMPTS = 3;
+
+/** The longest pause (ms) before such a repeat: a longer Retry-After is the caller's to wait for. */
+const NO_WAIT_MAX_PAUSE_MS = 1000;
+
+/**
+ * Decides whether an acquire without a wait that failed with err on its
+ * attempt-th try is sent again: a failure that may pass, a few times,
+ * promptly. It pauses as long as that takes, or throws.
+ */
+async function pauseOrThrowNoWait(err: unknown, attempt: number, bo: Backoff, signal: AbortSignal | undefined): Promise<void> {
+  if (!(err instanceof UnavailableError) || attempt >= NO_WAIT_ATTEMPTS) {
+    throw err;
+  }
+  const pause = Math.max(bo.next(), err.retryAfterMs ?? 0);
+  if (pause > NO_WAIT_MAX_PAUSE_MS) {
+    throw err;
+  }
+  if (!(await sleep(pause, signal))) {
+    throw abortReason(signal!);
   }
 }
 
