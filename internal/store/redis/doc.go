@@ -12,7 +12,7 @@
 //
 // The Store composes one small type per concern, each in its own file:
 //
-//	keyspace, scriptKeys   the names of a lock's keys and channel, and the keys a script takes (redis.go)
+//	keyspace, scriptKeys   the names of a lock's keys and channel, and the keys a script takes (keys.go)
 //	topology               how Redis is reached: one server, a Sentinel master or a Cluster (topology.go)
 //	runner                 the scripts as one library, run within the call deadline, batched (runner.go, batch.go)
 //	notifications          the pub/sub listener whose messages wake waiters (pubsub.go, shardsub.go)
@@ -21,7 +21,11 @@
 //	sessions               lock.Sessions, and the sweeper that ends due sessions (sessions.go; on
 //	                       Cluster, the shadows that each master's sweeper ends, clustersessions.go)
 //
-// docs/ARCHITECTURE.md walks one acquire through them.
+// store.go holds Store, New, Ping and Close; the operations of lock.Store
+// have a file each: acquire.go (acquire, abandon, leave), release.go (renew,
+// release, force release), inspect.go (inspect, watch), list.go (SCAN over
+// every shard, the list cursor). docs/ARCHITECTURE.md walks one acquire
+// through them.
 //
 // Redis keys of one lock all carry the hash tag {name}, so that the scripts,
 // which touch the lock hash and its fence hash together, run unchanged on
