@@ -63,7 +63,7 @@ type scriptSet struct {
 	lib                                                             *library
 	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
 	inspect, abandon, leave, expire                                 *script
-	raise                                                           *script // redlock.go
+	raise                                                           *script // raisetoken.go
 	update                                                          *script // update.go
 	// The session scripts (sessions.go), and those of a session's shadows
 	// on Redis Cluster (clustersessions.go).
