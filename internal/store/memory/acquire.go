@@ -8,7 +8,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/internal/fencetoken"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -145,7 +145,7 @@ func (m *Store) reenter(n *memName, l *memLease, f *memFence, req lock.AcquireRe
 // grantFresh grants req a new lease, named requestID, with the name's next
 // fencing token, bound to session bound unless that is nil.
 func (m *Store) grantFresh(n *memName, f *memFence, req lock.AcquireRequest, bound *memSession, requestID string, now time.Time) (lock.Grant, []notice, error) {
-	token, err := fencing.Next(f.token, now)
+	token, err := fencetoken.Next(f.token, now)
 	if err != nil {
 		return lock.Grant{}, nil, &lock.Error{Code: lock.CodeInternal, Detail: "internal error", Err: err}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/internal/fencetoken"
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 )
@@ -255,21 +255,21 @@ func (s *Store) first(name string) int {
 }
 
 // mergeGrants makes one grant of the masters' grants of one lease, its
-// token as the fencing rule decides (fencing.Majority), and reports whether
+// token as the fencing rule decides (fencetoken.Majority), and reports whether
 // that token must be written back to the masters. Its hold count is the
 // largest, which the caller replaces with the first master's when that one
 // granted (see first).
 func mergeGrants(group []lock.Grant) (lock.Grant, bool) {
-	proposals := make([]fencing.Proposal, len(group))
+	proposals := make([]fencetoken.Proposal, len(group))
 	g := group[0]
 	g.Replayed = true
 	holds := 0
 	for i, x := range group {
-		proposals[i] = fencing.Proposal{Token: x.Lease.Token, Fresh: x.Fresh}
+		proposals[i] = fencetoken.Proposal{Token: x.Lease.Token, Fresh: x.Fresh}
 		g.Replayed = g.Replayed && x.Replayed
 		holds = max(holds, x.Lease.HoldCount)
 	}
-	d := fencing.Majority(proposals)
+	d := fencetoken.Majority(proposals)
 	for _, x := range group {
 		if x.Fresh == d.Fresh && x.Lease.Token == d.Token {
 			g.Lease = x.Lease

@@ -12,10 +12,10 @@
 //     lease and the time spent, plus a clock-drift allowance, leaves the
 //     lease some validity; its expires_at is what is left. Otherwise every
 //     master abandons the request (undoing its hold where it ran).
-//   - Fencing tokens (the rule is internal/fencing's): each master's script
+//   - Fencing tokens (the rule is internal/fencetoken's): each master's script
 //     proposes its own next token (its counter + 1, floored by its clock).
 //     A fresh grant's token is the largest proposal of the majority
-//     (fencing.Majority), and it is written back to a majority
+//     (fencetoken.Majority), and it is written back to a majority
 //     (RaiseToken) before the grant is answered. Any later
 //     majority shares a master with that one, whose counter is then at
 //     least this token, so every later token is larger
