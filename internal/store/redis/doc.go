@@ -16,7 +16,7 @@
 //	topology               how Redis is reached: one server, a Sentinel master or a Cluster (topology.go)
 //	runner                 the scripts as one library, run within the call deadline, batched (runner.go, batch.go)
 //	notifications          the pub/sub listener whose messages wake waiters (pubsub.go, shardsub.go)
-//	journal                the event log, read, waited on and merged across masters (journal.go, eventlog.go, events.go, clusterevents.go)
+//	journal                the event log, read, waited on and merged across masters (journal.go, eventlog.go, journalread.go, clusterjournal.go)
 //	reaper                 the repairs in the background: ghost grants abandoned, expiries swept (reaper.go, sweep.go)
 //	sessions               lock.Sessions, and the sweeper that ends due sessions (sessions.go; on
 //	                       Cluster, the shadows that each master's sweeper ends, clustersessions.go)
@@ -58,7 +58,7 @@
 //
 // On Redis Cluster each master keeps its own pair, in a hash tag of its
 // lowest slot ({#e<n>}, eventlog.go), written by the scripts of the names it
-// serves; a read merges them into one log (clusterevents.go).
+// serves; a read merges them into one log (clusterjournal.go).
 //
 // Sessions (docs/SESSIONS.md, sessions.go) add keys of their own, and a
 // field 'sess' (the session id) in the lock hash or shared record of every

@@ -156,7 +156,7 @@ type entry struct {
 
 // newLibrary builds the library of entries on lib. crossSlot lets the
 // scripts write keys of other slots than their name's (see scripts on
-// Redis Cluster with events, clusterevents.go).
+// Redis Cluster with events, clusterjournal.go).
 func newLibrary(lib string, crossSlot bool, entries ...entry) *library {
 	var body strings.Builder
 	body.WriteString(lib)
