@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/client"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -22,7 +22,7 @@ func TestHistoryAndLockStats(t *testing.T) {
 	t.Parallel()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	feed := events.New(mem.Events(), events.Options{})
+	feed := eventfeed.New(mem.Events(), eventfeed.Options{})
 	t.Cleanup(feed.Close)
 	released := make(chan struct{}, 16)
 	w := history.Start(feed, mem.Events(), history.Options{Added: func(e lock.Event) {

@@ -26,7 +26,8 @@
 //
 // This package holds what they share: the token bound and the errors, so
 // that errors.Is(err, fence.ErrStale) reads the same whichever guard
-// answered.
+// answered. It is the checking side of fencing; how the service issues
+// tokens (the token rule) is internal/fencetoken.
 //
 // The fence works only if every writer of the resource goes through it with
 // the same resource name (or token key).
@@ -35,7 +36,7 @@ package fence
 import (
 	"errors"
 
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/internal/fencetoken"
 )
 
 // MaxToken is the largest token lockapi issues: 2^53-1, exact in a JSON
@@ -43,7 +44,7 @@ import (
 // service's own limit (where the token rule lives), passed on as an untyped
 // constant, so that there is one definition and code outside this module
 // can still use it.
-const MaxToken = fencing.MaxToken
+const MaxToken = fencetoken.MaxToken
 
 var (
 	// ErrStale means a higher token has already been admitted: the lock was

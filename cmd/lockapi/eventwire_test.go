@@ -21,7 +21,7 @@ import (
 	"github.com/lockapi/lockapi/client"
 	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -162,7 +162,7 @@ func startWireServer(ctx context.Context, t *testing.T, log fixedLog) (url strin
 	t.Helper()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	feed := events.New(log, events.Options{Logger: zerolog.Nop()})
+	feed := eventfeed.New(log, eventfeed.Options{Logger: zerolog.Nop()})
 	t.Cleanup(feed.Close)
 
 	got := make(chan string, len(log))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lockapi/lockapi/client"
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -24,7 +24,7 @@ func startHistoryServer(t *testing.T) (url string, released <-chan string) {
 	t.Helper()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	feed := events.New(mem.Events(), events.Options{})
+	feed := eventfeed.New(mem.Events(), eventfeed.Options{})
 	t.Cleanup(feed.Close)
 	ch := make(chan string, 64)
 	w := history.Start(feed, mem.Events(), history.Options{Added: func(e lock.Event) {

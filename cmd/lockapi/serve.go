@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/force"
 	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
@@ -159,10 +159,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// One reader of the store's event log feeds the event streams and the
 	// webhook workers alike; it closes after both have stopped.
 	// The history window follows it for as long as the process runs.
-	var feed *events.Feed
+	var feed *eventfeed.Feed
 	var hist *history.Window
 	if el := b.store.Events(); el != nil {
-		feed = events.New(el, events.Options{Logger: log.With().Str("component", "events").Logger()})
+		feed = eventfeed.New(el, eventfeed.Options{Logger: log.With().Str("component", "events").Logger()})
 		defer feed.Close()
 		hist = history.Start(feed, el, history.Options{Leases: c.HistoryLeases, Logger: log.With().Str("component", "history").Logger()})
 		defer hist.Close()
@@ -393,7 +393,7 @@ func openRedisBackend(ctx context.Context, c serveConfig, m *metrics.Metrics, lo
 // openWebhooks returns the webhook service, or nil when the store records
 // no events: then there is nothing to deliver, and a webhooks file is a
 // configuration error.
-func openWebhooks(c serveConfig, st lock.Store, feed *events.Feed, state webhook.State, m *metrics.Metrics, log zerolog.Logger) (*webhook.Service, error) {
+func openWebhooks(c serveConfig, st lock.Store, feed *eventfeed.Feed, state webhook.State, m *metrics.Metrics, log zerolog.Logger) (*webhook.Service, error) {
 	policy := webhook.Policy{AllowPrivate: c.WebhooksAllowPrivate}
 	var file []webhook.Subscription
 	if c.WebhooksFile != "" {

@@ -10,6 +10,14 @@
 // fronts from drifting. A recorder passed to each front would leave each
 // to remember when to count; a third front (a CLI, a second page) would
 // be free to forget, as the dashboard once did.
+//
+// Why only this action: the other admin action of both doors, ending a
+// session, needs no package of its own. The dashboard's Sessions page asks
+// the API in-process (internal/ui's apiCall, "DELETE /v1/sessions/{id}" as
+// the dashboard user's key), so the API's handler is already the one place
+// its rules and counting live. The force release form predates apiCall and
+// calls Releaser directly; were it to ask the API the same way, Releaser
+// would fold into the API's handler and this package would go.
 package force
 
 import (

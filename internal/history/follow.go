@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/internal/clock"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -21,7 +21,7 @@ const sweepEvery = time.Minute
 const retryPause = time.Second
 
 // run fills the window from log, then follows feed until ctx ends.
-func (w *Window) run(ctx context.Context, feed *events.Feed, log lock.EventLog) {
+func (w *Window) run(ctx context.Context, feed *eventfeed.Feed, log lock.EventLog) {
 	after, empty := w.fill(ctx, log)
 	close(w.ready)
 	swept := make(chan struct{})
@@ -31,7 +31,7 @@ func (w *Window) run(ctx context.Context, feed *events.Feed, log lock.EventLog) 
 	}()
 	defer func() { <-swept }()
 	for ctx.Err() == nil {
-		var sub *events.Subscription
+		var sub *eventfeed.Subscription
 		var err error
 		switch {
 		case after != "":
@@ -51,7 +51,7 @@ func (w *Window) run(ctx context.Context, feed *events.Feed, log lock.EventLog) 
 			after, empty = "", false
 			continue
 		}
-		if errors.Is(err, events.ErrClosed) {
+		if errors.Is(err, eventfeed.ErrClosed) {
 			return
 		}
 		if err != nil {
@@ -72,7 +72,7 @@ func (w *Window) run(ctx context.Context, feed *events.Feed, log lock.EventLog) 
 
 // follow takes in sub's events until ctx ends or sub fails for good, and
 // returns the id of the last event taken in ("" after a gap).
-func (w *Window) follow(ctx context.Context, sub *events.Subscription, after string) string {
+func (w *Window) follow(ctx context.Context, sub *eventfeed.Subscription, after string) string {
 	for {
 		e, err := sub.Next(ctx)
 		switch {
@@ -91,7 +91,7 @@ func (w *Window) follow(ctx context.Context, sub *events.Subscription, after str
 			w.opts.Logger.Warn().Err(err).Msg("history: fell behind the event log; the window has a gap")
 			w.forgetLive()
 			return ""
-		case errors.Is(err, events.ErrClosed):
+		case errors.Is(err, eventfeed.ErrClosed):
 			return after
 		}
 		w.opts.Logger.Warn().Err(err).Msg("history: read the event feed")

@@ -1,5 +1,5 @@
 // Package history keeps, in memory, a rolling window of the lock events a
-// process reads from its one event feed (internal/events.Feed): per lock,
+// process reads from its one event feed (internal/eventfeed.Feed): per lock,
 // the last leases that ended and figures over the last hour in one-minute
 // buckets. It answers GET /v1/locks/{name}/history and GET /v1/stats/locks
 // (docs/API.md) and the dashboard's Activity page, with no store call of
@@ -25,7 +25,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -171,7 +171,7 @@ func newWindow(opts Options) *Window {
 
 // Start returns a window that fills itself from log and then follows feed
 // (which reads the same log) until Close.
-func Start(feed *events.Feed, log lock.EventLog, opts Options) *Window {
+func Start(feed *eventfeed.Feed, log lock.EventLog, opts Options) *Window {
 	w := newWindow(opts)
 	ctx, stop := context.WithCancel(context.Background())
 	w.stop = stop

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
 )
@@ -226,7 +226,7 @@ func TestWindow_fills_then_follows(t *testing.T) {
 	for range 3 {
 		acquireRelease("before")
 	}
-	feed := events.New(mem.Events(), events.Options{})
+	feed := eventfeed.New(mem.Events(), eventfeed.Options{})
 	t.Cleanup(feed.Close)
 	added := make(chan lock.Event, 100)
 	w := Start(feed, mem.Events(), Options{Added: func(e lock.Event) { added <- e }})
@@ -248,7 +248,7 @@ func TestWindow_starts_on_an_empty_log(t *testing.T) {
 	t.Parallel()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	feed := events.New(mem.Events(), events.Options{})
+	feed := eventfeed.New(mem.Events(), eventfeed.Options{})
 	t.Cleanup(feed.Close)
 	added := make(chan lock.Event, 100)
 	w := Start(feed, mem.Events(), Options{Added: func(e lock.Event) { added <- e }})

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -21,7 +21,7 @@ func historyEnv(t *testing.T, cfg lockhttp.Config) (*Env, <-chan lock.Event) {
 	t.Helper()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	feed := events.New(mem.Events(), events.Options{})
+	feed := eventfeed.New(mem.Events(), eventfeed.Options{})
 	t.Cleanup(feed.Close)
 	added := make(chan lock.Event, 256)
 	w := history.Start(feed, mem.Events(), history.Options{Added: func(e lock.Event) { added <- e }})

@@ -22,7 +22,7 @@ import (
 
 	"github.com/lockapi/lockapi"
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/force"
 	"github.com/lockapi/lockapi/internal/history"
 	"github.com/lockapi/lockapi/internal/lock"
@@ -118,7 +118,7 @@ type Config struct {
 	// GET /v1/events shares with the webhook workers (cmd/lockapi makes
 	// it, and closes it). Nil: the server reads store.Events() with a
 	// feed of its own.
-	Events *events.Feed
+	Events *eventfeed.Feed
 	// Webhooks serves /v1/webhooks; nil answers them 501
 	// webhooks-disabled.
 	Webhooks Webhooks
@@ -149,7 +149,7 @@ type Server struct {
 	rates   *rateLimits // nil: no rate limit
 	// events feeds GET /v1/events; nil when the store records no events.
 	// ownEvents: the server made it, and closes it.
-	events    *events.Feed
+	events    *eventfeed.Feed
 	ownEvents bool
 	// force serves DELETE /v1/locks/{name}.
 	force *force.Releaser

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/lockapi/lockapi/event"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -26,7 +26,7 @@ func newPing(webhookID string, now time.Time) Ping {
 // GET /v1/events writes it), never with its lease id. An event holds
 // strings, numbers and a time, which always encode.
 func payload(e lock.Event) []byte {
-	b, _ := event.Marshal(events.Wire(e))
+	b, _ := event.Marshal(eventfeed.Wire(e))
 	return b
 }
 

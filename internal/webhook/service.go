@@ -16,7 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -47,7 +47,7 @@ type Config struct {
 	// Feed is the process's one reader of Log, which the workers share
 	// with the event streams (cmd/lockapi makes it); nil: the Service
 	// reads Log through a feed of its own.
-	Feed  *events.Feed
+	Feed  *eventfeed.Feed
 	State State
 	// File are the subscriptions of the webhooks file (LoadFile).
 	File   []Subscription
@@ -87,7 +87,7 @@ type Service struct {
 	log    zerolog.Logger
 	byFile map[string]Subscription
 	// feed is cfg.Feed, or the Service's own (ownFeed), closed by Run.
-	feed    *events.Feed
+	feed    *eventfeed.Feed
 	ownFeed bool
 
 	// replayLooks bounds the workers' looks for replays in flight at once:
@@ -154,7 +154,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.feed = cfg.Feed
 	if s.feed == nil {
-		s.feed = events.New(cfg.Log, events.Options{Logger: cfg.Logger.With().Str("component", "webhook-events").Logger()})
+		s.feed = eventfeed.New(cfg.Log, eventfeed.Options{Logger: cfg.Logger.With().Str("component", "webhook-events").Logger()})
 		s.ownFeed = true
 	}
 	return s, nil

@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/clock"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -204,7 +204,7 @@ func (w *worker) deliver(ctx context.Context) {
 		}
 		persisted, persistedAt = cursor, time.Now()
 	}
-	var feed *events.Subscription
+	var feed *eventfeed.Subscription
 	defer func() {
 		if feed != nil {
 			feed.Close()
@@ -287,7 +287,7 @@ func (w *worker) take(ctx context.Context, e lock.Event, cursor *string, persist
 // subscribe joins the feed after cursor; "" reads from the oldest event
 // the log keeps, as a cursor recorded while the log was empty, or reset
 // because it was gone, asks.
-func (w *worker) subscribe(ctx context.Context, cursor string) (*events.Subscription, error) {
+func (w *worker) subscribe(ctx context.Context, cursor string) (*eventfeed.Subscription, error) {
 	if cursor == "" {
 		return w.svc.feed.SubscribeFromOldest(ctx, lock.EventFilter{})
 	}
@@ -297,7 +297,7 @@ func (w *worker) subscribe(ctx context.Context, cursor string) (*events.Subscrip
 // next waits for the feed's next event. poked reports that a replay may be
 // waiting: the wait ended for it (err is then ctx's), or the event came
 // first.
-func (w *worker) next(ctx context.Context, feed *events.Subscription) (e lock.Event, poked bool, err error) {
+func (w *worker) next(ctx context.Context, feed *eventfeed.Subscription) (e lock.Event, poked bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var woken atomic.Bool

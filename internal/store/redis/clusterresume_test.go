@@ -11,7 +11,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
 	"github.com/lockapi/lockapi/internal/testkit/redistest"
@@ -43,14 +43,14 @@ func TestClusterEvents_resume_on_two_instances(t *testing.T) {
 	cluster := redistest.StartCluster(t)
 	cfg := redisstore.ClientConfig{URL: cluster.URL(), Mode: redisstore.ModeCluster}
 	prefix := "test:" + ulid.Make().String() + ":"
-	feeds := []*events.Feed{}
+	feeds := []*eventfeed.Feed{}
 	var first *redisstore.Store
 	for range 2 {
 		s := openInstance(t, cfg, prefix)
 		first = s
 		// Small pages and buffers, so that reads end, and subscribers fall
 		// off the live feed, at many points of the merge.
-		f := events.New(s.Events(), events.Options{Page: 1 + rng.IntN(8), Buffer: 1 + rng.IntN(8)})
+		f := eventfeed.New(s.Events(), eventfeed.Options{Page: 1 + rng.IntN(8), Buffer: 1 + rng.IntN(8)})
 		t.Cleanup(f.Close)
 		feeds = append(feeds, f)
 	}
@@ -125,7 +125,7 @@ func writeRounds(ctx context.Context, s *redisstore.Store, w int) error {
 // after a few events and resumes after the last id it got (as the stream
 // sent it), alternately on each feed, until it has every event made. It
 // returns what it read, in the order read.
-func readCutting(ctx context.Context, feeds []*events.Feed, rng *rand.Rand) ([]lock.Event, int, error) {
+func readCutting(ctx context.Context, feeds []*eventfeed.Feed, rng *rand.Rand) ([]lock.Event, int, error) {
 	filter := lock.EventFilter{Prefix: "rs:"}
 	var got []lock.Event
 	seen := map[string]bool{}
@@ -133,7 +133,7 @@ func readCutting(ctx context.Context, feeds []*events.Feed, rng *rand.Rand) ([]l
 	conn := 0
 	for ; len(seen) < resumeEvents; conn++ {
 		f := feeds[conn%len(feeds)]
-		var sub *events.Subscription
+		var sub *eventfeed.Subscription
 		var err error
 		if last == "" {
 			sub, err = f.SubscribeFromOldest(ctx, filter)

@@ -12,16 +12,20 @@
 //
 // The Store composes one small type per concern, each in its own file:
 //
-//	keyspace, scriptKeys   the names of a lock's keys and channel, and the keys a script takes (redis.go)
+//	keyspace, scriptKeys   the names of a lock's keys and channel, and the keys a script takes (keys.go)
 //	topology               how Redis is reached: one server, a Sentinel master or a Cluster (topology.go)
 //	runner                 the scripts as one library, run within the call deadline, batched (runner.go, batch.go)
 //	notifications          the pub/sub listener whose messages wake waiters (pubsub.go, shardsub.go)
-//	journal                the event log, read, waited on and merged across masters (journal.go, eventlog.go, events.go, clusterevents.go)
+//	journal                the event log, read, waited on and merged across masters (journal.go, eventlog.go, journalread.go, clusterjournal.go)
 //	reaper                 the repairs in the background: ghost grants abandoned, expiries swept (reaper.go, sweep.go)
 //	sessions               lock.Sessions, and the sweeper that ends due sessions (sessions.go; on
 //	                       Cluster, the shadows that each master's sweeper ends, clustersessions.go)
 //
-// docs/ARCHITECTURE.md walks one acquire through them.
+// store.go holds Store, New, Ping and Close; the operations of lock.Store
+// have a file each: acquire.go (acquire, abandon, leave), release.go (renew,
+// release, force release), inspect.go (inspect, watch), list.go (SCAN over
+// every shard, the list cursor). docs/ARCHITECTURE.md walks one acquire
+// through them.
 //
 // Redis keys of one lock all carry the hash tag {name}, so that the scripts,
 // which touch the lock hash and its fence hash together, run unchanged on
@@ -54,7 +58,7 @@
 //
 // On Redis Cluster each master keeps its own pair, in a hash tag of its
 // lowest slot ({#e<n>}, eventlog.go), written by the scripts of the names it
-// serves; a read merges them into one log (clusterevents.go).
+// serves; a read merges them into one log (clusterjournal.go).
 //
 // Sessions (docs/SESSIONS.md, sessions.go) add keys of their own, and a
 // field 'sess' (the session id) in the lock hash or shared record of every

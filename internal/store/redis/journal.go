@@ -11,7 +11,7 @@ import (
 
 // journal is the store's event log (docs/EVENTS.md), what lock.Store's
 // Events hands out: the log of a single Redis (or Sentinel master), or one
-// log per master of a Redis Cluster read as one (clusterevents.go). The
+// log per master of a Redis Cluster read as one (clusterjournal.go). The
 // scripts write it (see record in scripts/lib.lua); the journal reads it,
 // waits on it, and owns the sweepers that record expiries and trim it.
 // A store without events has no journal.
@@ -35,7 +35,7 @@ type journal struct {
 	blockingMu   sync.Mutex
 	nodeBlocking map[string]*blockingConns
 	// cursors remembers where the latest cluster reads left each log
-	// (clusterevents.go).
+	// (clusterjournal.go).
 	cursors cursorCache
 }
 

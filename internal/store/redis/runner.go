@@ -63,7 +63,7 @@ type scriptSet struct {
 	lib                                                             *library
 	acquire, acquireFast, renew, release, releaseFast, forceRelease *script
 	inspect, abandon, leave, expire                                 *script
-	raise                                                           *script // redlock.go
+	raise                                                           *script // raisetoken.go
 	update                                                          *script // update.go
 	// The session scripts (sessions.go), and those of a session's shadows
 	// on Redis Cluster (clustersessions.go).
@@ -156,7 +156,7 @@ type entry struct {
 
 // newLibrary builds the library of entries on lib. crossSlot lets the
 // scripts write keys of other slots than their name's (see scripts on
-// Redis Cluster with events, clusterevents.go).
+// Redis Cluster with events, clusterjournal.go).
 func newLibrary(lib string, crossSlot bool, entries ...entry) *library {
 	var body strings.Builder
 	body.WriteString(lib)

@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/history"
 	lockhttp "github.com/lockapi/lockapi/internal/http"
 	"github.com/lockapi/lockapi/internal/store/memory"
@@ -28,7 +28,7 @@ func Start(t testing.TB) string {
 		t.Fatal(err)
 	}
 	// One feed and a history window on it, as lockapi serve has.
-	feed := events.New(mem.Events(), events.Options{})
+	feed := eventfeed.New(mem.Events(), eventfeed.Options{})
 	hist := history.Start(feed, mem.Events(), history.Options{})
 	t.Cleanup(feed.Close)
 	t.Cleanup(hist.Close)

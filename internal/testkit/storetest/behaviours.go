@@ -15,7 +15,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/lockapi/lockapi/fence"
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/internal/fencetoken"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/testkit/fencetest"
 )
@@ -383,7 +383,7 @@ var coreBehaviours = []behaviour{
 		var last uint64
 		for i := 0; i < 1000; i++ {
 			l := Acquire(t, s, "tokens", "w", time.Minute)
-			if l.Token <= last || l.Token > fencing.MaxToken {
+			if l.Token <= last || l.Token > fencetoken.MaxToken {
 				t.Fatalf("grant %d: token %d after %d", i, l.Token, last)
 			}
 			last = l.Token

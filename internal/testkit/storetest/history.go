@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/history"
 	"github.com/lockapi/lockapi/internal/lock"
 )
@@ -19,7 +19,7 @@ var historyBehaviours = []behaviour{
 		s := backend.Open(t)
 		log := eventLogOf(t, backend, s)
 		name := fmt.Sprintf("hist:%d", time.Now().UnixNano())
-		feed := events.New(log, events.Options{})
+		feed := eventfeed.New(log, eventfeed.Options{})
 		t.Cleanup(feed.Close)
 		added := make(chan lock.Event, 64)
 		w := history.Start(feed, log, history.Options{Added: func(e lock.Event) {

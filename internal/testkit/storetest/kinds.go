@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/fencing"
+	"github.com/lockapi/lockapi/internal/fencetoken"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -87,7 +87,7 @@ var kindBehaviours = []behaviour{
 		for i, ttl := range []time.Duration{time.Minute, 30 * time.Second, 2 * time.Minute} {
 			g := tryAcquire(t, s, lock.AcquireRequest{Lock: name, Owner: fmt.Sprint("r", i), Mode: lock.Shared, TTL: ttl, Metadata: map[string]string{"reader": fmt.Sprint(i)}})
 			l := g.Lease
-			if !g.Fresh || l.Mode != lock.Shared || l.Limit != 0 || l.HoldCount != 1 || l.TTL != ttl || l.Owner != fmt.Sprint("r", i) || l.Token > fencing.MaxToken || l.Metadata["reader"] != fmt.Sprint(i) {
+			if !g.Fresh || l.Mode != lock.Shared || l.Limit != 0 || l.HoldCount != 1 || l.TTL != ttl || l.Owner != fmt.Sprint("r", i) || l.Token > fencetoken.MaxToken || l.Metadata["reader"] != fmt.Sprint(i) {
 				t.Fatalf("shared grant #%d = %+v", i, g)
 			}
 			for _, prev := range leases {
@@ -651,7 +651,7 @@ var kindBehaviours = []behaviour{
 			t.Helper()
 			req.Lock = name
 			g := tryAcquire(t, s, req)
-			if !g.Fresh || g.Lease.Token <= last || g.Lease.Token > fencing.MaxToken {
+			if !g.Fresh || g.Lease.Token <= last || g.Lease.Token > fencetoken.MaxToken {
 				t.Fatalf("%+v: grant %+v after token %d", req, g, last)
 			}
 			last = g.Lease.Token

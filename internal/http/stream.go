@@ -12,7 +12,7 @@ import (
 
 	"github.com/lockapi/lockapi/event"
 	"github.com/lockapi/lockapi/internal/auth"
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -24,7 +24,7 @@ const DefaultEventsWriteTimeout = 30 * time.Second
 // newEvent returns the data of e's Server-Sent Event; admins also see the
 // lease id.
 func newEvent(e lock.Event, admin bool) event.Event {
-	out := events.Wire(e)
+	out := eventfeed.Wire(e)
 	if admin {
 		out.LeaseID = e.LeaseID
 	}
@@ -33,11 +33,11 @@ func newEvent(e lock.Event, admin bool) event.Event {
 
 // newEventFeed returns a feed of log, nil when there is no log (the store
 // records no events).
-func newEventFeed(log lock.EventLog, logger zerolog.Logger) *events.Feed {
+func newEventFeed(log lock.EventLog, logger zerolog.Logger) *eventfeed.Feed {
 	if log == nil {
 		return nil
 	}
-	return events.New(log, events.Options{Logger: logger.With().Str("component", "events").Logger()})
+	return eventfeed.New(log, eventfeed.Options{Logger: logger.With().Str("component", "events").Logger()})
 }
 
 var errEventsOff = &httpError{kindEventsOff, "this server records no lock events (LOCKAPI_EVENTS=false, or redlock mode)"}
@@ -77,7 +77,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer end()
 	ctx, stop := s.whileKeyValid(ctx, c, zerolog.Ctx(r.Context()))
 	defer stop()
-	var sub *events.Subscription
+	var sub *eventfeed.Subscription
 	if after == fromStart {
 		sub, err = s.events.SubscribeFromOldest(ctx, filter)
 	} else {
@@ -112,7 +112,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 // stream writes the events of sub that c may read to st, with a keep-alive
 // comment when nothing was written for a heartbeat, until ctx ends or a
 // write fails.
-func (s *Server) stream(ctx context.Context, st *eventStream, sub *events.Subscription, c caller, logger *zerolog.Logger) {
+func (s *Server) stream(ctx context.Context, st *eventStream, sub *eventfeed.Subscription, c caller, logger *zerolog.Logger) {
 	admin := authorize(c, auth.ScopeAdmin, "") == nil
 	for {
 		// A keep-alive is due when nothing was written for a heartbeat,

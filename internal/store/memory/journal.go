@@ -9,9 +9,10 @@ import (
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
-// The memory store's event log (docs/EVENTS.md): one log per store, written
-// under Store.mu by the operation that makes the change, so that an event is
-// recorded exactly when its change is made and in the same order.
+// The memory store's journal, its event log (docs/EVENTS.md): one log per
+// store, written under Store.mu by the operation that makes the change, so
+// that an event is recorded exactly when its change is made and in the same
+// order.
 
 const (
 	// DefaultMaxEvents is how many events the log keeps at most unless

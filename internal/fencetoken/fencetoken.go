@@ -1,5 +1,8 @@
-// Package fencing is the fencing token rule, the one every store follows
-// and the reference for the code that cannot call it.
+// Package fencetoken is the fencing token rule: how the service issues a
+// grant's token, the one rule every store follows and the reference for the
+// code that cannot call it. It is the issuing side; the checking side, the
+// guards a resource uses to refuse a stale token, is the public package
+// fence (github.com/lockapi/lockapi/fence), which takes its bound from here.
 //
 // A fresh grant's token is max(last+1, now in microseconds) (Next). The
 // counter alone gives strictly increasing tokens while the store keeps its
@@ -20,7 +23,7 @@
 //     decides the grant's token with Majority;
 //   - the public guards (package fence and its backends), which resources
 //     use to refuse stale tokens, refuse tokens above MaxToken.
-package fencing
+package fencetoken
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package events_test
+package eventfeed_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockapi/lockapi/internal/events"
+	"github.com/lockapi/lockapi/internal/eventfeed"
 	"github.com/lockapi/lockapi/internal/lock"
 	"github.com/lockapi/lockapi/internal/store/memory"
 	redisstore "github.com/lockapi/lockapi/internal/store/redis"
@@ -21,14 +21,14 @@ import (
 // CI machine does not flake.
 const promptly = 10 * time.Second
 
-func mustOpenFeed(t *testing.T, log lock.EventLog, opts events.Options) *events.Feed {
+func mustOpenFeed(t *testing.T, log lock.EventLog, opts eventfeed.Options) *eventfeed.Feed {
 	t.Helper()
-	f := events.New(log, opts)
+	f := eventfeed.New(log, opts)
 	t.Cleanup(f.Close)
 	return f
 }
 
-func mustSubscribe(t *testing.T, f *events.Feed, after string, filter lock.EventFilter) *events.Subscription {
+func mustSubscribe(t *testing.T, f *eventfeed.Feed, after string, filter lock.EventFilter) *eventfeed.Subscription {
 	t.Helper()
 	s, err := f.Subscribe(t.Context(), after, filter)
 	if err != nil {
@@ -40,7 +40,7 @@ func mustSubscribe(t *testing.T, f *events.Feed, after string, filter lock.Event
 
 // next returns the subscription's next event, failing the test when none
 // comes promptly.
-func next(tb testing.TB, s *events.Subscription) lock.Event {
+func next(tb testing.TB, s *eventfeed.Subscription) lock.Event {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), promptly)
 	defer cancel()
@@ -52,14 +52,14 @@ func next(tb testing.TB, s *events.Subscription) lock.Event {
 }
 
 // next1 is Next that waits promptly at most.
-func next1(s *events.Subscription) (lock.Event, error) {
+func next1(s *eventfeed.Subscription) (lock.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), promptly)
 	defer cancel()
 	return s.Next(ctx)
 }
 
 // nothingWithin fails the test if the subscription returns an event within d.
-func nothingWithin(t *testing.T, s *events.Subscription, d time.Duration) {
+func nothingWithin(t *testing.T, s *eventfeed.Subscription, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -90,7 +90,7 @@ func after(evs []lock.Event, id string) []lock.Event {
 func TestFeed_FromNow(t *testing.T) {
 	log := newTestLog()
 	log.Append(lock.EventGranted, "before")
-	f := mustOpenFeed(t, log, events.Options{})
+	f := mustOpenFeed(t, log, eventfeed.Options{})
 	s := mustSubscribe(t, f, "", lock.EventFilter{})
 	nothingWithin(t, s, 50*time.Millisecond)
 
@@ -108,7 +108,7 @@ func TestFeed_FromNow(t *testing.T) {
 
 func TestFeed_EmptyLog(t *testing.T) {
 	log := newTestLog()
-	f := mustOpenFeed(t, log, events.Options{})
+	f := mustOpenFeed(t, log, eventfeed.Options{})
 	s := mustSubscribe(t, f, "", lock.EventFilter{})
 	e := log.Append(lock.EventGranted, "a")
 	if got := next(t, s); got.ID != e.ID {
@@ -122,7 +122,7 @@ func TestFeed_Resume(t *testing.T) {
 	for range 10 {
 		old = append(old, log.Append(lock.EventGranted, "a"))
 	}
-	f := mustOpenFeed(t, log, events.Options{Page: 3})
+	f := mustOpenFeed(t, log, eventfeed.Options{Page: 3})
 	s := mustSubscribe(t, f, old[3].ID, lock.EventFilter{})
 	newer := log.Append(lock.EventReleased, "a")
 	for _, w := range append(old[4:], newer) {
@@ -220,7 +220,7 @@ func testHandOver(t *testing.T, log lock.EventLog, record func(i int), all func(
 	for i := range 50 {
 		record(i)
 	}
-	f := mustOpenFeed(t, log, events.Options{Buffer: 4, Page: 3})
+	f := mustOpenFeed(t, log, eventfeed.Options{Buffer: 4, Page: 3})
 
 	const (
 		total       = 2000
@@ -356,7 +356,7 @@ func firstDiff(a, b []string) int {
 // get every event at once, and it gets them all later, from the log.
 func TestFeed_SlowSubscriber(t *testing.T) {
 	log := newTestLog()
-	f := mustOpenFeed(t, log, events.Options{Buffer: 8})
+	f := mustOpenFeed(t, log, eventfeed.Options{Buffer: 8})
 	slow := mustSubscribe(t, f, "", lock.EventFilter{})
 	fast := mustSubscribe(t, f, "", lock.EventFilter{})
 
@@ -383,7 +383,7 @@ func TestFeed_SlowSubscriber(t *testing.T) {
 
 func TestFeed_Filter(t *testing.T) {
 	log := newTestLog()
-	f := mustOpenFeed(t, log, events.Options{Buffer: 2, Page: 2})
+	f := mustOpenFeed(t, log, eventfeed.Options{Buffer: 2, Page: 2})
 	early := log.Append(lock.EventGranted, "x")
 	byLock := mustSubscribe(t, f, "", lock.EventFilter{Lock: "deploy:prod"})
 	byPrefix := mustSubscribe(t, f, "", lock.EventFilter{Prefix: "deploy:"})
@@ -402,7 +402,7 @@ func TestFeed_Filter(t *testing.T) {
 		log.Append(lock.EventExpired, "db"),
 		log.Append(lock.EventGranted, "deploy:prod"),
 	)
-	check := func(name string, s *events.Subscription, filter lock.EventFilter) {
+	check := func(name string, s *eventfeed.Subscription, filter lock.EventFilter) {
 		t.Helper()
 		for _, w := range all {
 			if !filter.Match(w) {
@@ -427,7 +427,7 @@ func TestFeed_EventsGone(t *testing.T) {
 		evs = append(evs, log.Append(lock.EventGranted, "a"))
 	}
 	log.Trim(3) // keeps evs[7:]
-	f := mustOpenFeed(t, log, events.Options{})
+	f := mustOpenFeed(t, log, eventfeed.Options{})
 
 	t.Run("ResumePointTrimmed", func(t *testing.T) {
 		_, err := f.Subscribe(t.Context(), evs[2].ID, lock.EventFilter{})
@@ -442,7 +442,7 @@ func TestFeed_EventsGone(t *testing.T) {
 		}
 	})
 	t.Run("FellBehind", func(t *testing.T) {
-		f := mustOpenFeed(t, log, events.Options{Buffer: 2, Page: 2})
+		f := mustOpenFeed(t, log, eventfeed.Options{Buffer: 2, Page: 2})
 		s := mustSubscribe(t, f, "", lock.EventFilter{})
 		var more []lock.Event
 		for range 20 {
@@ -480,7 +480,7 @@ func TestFeed_EventsGone_MemoryStore(t *testing.T) {
 	if _, err := mem.TryAcquire(ctx, lock.AcquireRequest{Lock: "first", Owner: "o", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	f := mustOpenFeed(t, mem, events.Options{Buffer: 2, Page: 2})
+	f := mustOpenFeed(t, mem, eventfeed.Options{Buffer: 2, Page: 2})
 	s := mustSubscribe(t, f, "", lock.EventFilter{})
 	for i := range 15 {
 		g, err := mem.TryAcquire(ctx, lock.AcquireRequest{Lock: fmt.Sprint("l", i), Owner: "o", TTL: time.Minute})
@@ -522,7 +522,7 @@ func wantGone(t *testing.T, err error, oldest string) {
 // from theirs, without a gap.
 func TestFeed_ReaderLosesItsPlace(t *testing.T) {
 	log := newTestLog()
-	f := mustOpenFeed(t, log, events.Options{})
+	f := mustOpenFeed(t, log, eventfeed.Options{})
 	s := mustSubscribe(t, f, "", lock.EventFilter{})
 	first := log.Append(lock.EventGranted, "a")
 	if got := next(t, s); got.ID != first.ID {
@@ -544,7 +544,7 @@ func TestFeed_ReaderLosesItsPlace(t *testing.T) {
 // the delay.
 func TestFeed_ReaderRetries(t *testing.T) {
 	log := newTestLog()
-	f := mustOpenFeed(t, log, events.Options{RetryPause: 10 * time.Millisecond})
+	f := mustOpenFeed(t, log, eventfeed.Options{RetryPause: 10 * time.Millisecond})
 	s := mustSubscribe(t, f, "", lock.EventFilter{})
 	log.FailWait(lock.Unavailable(errors.New("connection refused")))
 	e := log.Append(lock.EventGranted, "a")
@@ -557,8 +557,8 @@ func TestFeed_ReaderRetries(t *testing.T) {
 // last subscription is closed.
 func TestFeed_OneReader(t *testing.T) {
 	log := newTestLog()
-	f := mustOpenFeed(t, log, events.Options{})
-	var subs []*events.Subscription
+	f := mustOpenFeed(t, log, eventfeed.Options{})
+	var subs []*eventfeed.Subscription
 	for range 50 {
 		subs = append(subs, mustSubscribe(t, f, "", lock.EventFilter{}))
 	}
@@ -585,7 +585,7 @@ func TestFeed_OneReader(t *testing.T) {
 
 func TestFeed_Close(t *testing.T) {
 	log := newTestLog()
-	f := events.New(log, events.Options{})
+	f := eventfeed.New(log, eventfeed.Options{})
 	s := mustSubscribe(t, f, "", lock.EventFilter{})
 	done := make(chan error, 1)
 	go func() {
@@ -596,13 +596,13 @@ func TestFeed_Close(t *testing.T) {
 	f.Close()
 	select {
 	case err := <-done:
-		if !errors.Is(err, events.ErrClosed) {
+		if !errors.Is(err, eventfeed.ErrClosed) {
 			t.Errorf("next: %v, want ErrClosed", err)
 		}
 	case <-time.After(promptly):
 		t.Fatal("next did not return after Close")
 	}
-	if _, err := f.Subscribe(t.Context(), "", lock.EventFilter{}); !errors.Is(err, events.ErrClosed) {
+	if _, err := f.Subscribe(t.Context(), "", lock.EventFilter{}); !errors.Is(err, eventfeed.ErrClosed) {
 		t.Errorf("subscribe: %v, want ErrClosed", err)
 	}
 	if n := log.waits.Load(); n != 0 {

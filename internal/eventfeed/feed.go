@@ -1,8 +1,9 @@
-// Package events fans a process's reading of the lock event log out to the
-// streams that watch it (GET /v1/events) and to the webhook workers:
-// however many subscribe, one goroutine reads the log, with one blocking
-// read at a time, and only while someone subscribes. cmd/lockapi makes one
-// Feed per process and hands it to both.
+// Package eventfeed is the process's one feed of the lock event log: it
+// fans one reading of the log out to the streams that watch it (GET
+// /v1/events) and to the webhook workers: however many subscribe, one
+// goroutine reads the log, with one blocking read at a time, and only while
+// someone subscribes. cmd/lockapi makes one Feed per process and hands it
+// to both.
 //
 // A subscriber gets every event after its resume point, in the log's order,
 // each once. It starts in one of two ways: from the next event (no resume
@@ -23,7 +24,7 @@
 // were trimmed: should a log that was empty when the reader started trim
 // events before the reader's first read (it would have to record more than
 // it keeps in between), those are skipped unnoticed.
-package events
+package eventfeed
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package events
+package eventfeed
 
 import (
 	"github.com/lockapi/lockapi/event"
