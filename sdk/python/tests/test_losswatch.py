@@ -91,11 +91,13 @@ class LossWatchTest(SessionTestCase):
         proxy = Proxy(BASE_URL)
         self.addCleanup(proxy.close)
         client = lockapi.Client(proxy.url, api_key=ADMIN_KEY, timeout=5, loss_watch=False)
-        lease = client.acquire(self.name(), ttl=0.3).keep_alive()
-        s = self.session(client, ttl=0.3)
+        # TTLs long enough that a loaded machine renews in time (a 0.3 s one
+        # was given up once): renewals every 0.5 s, four within seconds.
+        lease = client.acquire(self.name(), ttl=1.5).keep_alive()
+        s = self.session(client, ttl=1.5)
         if s is not None:
             s.acquire(self.name())
-        proxy.wait(lambda p: sum(b"/renew " in h for h in p.requests) >= 4, what="renewals")
+        proxy.wait(lambda p: sum(b"/renew " in h for h in p.requests) >= 4, timeout=15, what="renewals")
         lease.release()
         if s is not None:
             s.close()
