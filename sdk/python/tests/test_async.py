@@ -101,6 +101,35 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(leases[0].lost.is_set())
         self.assertLess(told, 1.0)  # TTL 30 s: the loss watch told it, not a renewal
 
+    async def test_a_cancelled_wait_releases_its_late_grant(self) -> None:
+        name = self.name()
+        holder = await self.client.acquire(name, ttl=10)
+        waiter = asyncio.ensure_future(self.client.acquire(name, ttl=10, wait=10))
+        await asyncio.sleep(0.2)  # the waiter's request is at the server, waiting
+        start = time.monotonic()
+        waiter.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await waiter
+        self.assertLess(time.monotonic() - start, 0.5, "a cancelled acquire stops waiting at once")
+        await holder.release()
+
+        async def released_after_a_grant() -> None:  # the waiter's grant, then its release
+            while True:
+                st = await self.client.inspect(name)
+                if not st["held"] and int(st.get("fencing_token") or 0) > holder.fencing_token:
+                    return
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(released_after_a_grant(), PROMPTLY)
+
+    async def test_loss_watch_off(self) -> None:
+        client = lockapi.AsyncClient(BASE_URL, api_key=ADMIN_KEY, timeout=10, loss_watch=False)
+        async with client.lock(self.name(), ttl=10) as lease:
+            self.assertIsNone(lease._watch)
+            self.assertIsNotNone(lease._watchdog)
+        async with client.session(ttl=5) as s:
+            self.assertIsNone(s._watch)
+
     async def test_events(self) -> None:
         name = self.name()
         got: List[str] = []

@@ -18,7 +18,7 @@ import threading
 import time
 from datetime import datetime
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Sequence,
-                    Type, TypeVar)
+                    Type, TypeVar, cast)
 
 from . import _election
 from ._client import DEFAULT_TIMEOUT, Client
@@ -27,7 +27,7 @@ from ._errors import APIError, LeaseLost, LeaseReleased, LockDelay, LockHeld, Se
     error_from_response
 from ._events import Event, EventStream
 from ._http import Answer, Transport, lock_path
-from ._lease import Lease, _Renewable, _Stopped
+from ._lease import Lease, _Renewable, _Stopped, release_all
 from ._session import Session, session_path
 from ._timing import Backoff
 from ._transport import BaseTransport
@@ -250,13 +250,17 @@ class AsyncLease(_Keeper):
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                         tb: Any) -> None:
         task, self._block = self._block, None  # no cancel after this
-        if self._cancelled_block and exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
+        ours = False  # the block's CancelledError is the loss's alone
+        if self._cancelled_block:
+            # Undo the loss's cancel (3.11+), whatever the block did with
+            # it; one from outside as well leaves the task cancelling.
             uncancel = getattr(task, "uncancel", None)
-            ours = uncancel is None or uncancel() <= self._block_cancelling  # or cancelled from outside too
+            left = uncancel() if uncancel is not None else 0
+            ours = exc_type is not None and issubclass(exc_type, asyncio.CancelledError) \
+                and left <= self._block_cancelling
+        if ours:
             await self._release_quietly()
-            if ours:
-                raise (self.error or LeaseLost("lock %r: lost" % self.name)) from exc
-            return
+            raise (self.error or LeaseLost("lock %r: lost" % self.name)) from exc
         if exc_type is None:
             await self.release()
             return
@@ -274,6 +278,8 @@ class AsyncLease(_Keeper):
 
     def _lost(self, err: LeaseLost) -> None:
         self.lost.set()
+        if self._watchdog is not None and self._renewing is None and self._watchdog is not asyncio.current_task():
+            self._watchdog.cancel()
         block = self._block
         if block is not None and block is not asyncio.current_task() and not block.done():
             self._cancelled_block = True
@@ -355,8 +361,8 @@ class AsyncSession(_Keeper):
         """Acquires the lock name bound to the session (see :meth:`Session.acquire`)."""
         s = self._session
         s._check_usable()
-        lease = await _in_thread(lambda: s._client._acquire(name, None, wait, owner, shared, limit, fair, metadata,
-                                                            idempotency_key, session=s))
+        lease = await _granted(_in_thread(lambda: s._client._acquire(
+            name, None, wait, owner, shared, limit, fair, metadata, idempotency_key, session=s)))
         return self._bound(lease)
 
     async def acquire_all(self, names: Sequence[str], wait: float = 0, owner: Optional[str] = None,
@@ -364,8 +370,8 @@ class AsyncSession(_Keeper):
         """Acquires every lock in names, or none, each bound to the session."""
         s = self._session
         s._check_usable()
-        leases = await _in_thread(lambda: s._client._acquire_all(names, None, wait, owner, shared, metadata,
-                                                                 session=s))
+        leases = await _granted(_in_thread(lambda: s._client._acquire_all(names, None, wait, owner, shared,
+                                                                          metadata, session=s)))
         return [self._bound(lease) for lease in leases]
 
     def _bound(self, lease: Lease) -> AsyncLease:
@@ -649,13 +655,8 @@ class AsyncClient:
         """Acquires the lock name (see :meth:`Client.acquire`) and returns
         its lease, renewed by its watchdog Task unless manual."""
         c = self.sync
-        fut = _in_thread(lambda: c._acquire(name, ttl, wait, owner, shared, limit, fair, metadata,
-                                            idempotency_key, manual=True))
-        try:
-            lease = await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            fut.add_done_callback(_release_orphan)
-            raise
+        lease = await _granted(_in_thread(lambda: c._acquire(name, ttl, wait, owner, shared, limit, fair, metadata,
+                                                              idempotency_key, manual=True)))
         alease = AsyncLease(lease)
         return alease if manual else alease.keep_alive()
 
@@ -679,7 +680,7 @@ class AsyncClient:
                           metadata: Optional[Mapping[str, str]] = None, manual: bool = False) -> List[AsyncLease]:
         """Acquires every lock in names, or none (see :meth:`Client.acquire_all`)."""
         c = self.sync
-        leases = await _in_thread(lambda: c._acquire_all(names, ttl, wait, owner, shared, metadata, True))
+        leases = await _granted(_in_thread(lambda: c._acquire_all(names, ttl, wait, owner, shared, metadata, True)))
         return [AsyncLease(lease) if manual else AsyncLease(lease).keep_alive() for lease in leases]
 
     async def release_all(self, leases: Sequence[AsyncLease]) -> None:
@@ -749,15 +750,29 @@ class AsyncClient:
             yield await _in_thread(lambda: next(it))
 
 
-def _release_orphan(fut: "asyncio.Future[Lease]") -> None:
+L = TypeVar("L", Lease, List[Lease])
+
+
+async def _granted(fut: "asyncio.Future[L]") -> L:
+    """Awaits an acquire's thread. Cancelled, it stops waiting at once, and
+    what the acquire grants after all is released in a thread."""
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_release_orphan)
+        raise
+
+
+def _release_orphan(fut: "asyncio.Future[Any]") -> None:
     """A cancelled acquire's grant, come after all: released in a thread."""
     if fut.cancelled() or fut.exception() is not None:
         return
-    lease = fut.result()
+    got: Any = fut.result()
+    leases: List[Lease] = cast(List[Lease], got) if isinstance(got, list) else [got]
 
     def release() -> None:
         try:
-            lease.release()
+            release_all(leases)
         except APIError:
             pass
     threading.Thread(target=release, name="lockapi-orphan", daemon=True).start()
