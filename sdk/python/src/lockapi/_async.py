@@ -31,7 +31,7 @@ from ._lease import Lease, _Renewable, _Stopped, release_all
 from ._session import Session, session_path
 from ._timing import Backoff
 from ._transport import BaseTransport
-from ._watch import WATCH_WAIT_MS, refused
+from ._watch import WATCH_WAIT_MS, Watch, refused
 
 T = TypeVar("T")
 
@@ -423,62 +423,35 @@ class _SessionStart:
             await self._session.__aexit__(exc_type, exc, tb)
 
 
-class _LossWatch:
-    """The loss watch as a Task: blocking queries on path (each in a thread,
-    aborted by stop), taken in by the callbacks of :class:`_watch.Watch`."""
+class _LossWatch(Watch):
+    """The loss watch (:class:`_watch.Watch`) as a Task: each blocking
+    query in a thread, aborted by stop or requery; the answers taken in by
+    the same callbacks."""
 
     def __init__(self, transport: Transport, timeout: float, path: str,
                  on_answer: Callable[[Any, int], bool], on_error: Callable[[APIError], bool],
                  current_gen: Callable[[], int] = lambda: 0) -> None:
-        self._http = transport
-        self._timeout = timeout
-        self._path = path
-        self._on_answer = on_answer
-        self._on_error = on_error
-        self._current_gen = current_gen
-        self._mu = threading.Lock()
-        self._stopped = False
-        self._requery = False
-        self._abort: Optional[Callable[[], None]] = None
+        super().__init__(transport, timeout, path, path, on_answer, on_error, current_gen)
         self._task: Optional["asyncio.Task[None]"] = None
 
     def start(self) -> "_LossWatch":
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = asyncio.get_running_loop().create_task(self._run_task())
         return self
 
     def stop(self) -> None:
         """Stops the watch (in the loop's thread): no answer is taken in after it returns."""
         with self._mu:
-            self._stopped = True
+            self._stopped.set()
             abort = self._abort
         if abort is not None:
             abort()
         if self._task is not None:
             self._task.cancel()
 
-    def requery(self) -> None:
-        with self._mu:
-            self._requery = True
-            abort = self._abort
-        if abort is not None:
-            abort()
-
-    def _hold(self, abort: Optional[Callable[[], None]]) -> bool:
-        with self._mu:
-            if abort is not None and (self._stopped or self._requery):
-                return False
-            self._abort = abort
-            return True
-
-    def _take_requery(self) -> bool:
-        with self._mu:
-            requery, self._requery = self._requery, False
-            return requery
-
-    async def _run(self) -> None:
+    async def _run_task(self) -> None:
         index: Optional[str] = None
         backoff = Backoff(0.1, 5.0)
-        while not self._stopped:
+        while not self._stopped.is_set():
             query = {"wait_ms": str(WATCH_WAIT_MS)}
             if index:
                 query["index"] = index
@@ -495,7 +468,7 @@ class _LossWatch:
             if self._take_requery() or resp is None:
                 index = None
                 continue
-            if self._stopped:
+            if self._stopped.is_set():
                 return
             if resp.status != 200:
                 if self._on_error(error_from_response(resp.status, resp.headers, resp.body)):
