@@ -9,6 +9,7 @@
 See docs/SDK_PYTHON.md for the whole API.
 """
 
+from ._async import AsyncClient, AsyncEventStream, AsyncLeadership, AsyncLease, AsyncSession
 from ._client import DEFAULT_TIMEOUT, DEFAULT_URL, Client
 from ._errors import (
     PROBLEM_BASE,
@@ -44,6 +45,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "AsyncClient",
+    "AsyncLease",
+    "AsyncSession",
+    "AsyncEventStream",
+    "AsyncLeadership",
     "DEFAULT_TIMEOUT",
     "DEFAULT_URL",
     "Lease",

@@ -9,7 +9,7 @@ import secrets
 import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import _election
 from ._election import LeaderInfo, Leadership
@@ -335,6 +335,12 @@ class Client:
         (None: a unique one). Raises APIError (``status`` 501, slug
         ``unsupported``) on a server whose store keeps no sessions.
         """
+        return Session(self, *self._open_session(ttl, lock_delay, owner))._start()
+
+    def _open_session(self, ttl: Optional[float], lock_delay: float,
+                      owner: Optional[str]) -> Tuple[Dict[str, Any], float, float]:
+        """Creates a session on the server: its document, and when the
+        request was sent (time.monotonic(), time.time())."""
         body: Dict[str, Any] = {"owner": owner or unique_owner()}
         if ttl is not None and ttl > 0:
             body["ttl_ms"] = max(1, math.ceil(ttl * 1000))
@@ -344,7 +350,8 @@ class Client:
         resp = self._http.request("POST", "/v1/sessions", body=body, timeout=self.timeout)
         if resp.status != 201:
             raise error_from_response(resp.status, resp.headers, resp.body)
-        return Session(self, resp.json(), sent, sent_wall)._start()
+        doc: Dict[str, Any] = resp.json()
+        return doc, sent, sent_wall
 
     def events(self, prefix: Optional[str] = None, lock: Optional[str] = None,
                types: Optional[Sequence[str]] = None, after: Optional[str] = None,
