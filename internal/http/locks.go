@@ -45,7 +45,7 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 	if index != "" && wait > 0 {
 		var end func()
 		var err error
-		if ctx, end, err = s.beginWait(r, c); err != nil {
+		if ctx, end, err = s.beginWatch(r, c); err != nil {
 			Error(w, r, err)
 			return
 		}
