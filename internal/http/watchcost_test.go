@@ -29,48 +29,46 @@ func TestWatchCost(t *testing.T) {
 		t.Skip("a measurement: set LOCKAPI_TEST_WATCH_COST=1")
 	}
 	const n = 1000
-	e := MustOpenEnv(t, lockhttp.Config{Metrics: metrics.New(), MaxWaitersPerCaller: n})
-	indexes := make([]string, n)
-	for i := range n {
-		name := fmt.Sprintf("cost-%d", i)
-		e.Acquire(name, `{"owner":"a","ttl_ms":600000}`)
-		indexes[i] = e.Do("GET", "/v1/locks/"+name, "").Header.Get("X-Lock-Index")
-	}
 	for _, tc := range []struct {
 		what, gauge string
-		request     func(i int) string
+		request     func(i int, index string) string
 	}{
-		{"waiting acquires", "lockapi_waiters", func(i int) string {
+		{"blocking queries", "lockapi_blocking_queries", func(i int, index string) string {
+			return request("GET", fmt.Sprintf("/v1/locks/cost-%d?wait_ms=60000&index=%s", i, url.QueryEscape(index)), "")
+		}},
+		{"waiting acquires", "lockapi_waiters", func(i int, _ string) string {
 			return request("POST", fmt.Sprintf("/v1/locks/cost-%d/leases", i), `{"owner":"b","wait_ms":60000}`)
 		}},
-		{"blocking queries", "lockapi_blocking_queries", func(i int) string {
-			return request("GET", fmt.Sprintf("/v1/locks/cost-%d?wait_ms=60000&index=%s", i, url.QueryEscape(indexes[i])), "")
-		}},
 	} {
-		before := memNow()
-		conns := make([]net.Conn, n)
-		for i := range n {
-			c, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
-			if err != nil {
-				t.Fatal(err)
+		// A server of its own each, so that one's freed memory is not the
+		// next one's.
+		t.Run(tc.what, func(t *testing.T) {
+			e := MustOpenEnv(t, lockhttp.Config{Metrics: metrics.New(), MaxWaitersPerCaller: n})
+			indexes := make([]string, n)
+			for i := range n {
+				name := fmt.Sprintf("cost-%d", i)
+				e.Acquire(name, `{"owner":"a","ttl_ms":600000}`)
+				indexes[i] = e.Do("GET", "/v1/locks/"+name, "").Header.Get("X-Lock-Index")
 			}
-			conns[i] = c
-			if _, err := io.WriteString(c, tc.request(i)); err != nil {
-				t.Fatal(err)
+			before := memNow()
+			for i := range n {
+				c, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				if _, err := io.WriteString(c, tc.request(i, indexes[i])); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		waitGauge(t, e, tc.gauge, n)
-		time.Sleep(time.Second) // let the waits settle: a measurement, not a test
-		after := memNow()
-		t.Logf("%d %s: goroutines %+d (%.2f each), heap in use %+.1f MB, stacks %+.1f MB (%.1f KB each, heap and stacks)",
-			n, tc.what, after.goroutines-before.goroutines, float64(after.goroutines-before.goroutines)/n,
-			mb(after.heap-before.heap), mb(after.stack-before.stack),
-			float64(after.heap+after.stack-before.heap-before.stack)/n/1024)
-		for _, c := range conns {
-			c.Close()
-		}
-		waitGauge(t, e, tc.gauge, 0)
-		time.Sleep(time.Second) // and their goroutines end
+			waitGauge(t, e, tc.gauge, n)
+			time.Sleep(time.Second) // let the waits settle: a measurement, not a test
+			after := memNow()
+			t.Logf("%d %s: goroutines %+d (%.2f each), heap in use %+.1f MB, stacks %+.1f MB (%.1f KB each, heap and stacks)",
+				n, tc.what, after.goroutines-before.goroutines, float64(after.goroutines-before.goroutines)/n,
+				mb(after.heap-before.heap), mb(after.stack-before.stack),
+				float64(after.heap+after.stack-before.heap-before.stack)/n/1024)
+		})
 	}
 }
 

@@ -44,6 +44,7 @@ func TestWatchLimits(t *testing.T) {
 				dialRaw(t, e).send(request("GET", path, ""))
 			}
 			waitGauge(t, e, "lockapi_blocking_queries", n)
+			waitParked(t, e, 1) // the lock's query; the session's waits in net/http
 
 			over := dialRaw(t, e)
 			over.send(request("GET", lockQuery, ""))
@@ -56,7 +57,7 @@ func TestWatchLimits(t *testing.T) {
 			holder := e.Acquire("q", `{"owner":"a","ttl_ms":600000}`)
 			c := dialRaw(t, e)
 			c.send(request("POST", "/v1/locks/q/leases", `{"owner":"w","wait_ms":60000}`))
-			waitParked(t, e, 1)
+			waitParked(t, e, 2)
 			got := scrapeMetrics(t, e)
 			if got["lockapi_waiters"] != n+1 || got["lockapi_blocking_queries"] != n {
 				t.Errorf("lockapi_waiters = %v, lockapi_blocking_queries = %v; want %d and %d",
