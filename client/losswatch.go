@@ -25,8 +25,8 @@ const lossWatchWait = 5 * time.Minute
 // WithoutLossWatch turns the loss watch off: leases and sessions learn that
 // they are lost only at their next renewal (every TTL/3), as before. For a
 // client that holds thousands of leases, whose watches would each hold a
-// waiting request on the server (and count against its waiter limits,
-// LOCKAPI_MAX_WAITERS_PER_CALLER).
+// blocking query on the server (and count against its limits of blocking
+// queries, LOCKAPI_MAX_WATCHES_PER_CALLER, apart from its waiting acquires).
 func WithoutLossWatch() Option {
 	return func(c *config) { c.noLossWatch = true }
 }

@@ -1829,6 +1829,13 @@ type ClientInterface interface {
 	// state either way. Without `index` the answer is immediate. Pass the
 	// `index` of each answer to the next query to watch a lock.
 	//
+	// A blocking query that waits counts under limits of its own, apart
+	// from waiting acquires: per caller (`LOCKAPI_MAX_WATCHES_PER_CALLER`,
+	// 10000) and in all (`LOCKAPI_MAX_WATCHES`, 20000). Past either the
+	// answer is `429 rate-limited` with `Retry-After`; nothing about the
+	// lock is implied, so ask again later (the SDKs' loss watches retry
+	// with backoff and never take a 429 for a lost lease).
+	//
 	// Corresponds with GET /v1/locks/{name} (the `GetLock` operationId).
 	GetLock(ctx context.Context, name LockName, params *GetLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2107,6 +2114,9 @@ type ClientInterface interface {
 	// began may be seen only when the wait ends: ask again after binding
 	// one. The session's end (deleted or expired) answers at once, as
 	// `410 session-lost`.
+	//
+	// It counts under the limits of blocking queries, as
+	// `GET /v1/locks/{name}`'s does: past them, `429 rate-limited`.
 	//
 	// Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
 	GetSession(ctx context.Context, id SessionIDPath, params *GetSessionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2541,6 +2551,13 @@ func (c *Client) ForceRelease(ctx context.Context, name LockName, reqEditors ...
 // state either way. Without `index` the answer is immediate. Pass the
 // `index` of each answer to the next query to watch a lock.
 //
+// A blocking query that waits counts under limits of its own, apart
+// from waiting acquires: per caller (`LOCKAPI_MAX_WATCHES_PER_CALLER`,
+// 10000) and in all (`LOCKAPI_MAX_WATCHES`, 20000). Past either the
+// answer is `429 rate-limited` with `Retry-After`; nothing about the
+// lock is implied, so ask again later (the SDKs' loss watches retry
+// with backoff and never take a 429 for a lost lease).
+//
 // Corresponds with GET /v1/locks/{name} (the `GetLock` operationId).
 func (c *Client) GetLock(ctx context.Context, name LockName, params *GetLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetLockRequest(c.Server, name, params)
@@ -2969,6 +2986,9 @@ func (c *Client) DeleteSession(ctx context.Context, id SessionIDPath, reqEditors
 // began may be seen only when the wait ends: ask again after binding
 // one. The session's end (deleted or expired) answers at once, as
 // `410 session-lost`.
+//
+// It counts under the limits of blocking queries, as
+// `GET /v1/locks/{name}`'s does: past them, `429 rate-limited`.
 //
 // Corresponds with GET /v1/sessions/{id} (the `GetSession` operationId).
 func (c *Client) GetSession(ctx context.Context, id SessionIDPath, params *GetSessionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4998,6 +5018,13 @@ type ClientWithResponsesInterface interface {
 	// state either way. Without `index` the answer is immediate. Pass the
 	// `index` of each answer to the next query to watch a lock.
 	//
+	// A blocking query that waits counts under limits of its own, apart
+	// from waiting acquires: per caller (`LOCKAPI_MAX_WATCHES_PER_CALLER`,
+	// 10000) and in all (`LOCKAPI_MAX_WATCHES`, 20000). Past either the
+	// answer is `429 rate-limited` with `Retry-After`; nothing about the
+	// lock is implied, so ask again later (the SDKs' loss watches retry
+	// with backoff and never take a 429 for a lost lease).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/locks/{name} (the `GetLock` operationId).
@@ -5286,6 +5313,9 @@ type ClientWithResponsesInterface interface {
 	// began may be seen only when the wait ends: ask again after binding
 	// one. The session's end (deleted or expired) answers at once, as
 	// `410 session-lost`.
+	//
+	// It counts under the limits of blocking queries, as
+	// `GET /v1/locks/{name}`'s does: past them, `429 rate-limited`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10272,6 +10302,13 @@ func (c *ClientWithResponses) ForceReleaseWithResponse(ctx context.Context, name
 // state either way. Without `index` the answer is immediate. Pass the
 // `index` of each answer to the next query to watch a lock.
 //
+// A blocking query that waits counts under limits of its own, apart
+// from waiting acquires: per caller (`LOCKAPI_MAX_WATCHES_PER_CALLER`,
+// 10000) and in all (`LOCKAPI_MAX_WATCHES`, 20000). Past either the
+// answer is `429 rate-limited` with `Retry-After`; nothing about the
+// lock is implied, so ask again later (the SDKs' loss watches retry
+// with backoff and never take a 429 for a lost lease).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/locks/{name} (the `GetLock` operationId).
@@ -10650,6 +10687,9 @@ func (c *ClientWithResponses) DeleteSessionWithResponse(ctx context.Context, id 
 // began may be seen only when the wait ends: ask again after binding
 // one. The session's end (deleted or expired) answers at once, as
 // `410 session-lost`.
+//
+// It counts under the limits of blocking queries, as
+// `GET /v1/locks/{name}`'s does: past them, `429 rate-limited`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

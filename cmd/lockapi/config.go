@@ -44,6 +44,8 @@ type serveConfig struct {
 
 	MaxWaiters          int
 	MaxWaitersPerCaller int
+	MaxWatches          int
+	MaxWatchesPerCaller int
 	RateLimit           float64
 	RateBurst           int
 	// MaxSessionsPerPrincipal and MaxWebhooksPerPrincipal are the quotas
@@ -155,8 +157,10 @@ func (c *serveConfig) settings() []setting {
 		{"ui-session-ttl", access, "how long a dashboard session lasts from sign-in; signing out, or the key leaving the configuration, ends it sooner", durationValue(&c.UISessionTTL, ui.DefaultSessionTTL, positive)},
 		{"release-secrets", access, "comma-separated secrets (16+ bytes) for signed release URLs; the first signs, all verify; empty: one kept in Redis for every instance (a random one per process on the memory store)", secretsValue(&c.ReleaseSecrets)},
 
-		{"max-waiters", limits, "most requests waiting at once (long-poll acquires and blocking queries)", intValue(&c.MaxWaiters, lockhttp.DefaultMaxWaiters, positive)},
+		{"max-waiters", limits, "most requests waiting at once (long-poll acquires and event streams)", intValue(&c.MaxWaiters, lockhttp.DefaultMaxWaiters, positive)},
 		{"max-waiters-per-caller", limits, "most waiting requests of one principal (or client address on an open server)", intValue(&c.MaxWaitersPerCaller, lockhttp.DefaultMaxWaitersPerCaller, positive)},
+		{"max-watches", limits, "most blocking queries waiting at once (an SDK's loss watch: one per held lease and session), apart from the waiters", intValue(&c.MaxWatches, lockhttp.DefaultMaxWatches, positive)},
+		{"max-watches-per-caller", limits, "most blocking queries waiting of one principal (or client address on an open server)", intValue(&c.MaxWatchesPerCaller, lockhttp.DefaultMaxWatchesPerCaller, positive)},
 		{"max-sessions-per-principal", limits, "most live sessions of one principal (of all callers, on an open server), counted over every instance", intValue(&c.MaxSessionsPerPrincipal, lockhttp.DefaultMaxSessionsPerPrincipal, positive)},
 		{"max-webhooks-per-principal", limits, "most webhooks one principal may create over /v1/webhooks, counted over every instance", intValue(&c.MaxWebhooksPerPrincipal, lockhttp.DefaultMaxWebhooksPerPrincipal, positive)},
 		{"rate-limit", limits, "requests per second per principal (or client address); 0: no limit", rateValue(&c.RateLimit, 0)},

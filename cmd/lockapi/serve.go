@@ -185,6 +185,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Release:                 signer,
 		MaxWaiters:              c.MaxWaiters,
 		MaxWaitersPerCaller:     c.MaxWaitersPerCaller,
+		MaxWatches:              c.MaxWatches,
+		MaxWatchesPerCaller:     c.MaxWatchesPerCaller,
 		MaxSessionsPerPrincipal: c.MaxSessionsPerPrincipal,
 		MaxWebhooksPerPrincipal: c.MaxWebhooksPerPrincipal,
 		RateLimit:               c.RateLimit,

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,19 +11,23 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// waiterLimits caps how many requests may wait at once (long-poll acquires
-// and blocking queries), per caller and overall, so that one client cannot
-// tie up the server's waiting capacity.
+// waiterLimits caps how many requests of one kind may wait at once, per
+// caller and overall, so that one client cannot tie up the server's waiting
+// capacity. A server has two: one for waiting acquires and event streams,
+// one for blocking queries (watches), so that an SDK's loss watches, one per
+// held lease, never crowd out its caller's waiting acquires.
 type waiterLimits struct {
 	perCaller, total int
+	// what names the requests counted, in a refusal's detail.
+	what string
 
 	mu    sync.Mutex
 	count map[string]int
 	all   int
 }
 
-func newWaiterLimits(perCaller, total int) *waiterLimits {
-	return &waiterLimits{perCaller: perCaller, total: total, count: map[string]int{}}
+func newWaiterLimits(perCaller, total int, what string) *waiterLimits {
+	return &waiterLimits{perCaller: perCaller, total: total, what: what, count: map[string]int{}}
 }
 
 // enter admits one more waiter for key, or returns a rate-limited error. The
@@ -32,9 +37,9 @@ func (l *waiterLimits) enter(key string) (func(), error) {
 	defer l.mu.Unlock()
 	switch {
 	case l.all >= l.total:
-		return nil, &httpError{kindRateLimited, fmt.Sprintf("the server already has %d waiting requests; try again later", l.total)}
+		return nil, &httpError{kindRateLimited, fmt.Sprintf("the server already has %d %s; try again later", l.total, l.what)}
 	case l.count[key] >= l.perCaller:
-		return nil, &httpError{kindRateLimited, fmt.Sprintf("you already have %d waiting requests; try again later", l.perCaller)}
+		return nil, &httpError{kindRateLimited, fmt.Sprintf("you already have %d %s; try again later", l.perCaller, l.what)}
 	}
 	l.all++
 	l.count[key]++
@@ -51,11 +56,40 @@ func (l *waiterLimits) enter(key string) (func(), error) {
 	}, nil
 }
 
-// Len returns the number of waiting requests.
+// Len returns the number of requests waiting.
 func (l *waiterLimits) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.all
+}
+
+// beginWait admits a waiting request (a long-poll acquire or an event
+// stream) under the waiter limits, and returns the context it waits on: it
+// ends when the client goes away or the server begins to close, whichever is
+// first. end gives the waiter's place back.
+func (s *Server) beginWait(r *http.Request, c caller) (ctx context.Context, end func(), err error) {
+	return s.begin(s.waiters, r, c)
+}
+
+// beginWatch is beginWait for a blocking query, under the limits of
+// blocking queries, apart from the waiters': a client's loss watches (one
+// per held lease) must not refuse its waiting acquires.
+func (s *Server) beginWatch(r *http.Request, c caller) (ctx context.Context, end func(), err error) {
+	return s.begin(s.watches, r, c)
+}
+
+func (s *Server) begin(limits *waiterLimits, r *http.Request, c caller) (ctx context.Context, end func(), err error) {
+	leave, err := limits.enter(c.limitKey(r))
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		leave()
+	}, nil
 }
 
 // rateLimits is a token bucket per caller (golang.org/x/time/rate). Buckets

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -42,18 +43,28 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ctx, wait := r.Context(), time.Duration(waitMs)*time.Millisecond
+	if index != "" && wait > 0 && r.Method == http.MethodGet && s.canPark(w, r) {
+		s.inspectParking(w, r, c, name, index, wait)
+		return
+	}
 	if index != "" && wait > 0 {
 		var end func()
 		var err error
-		if ctx, end, err = s.beginWait(r, c); err != nil {
+		if ctx, end, err = s.beginWatch(r, c); err != nil {
 			Error(w, r, err)
 			return
 		}
 		defer end()
 	}
 	st, err := lock.WaitChange(ctx, s.store, name, index, wait)
+	answerInspect(w, r, st, waitError(ctx, err))
+}
+
+// answerInspect writes a lock's state, or err, as GET /v1/locks/{name}
+// answers.
+func answerInspect(w http.ResponseWriter, r *http.Request, st lock.State, err error) {
 	if err != nil {
-		Error(w, r, waitError(ctx, err))
+		Error(w, r, err)
 		return
 	}
 	w.Header().Set("X-Lock-Index", st.Index)
@@ -116,4 +127,17 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		out.NextCursor = &page.NextCursor
 	}
 	writeJSON(w, r, http.StatusOK, out)
+}
+
+// inspectParking runs a blocking query of a lock as lock.WaitChange does,
+// under the limits of blocking queries, parking the wait when it must
+// sleep: an SDK's loss watch holds one per held lease.
+func (s *Server) inspectParking(w http.ResponseWriter, r *http.Request, c caller, name, index string, wait time.Duration) {
+	waitParking(s, s.watches, w, r, c, func(ctx context.Context) (lock.State, parkableWait[lock.State], error) {
+		st, cw, err := lock.BeginWaitChange(ctx, s.store, name, index, wait)
+		if cw == nil {
+			return st, nil, err
+		}
+		return st, cw, err
+	}, answerInspect, nil)
 }

@@ -220,6 +220,15 @@ var waitEndFault atomic.Bool
 
 // waitEnded records a wait's end, on either waiting path: the wait
 // histogram, and a wait that panicked (lock.PanicError) as a panic.
+// queryEnded is waitEnded for a blocking query, which the wait histogram
+// (of acquires) does not time: a panic of its wait is counted.
+func (s *Server) queryEnded(err error) {
+	var pe *lock.PanicError
+	if errors.As(err, &pe) {
+		s.panics.Add(1)
+	}
+}
+
 func (s *Server) waitEnded(start time.Time, err error) {
 	if waitEndFault.CompareAndSwap(true, false) {
 		panic("wait end fault")

@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -35,7 +34,8 @@ import (
 // next request. Close answers parked requests 503.
 //
 // A waiting multi-lock (POST /v1/leases, lock.BeginAll) parks the same
-// way. HTTP/2 streams, TLS connections, HTTP/1.0 and requests that close
+// way, and so does a blocking query of a lock (GET /v1/locks/{name} with
+// index, lock.BeginWaitChange), under the limits of blocking queries. HTTP/2 streams, TLS connections, HTTP/1.0 and requests that close
 // their connection wait in net/http as before, and so does a server run
 // through Handler rather than Open (there is no listener to hand
 // connections back to).
@@ -59,7 +59,7 @@ func (s *Server) canPark(w http.ResponseWriter, r *http.Request) bool {
 // acquireParking runs a waiting single acquire as acquiring and
 // lock.AcquireWait do, parking the wait when it must sleep.
 func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller, req lock.AcquireRequest, wait time.Duration) {
-	waitParking(s, w, r, c, func(ctx context.Context) (lock.Grant, parkableWait[lock.Grant], error) {
+	waitParking(s, s.waiters, w, r, c, func(ctx context.Context) (lock.Grant, parkableWait[lock.Grant], error) {
 		g, wt, err := lock.BeginWait(ctx, s.store, req, wait)
 		if wt == nil {
 			return g, nil, err
@@ -73,7 +73,7 @@ func (s *Server) acquireParking(w http.ResponseWriter, r *http.Request, c caller
 // acquireAllParking runs a waiting multi-lock as acquiring and
 // lock.AcquireAll do, parking the wait when it must sleep.
 func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c caller, reqs []lock.AcquireRequest, wait time.Duration) {
-	waitParking(s, w, r, c, func(ctx context.Context) ([]lock.Grant, parkableWait[[]lock.Grant], error) {
+	waitParking(s, s.waiters, w, r, c, func(ctx context.Context) ([]lock.Grant, parkableWait[[]lock.Grant], error) {
 		grants, mwt, err := lock.BeginAll(ctx, s.store, reqs, wait)
 		if mwt == nil {
 			return grants, nil, err
@@ -83,23 +83,25 @@ func (s *Server) acquireAllParking(w http.ResponseWriter, r *http.Request, c cal
 }
 
 // parkableWait is a wait that made its tries and must sleep: a single
-// acquire's *lock.Waiting or a multi-lock's *lock.MultiWaiting.
+// acquire's *lock.Waiting, a multi-lock's *lock.MultiWaiting or a blocking
+// query's *lock.ChangeWaiting.
 type parkableWait[T any] interface {
 	Park(ctx context.Context, answer func(T, error)) (wake func())
 	Wait(ctx context.Context) (T, error)
 }
 
-// waitParking runs a waiting acquire under the waiter limits, as acquiring
-// does: begin makes its tries up to the first sleep (its wait is nil when
-// they settled it), and the wait is then parked off net/http, or waited
-// here where the request cannot be parked. answer writes the outcome;
-// grantsOf are the grants of a granted outcome, given back when the answer
-// is known not to have reached the client (giveBack).
-func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c caller,
+// waitParking runs a waiting acquire under limits, as acquiring does:
+// begin makes its tries up to the first sleep (its wait is nil when they
+// settled it), and the wait is then parked off net/http, or waited here
+// where the request cannot be parked. answer writes the outcome; grantsOf
+// are the grants of a granted outcome, given back when the answer is known
+// not to have reached the client (giveBack). A blocking query has no
+// grantsOf: it grants nothing, and its wait is not an acquire's to time.
+func waitParking[T any](s *Server, limits *waiterLimits, w http.ResponseWriter, r *http.Request, c caller,
 	begin func(ctx context.Context) (T, parkableWait[T], error),
 	answer func(w http.ResponseWriter, r *http.Request, v T, err error),
 	grantsOf func(T) []lock.Grant) {
-	leave, err := s.waiters.enter(c.limitKey(r))
+	leave, err := limits.enter(c.limitKey(r))
 	if err != nil {
 		Error(w, r, err)
 		return
@@ -121,12 +123,16 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	if wt != nil {
 		parkWait := func(p *parkedAcquire) func() {
 			return wt.Park(p.ctx, func(v T, err error) {
-				if err == nil {
-					err = s.keyGone(&s.log, c, grantsOf(v))
+				var grants func() []lock.Grant
+				if grantsOf != nil {
+					if err == nil {
+						err = s.keyGone(&s.log, c, grantsOf(v))
+					}
+					grants = func() []lock.Grant { return grantsOf(v) }
 				}
 				p.answer(err, func(w http.ResponseWriter, r *http.Request, err error) {
 					answer(w, r, v, err)
-				}, func() []lock.Grant { return grantsOf(v) })
+				}, grants)
 			})
 		}
 		if parked = s.park(w, r, leave, start, parkWait); parked {
@@ -140,6 +146,11 @@ func waitParking[T any](s *Server, w http.ResponseWriter, r *http.Request, c cal
 	stop()
 	cancel(nil)
 	leave()
+	if grantsOf == nil {
+		s.queryEnded(err)
+		answer(w, r, v, err)
+		return
+	}
 	s.waitEnded(start, err)
 	if err == nil {
 		err = s.keyGone(zerolog.Ctx(r.Context()), c, grantsOf(v))
@@ -222,8 +233,8 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, leave func(), wait
 
 // answer answers the parked request with the wait's answer: err, and what
 // write writes as the handler would have (err as waitError explains it).
-// It then hands the connection back, or gives back the grants (grants)
-// of an answer that did not reach the client. It runs on the wait's goroutine, not
+// It then hands the connection back, or gives back the grants (grants;
+// nil for a blocking query) of an answer that did not reach the client. It runs on the wait's goroutine, not
 // net/http's: a panic in write is answered 500 as recoverPanics answers a
 // handler's, and a panic after it closes the connection, logged.
 func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *http.Request, err error), grants func() []lock.Grant) {
@@ -246,7 +257,11 @@ func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *h
 	}()
 	err = waitError(p.ctx, err)
 	p.leave()
-	p.s.waitEnded(p.waitStart, err)
+	if grants == nil {
+		p.s.queryEnded(err)
+	} else {
+		p.s.waitEnded(p.waitStart, err)
+	}
 	stop := p.stopWatch
 	p.stopWatch = nil
 	p.pending = append(p.pending, stop()...)
@@ -269,7 +284,7 @@ func (p *parkedAcquire) answer(err error, write func(w http.ResponseWriter, r *h
 	if why == nil && gone {
 		why = errClientGone
 	}
-	if why != nil && err == nil {
+	if why != nil && err == nil && grants != nil {
 		p.s.giveBack(&logger, grants(), why)
 	}
 }
@@ -451,127 +466,6 @@ func (ps *parkedSet) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// parkListener is the server's listener: it yields the connections it
-// accepts and those handed back by parked requests once answered.
-type parkListener struct {
-	net.Listener
-	accepted  chan accepted
-	handedIn  chan net.Conn
-	done      chan struct{}
-	closeOnce sync.Once
-	// idle is how long a handed-back connection may wait for its next
-	// request (the server's IdleTimeout), before net/http reads it under
-	// its ReadHeaderTimeout; closing ends that wait (the server's).
-	idle    time.Duration
-	closing context.Context
-}
-
-type accepted struct {
-	conn net.Conn
-	err  error
-}
-
-func newParkListener(ln net.Listener, idle time.Duration, closing context.Context) *parkListener {
-	l := &parkListener{Listener: ln, accepted: make(chan accepted), handedIn: make(chan net.Conn),
-		done: make(chan struct{}), idle: idle, closing: closing}
-	go l.acceptLoop()
-	return l
-}
-
-// acceptLoop accepts for Accept, which also yields handed-back
-// connections.
-func (l *parkListener) acceptLoop() {
-	for {
-		c, err := l.Listener.Accept()
-		select {
-		case l.accepted <- accepted{c, err}:
-		case <-l.done:
-			if c != nil {
-				_ = c.Close()
-			}
-			return
-		}
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-	}
-}
-
-// Accept implements net.Listener.
-func (l *parkListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.handedIn:
-		return c, nil
-	case a := <-l.accepted:
-		return a.conn, a.err
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close implements net.Listener.
-func (l *parkListener) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-// handBack returns an answered parked request's connection to the server
-// once the client sends its next request, as net/http keeps an idle
-// keep-alive connection: up to the idle timeout, closed when the server
-// closes. pending are bytes of that request already read.
-func (l *parkListener) handBack(c net.Conn, pending []byte) {
-	if len(pending) == 0 {
-		// Wait here rather than in net/http, which would give the
-		// connection only ReadHeaderTimeout to start its request.
-		_ = c.SetReadDeadline(time.Now().Add(l.idle))
-		stop := context.AfterFunc(l.closing, func() { _ = c.SetReadDeadline(aLongTimeAgo) })
-		b := make([]byte, 1)
-		n, _ := c.Read(b)
-		stop()
-		_ = c.SetReadDeadline(time.Time{})
-		if n == 0 {
-			_ = c.Close() // idle too long, gone, or the server is closing
-			return
-		}
-		pending = b
-	}
-	if rc, ok := c.(*replayConn); ok {
-		rc.pending = pending // parked before: not wrapped twice
-	} else {
-		c = &replayConn{Conn: c, pending: pending}
-	}
-	select {
-	case l.handedIn <- c:
-	case <-l.done:
-		_ = c.Close()
-	}
-}
-
-// replayConn is a handed-back connection that first yields the bytes of
-// its next request already read.
-type replayConn struct {
-	net.Conn
-	pending []byte
-}
-
-// SyscallConn lets watchClose reach the socket.
-func (c *replayConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, errors.ErrUnsupported
-	}
-	return sc.SyscallConn()
-}
-
-func (c *replayConn) Read(b []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(b, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
-	return c.Conn.Read(b)
 }
 
 // recovered runs f and returns its panic, if any.

@@ -80,10 +80,15 @@ type Config struct {
 	Release *auth.ReleaseSigner
 
 	// MaxWaiters and MaxWaitersPerCaller cap concurrent waiting requests
-	// (long-poll acquires, blocking queries and event streams): 10000 and
-	// 500 by default.
+	// (long-poll acquires and event streams): 10000 and 500 by default.
 	MaxWaiters          int
 	MaxWaitersPerCaller int
+	// MaxWatches and MaxWatchesPerCaller cap concurrent blocking queries
+	// (GET of a lock or a session with index), apart from the waiters: an
+	// SDK watches every lease it holds with one, so a caller may have many.
+	// 20000 and 10000 by default.
+	MaxWatches          int
+	MaxWatchesPerCaller int
 	// RateLimit is each caller's sustained requests per second, RateBurst
 	// its bucket size; 0 turns rate limiting off (the default).
 	RateLimit float64
@@ -132,6 +137,8 @@ type Config struct {
 const (
 	DefaultMaxWaiters          = 10000
 	DefaultMaxWaitersPerCaller = 500
+	DefaultMaxWatches          = 20000
+	DefaultMaxWatchesPerCaller = 10000
 
 	DefaultMaxSessionsPerPrincipal = 1000
 	DefaultMaxWebhooksPerPrincipal = 100
@@ -145,8 +152,9 @@ type Server struct {
 	log    zerolog.Logger
 	router *chi.Mux
 
-	waiters *waiterLimits
-	rates   *rateLimits // nil: no rate limit
+	waiters *waiterLimits // waiting acquires and event streams
+	watches *waiterLimits // blocking queries
+	rates   *rateLimits   // nil: no rate limit
 	// events feeds GET /v1/events; nil when the store records no events.
 	// ownEvents: the server made it, and closes it.
 	events    *eventfeed.Feed
@@ -194,6 +202,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.MaxWaitersPerCaller <= 0 {
 		cfg.MaxWaitersPerCaller = DefaultMaxWaitersPerCaller
 	}
+	if cfg.MaxWatches <= 0 {
+		cfg.MaxWatches = DefaultMaxWatches
+	}
+	if cfg.MaxWatchesPerCaller <= 0 {
+		cfg.MaxWatchesPerCaller = DefaultMaxWatchesPerCaller
+	}
 	if cfg.MaxSessionsPerPrincipal <= 0 {
 		cfg.MaxSessionsPerPrincipal = DefaultMaxSessionsPerPrincipal
 	}
@@ -223,8 +237,10 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		// random on the memory store); a server without one is a bug.
 		panic("lockhttp: Config.Release is nil")
 	}
-	s := &Server{store: store, cfg: cfg, log: cfg.Logger, waiters: newWaiterLimits(cfg.MaxWaitersPerCaller, cfg.MaxWaiters),
-		force: force.NewReleaser(store, cfg.Metrics)}
+	s := &Server{store: store, cfg: cfg, log: cfg.Logger,
+		waiters: newWaiterLimits(cfg.MaxWaitersPerCaller, cfg.MaxWaiters, "waiting requests"),
+		watches: newWaiterLimits(cfg.MaxWatchesPerCaller, cfg.MaxWatches, "blocking queries waiting"),
+		force:   force.NewReleaser(store, cfg.Metrics)}
 	if cfg.RateLimit > 0 {
 		s.rates = newRateLimits(cfg.RateLimit, cfg.RateBurst)
 	}
@@ -277,7 +293,8 @@ func NewServer(store lock.Store, cfg Config) *Server {
 		cfg.Metrics.Counter("lockapi_panics_total", "Panics recovered and answered 500, of handlers and of waits on either waiting path.", func() float64 { return float64(s.panics.Load()) })
 		cfg.Metrics.Counter("lockapi_hangup_watch_failures_total", "Failures of the epoll wait that watches parked connections for their clients hanging up; each restarts the watch.", func() float64 { return float64(hangups.failures.Load()) })
 		cfg.Metrics.Counter("lockapi_grants_returned_total", "Waited grants released because their answer could not be delivered: the write failed, or the client had hung up.", func() float64 { return float64(s.grantsReturned.Load()) })
-		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len()) })
+		cfg.Metrics.Gauge("lockapi_waiters", "Requests waiting now: long-poll acquires, blocking queries and event streams.", func() float64 { return float64(s.waiters.Len() + s.watches.Len()) })
+		cfg.Metrics.Gauge("lockapi_blocking_queries", "Blocking queries waiting now (GET of a lock or session with index), under their own limits; also counted in lockapi_waiters.", func() float64 { return float64(s.watches.Len()) })
 		if cfg.Webhooks != nil && store != nil {
 			cfg.Metrics.Gauge("lockapi_webhooks_blocked", "Webhooks whose worker lease something other than a webhook worker holds: they deliver nothing until it ends. Computed at most every 15 s.", s.blockedGauge.value)
 		}
@@ -436,24 +453,6 @@ func (f *freshConns) closeAll() {
 		_ = c.Close()
 	}
 	clear(f.conns)
-}
-
-// beginWait admits a waiting request (a long-poll acquire or a blocking
-// query) under the waiter limits, and returns the context it waits on: it
-// ends when the client goes away or the server begins to close, whichever is
-// first. end gives the waiter's place back.
-func (s *Server) beginWait(r *http.Request, c caller) (ctx context.Context, end func(), err error) {
-	leave, err := s.waiters.enter(c.limitKey(r))
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithCancelCause(r.Context())
-	stop := context.AfterFunc(s.closing, func() { cancel(errShuttingDown) })
-	return ctx, func() {
-		stop()
-		cancel(nil)
-		leave()
-	}, nil
 }
 
 // waitError explains why a wait on ctx failed: the server closing or the

@@ -281,7 +281,7 @@ func (s *Server) handleGetSession(w http.ResponseWriter, r *http.Request) {
 	if index != "" && wait > 0 {
 		var end func()
 		var err error
-		if ctx, end, err = s.beginWait(r, callerOf(r)); err != nil {
+		if ctx, end, err = s.beginWatch(r, callerOf(r)); err != nil {
 			Error(w, r, err)
 			return
 		}

@@ -358,37 +358,3 @@ func tryAcquire(ctx context.Context, s Store, req AcquireRequest) (Grant, error)
 	}
 	return g, err
 }
-
-// WaitChange returns the lock's state as soon as its index differs from
-// index, or when wait has passed. An empty index returns at once.
-func WaitChange(ctx context.Context, s Store, name, index string, wait time.Duration) (State, error) {
-	st, err := s.Inspect(ctx, name)
-	if err != nil || index == "" || st.Index != index || wait <= 0 {
-		return st, err
-	}
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	w, err := s.Watch(ctx, name, WatchChanges)
-	if err != nil {
-		return State{}, err
-	}
-	defer w.Close()
-	for {
-		// Look again now that the watch is in effect: a change between the
-		// first Inspect and Watch must not be missed.
-		st, err = s.Inspect(ctx, name)
-		if err != nil || st.Index != index {
-			return st, err
-		}
-		if next, ok := nextUnpublished(st); ok {
-			w.ExpectExpiry(time.Now().Add(next))
-		}
-		select {
-		case <-w.C():
-		case <-deadline.C:
-			return st, nil
-		case <-ctx.Done():
-			return State{}, ctx.Err()
-		}
-	}
-}
