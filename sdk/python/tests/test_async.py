@@ -170,16 +170,22 @@ class AsyncTest(unittest.IsolatedAsyncioTestCase):
         name = self.name()
         first = await self.client.campaign(name, {"addr": "a"}, ttl=10, owner="cand-a")
         seen: List[lockapi.LeaderInfo] = []
+        saw_first = asyncio.Event()
 
         async def watch() -> None:
             async for info in self.client.observe(name, wait=5):
                 seen.append(info)
+                if info.owner == "cand-a":
+                    saw_first.set()
                 if info.owner == "cand-b":
                     return
 
         watcher = asyncio.ensure_future(watch())
         second = asyncio.ensure_future(self.client.campaign(name, {"addr": "b"}, ttl=10, owner="cand-b"))
         self.assertEqual((await self.client.leader(name)).owner, "cand-a")
+        # The observer's first answer must come before the resignation, or
+        # it may start at "nobody leads" (seen once on a loaded machine).
+        await asyncio.wait_for(saw_first.wait(), PROMPTLY)
         await first.resign()
         async with await asyncio.wait_for(second, PROMPTLY) as leadership:
             self.assertGreater(leadership.term, first.term)
