@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/lockapi/lockapi/internal/lock"
 )
 
@@ -15,6 +17,16 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 		return lock.Lease{}, storeError(err)
 	}
 	cmd, confirmed := s.write(ctx, "renew", s.scripts.renew, s.keys(name), s.minReplicas, rec, ref.ID, ttl.Milliseconds(), s.channel(name), ref.Principal, s.publish)
+	return s.leaseReply(cmd, confirmed, ref, rec, "renewal",
+		"if Redis fails over now the lease may end at its earlier expiry: renew again")
+}
+
+// leaseReply reads the reply of a script that changes a live lease in
+// place and answers with it (renew.lua, update.lua): {0} lost, {-1} another
+// principal's, else the lease. what and then name the change in the error
+// of a write too few replicas confirmed.
+func (s *Store) leaseReply(cmd *goredis.Cmd, confirmed int, ref lock.LeaseRef, rec *recording, what, then string) (lock.Lease, error) {
+	name := ref.Lock
 	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, storeError(err)
@@ -30,8 +42,7 @@ func (s *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	lease := r.lease(name, 1)
 	lease.Mode, lease.Limit, lease.Session = lock.Mode(r.str(10)), int(r.int(11)), r.str(12)
 	if r.err == nil && confirmed < s.minReplicas {
-		return lock.Lease{}, unconfirmed("renewal", confirmed, s.minReplicas,
-			"if Redis fails over now the lease may end at its earlier expiry: renew again")
+		return lock.Lease{}, unconfirmed(what, confirmed, s.minReplicas, then)
 	}
 	return lease, r.err
 }

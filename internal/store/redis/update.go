@@ -27,23 +27,6 @@ func (s *Store) Update(ctx context.Context, ref lock.LeaseRef, metadata map[stri
 		return lock.Lease{}, storeError(err)
 	}
 	cmd, confirmed := s.write(ctx, "update", s.scripts.update, s.keys(name), s.minReplicas, rec, ref.ID, meta, s.channel(name), ref.Principal, s.publish)
-	res, err := cmd.Slice()
-	if err != nil {
-		return lock.Lease{}, storeError(err)
-	}
-	r := reply(res)
-	switch r.int(0) {
-	case 0:
-		return lock.Lease{}, lock.LeaseLost(name, ref.ID)
-	case -1:
-		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
-	}
-	rec.recorded()
-	lease := r.lease(name, 1)
-	lease.Mode, lease.Limit, lease.Session = lock.Mode(r.str(10)), int(r.int(11)), r.str(12)
-	if r.err == nil && confirmed < s.minReplicas {
-		return lock.Lease{}, unconfirmed("update", confirmed, s.minReplicas,
-			"if Redis fails over now the lease may show its earlier metadata: update again")
-	}
-	return lease, r.err
+	return s.leaseReply(cmd, confirmed, ref, rec, "update",
+		"if Redis fails over now the lease may show its earlier metadata: update again")
 }
