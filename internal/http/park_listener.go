@@ -82,7 +82,10 @@ func (l *parkListener) handBack(c net.Conn, pending []byte) {
 		// Wait here rather than in net/http, which would give the
 		// connection only ReadHeaderTimeout to start its request.
 		_ = c.SetReadDeadline(time.Now().Add(l.idle))
-		stop := context.AfterFunc(l.closing, func() { _ = c.SetReadDeadline(aLongTimeAgo) })
+		// The callback has a copy of its own: c is rewrapped below, and
+		// stop does not wait for a callback that has begun.
+		conn := c
+		stop := context.AfterFunc(l.closing, func() { _ = conn.SetReadDeadline(aLongTimeAgo) })
 		b := make([]byte, 1)
 		n, _ := c.Read(b)
 		stop()
