@@ -51,6 +51,7 @@ func TestFaults_planned_failover_unseen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault suite runs real topologies")
 	}
+	t.Parallel() // beside the fault suite: see TestFaults
 	sen := redistest.StartSentinel(t, redistest.WithFailoverTimeout(plannedFailoverTimeout))
 	env := []string{fmt.Sprintf("LOCKAPI_REDIS_TIMEOUT=%dms", redisTimeoutMs), "LOCKAPI_MAX_WAIT=10s",
 		"LOCKAPI_REDIS_URL=" + sen.URL(), "LOCKAPI_REDIS_MODE=sentinel", "LOCKAPI_MIN_REPLICAS=0"}

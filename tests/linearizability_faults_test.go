@@ -64,6 +64,7 @@ func TestLinearizability_faults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault runs start real topologies")
 	}
+	t.Parallel() // beside the fault suite: see TestFaults
 	faults := []linFault{
 		// Redis runs with appendonly yes and appendfsync always, so every
 		// write it acknowledged survives kill -9: no grant may be lost.
