@@ -989,8 +989,12 @@ func writeReliability(t *testing.T, cases []faultCase, results []faultResult) {
 			r.staleRefused, r.staleAdmitted, r.tokensBackward, r.ghosts, r.doubleRuns, lost, told, recovery, bound)
 	}
 	if len(measured) == len(cases) || header == "" {
-		header = fmt.Sprintf("Recorded %s by `LOCKAPI_RECORD_RELIABILITY=1 go test -race -run TestFaults ./tests/` (race-built lockapi, %d clients on %d hot locks, %d of them bound to sessions where the store has sessions, 2 lockapi instances, Redis call deadline %d ms).",
-			time.Now().UTC().Format("2006-01-02"), faultClients, faultLocks, faultClients/2, redisTimeoutMs)
+		built := "lockapi built as released"
+		if serverRace {
+			built = "race-built lockapi (LOCKAPI_TEST_E2E_RACE=1)"
+		}
+		header = fmt.Sprintf("Recorded %s by `LOCKAPI_RECORD_RELIABILITY=1 go test -race -run TestFaults ./tests/` (%s, %d clients on %d hot locks, %d of them bound to sessions where the store has sessions, 2 lockapi instances, Redis call deadline %d ms).",
+			time.Now().UTC().Format("2006-01-02"), built, faultClients, faultLocks, faultClients/2, redisTimeoutMs)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n%s\n\n", begin, header)

@@ -29,6 +29,16 @@ import (
 // binary is the lockapi executable built once for the whole package.
 var binary string
 
+// serverRace says that binary was built with the race detector: only with
+// LOCKAPI_TEST_E2E_RACE=1. By default it is built as an operator runs it
+// (go build -trimpath, no race detector): these tests measure the
+// binary's timing under faults, which a race-built server distorts
+// several times over, and its races are hunted by the packages' own
+// tests, which run the same code in-process under -race (the stores on
+// the same topologies). A race-built server also took a fifth of the
+// suite's CPU time.
+var serverRace = os.Getenv("LOCKAPI_TEST_E2E_RACE") == "1"
+
 func TestMain(m *testing.M) {
 	if url := os.Getenv(sessionHolderEnv); url != "" {
 		// This process is a client the test kills, not the test.
@@ -40,8 +50,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "lockapi")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
+	// -trimpath as tests/upgrade builds today's binary: one build of the
+	// packages serves both.
+	args := []string{"build", "-trimpath", "-o", binary}
+	if serverRace {
 		args = append(args, "-race")
 	}
 	build := exec.Command("go", append(args, "../cmd/lockapi")...)

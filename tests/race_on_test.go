@@ -1,5 +1,0 @@
-//go:build race
-
-package tests
-
-const raceEnabled = true
