@@ -47,6 +47,19 @@ func checkSessions(t *testing.T, b Backend) {
 	}
 }
 
+// expireSoon renews sess with ttl once what a test sets up on it is in
+// place, and returns it as renewed: its ExpiresAt is when it ends. A
+// session created with a TTL that short may end before the setup's store
+// calls on a loaded machine (an acquire on Cluster took over 200 ms).
+func expireSoon(t *testing.T, ss lock.Sessions, sess lock.Session, ttl time.Duration) lock.Session {
+	t.Helper()
+	renewed, err := ss.RenewSession(ctx, lock.SessionRef{ID: sess.ID}, ttl)
+	if err != nil {
+		t.Fatalf("renew session %s with TTL %v: %v", sess.ID, ttl, err)
+	}
+	return renewed
+}
+
 func newSession(t *testing.T, ss lock.Sessions, req lock.SessionRequest) lock.Session {
 	t.Helper()
 	if req.Owner == "" {
@@ -161,12 +174,13 @@ func sessionRenewalKeepsAll(t *testing.T, b Backend) {
 func sessionExpiryEndsAll(t *testing.T, b Backend) {
 	s, ss := openSessions(t, b)
 	after := lastEventID(t, s)
-	sess := newSession(t, ss, lock.SessionRequest{TTL: 300 * time.Millisecond})
+	sess := newSession(t, ss, lock.SessionRequest{})
 	names := []string{"se:a", "se:b", "se:c", "se:d"}
 	tokens := map[string]uint64{}
 	for _, n := range names {
 		tokens[n] = tryAcquire(t, s, lock.AcquireRequest{Lock: n, Owner: "w", Session: sess.ID}).Lease.Token
 	}
+	sess = expireSoon(t, ss, sess, 300*time.Millisecond)
 	// The waiter's outcome comes back on a channel, never through t: a
 	// test that fails first ends (and closes the store) while it waits.
 	type outcome struct {
@@ -282,8 +296,9 @@ func wantLockDelay(t *testing.T, s lock.Store, name string, most time.Duration) 
 func lockDelayAfterExpiry(t *testing.T, b Backend) {
 	s, ss := openSessions(t, b)
 	const delay = 2 * time.Second
-	sess := newSession(t, ss, lock.SessionRequest{TTL: 200 * time.Millisecond, LockDelay: delay})
+	sess := newSession(t, ss, lock.SessionRequest{LockDelay: delay})
 	tryAcquire(t, s, lock.AcquireRequest{Lock: "ld:exp", Owner: "w", Session: sess.ID})
+	sess = expireSoon(t, ss, sess, 200*time.Millisecond)
 	time.Sleep(time.Until(sess.ExpiresAt) + 50*time.Millisecond)
 	left := wantLockDelay(t, s, "ld:exp", delay)
 	time.Sleep(left + 50*time.Millisecond)
@@ -341,7 +356,7 @@ func waiterGrantedAfterLockDelay(t *testing.T, b Backend) {
 func lockDelayIsShown(t *testing.T, b Backend) {
 	s, ss := openSessions(t, b)
 	const delay = time.Second
-	short := newSession(t, ss, lock.SessionRequest{TTL: 200 * time.Millisecond, LockDelay: delay})
+	short := newSession(t, ss, lock.SessionRequest{LockDelay: delay})
 	tryAcquire(t, s, lock.AcquireRequest{Lock: "ldv:exp", Owner: "w", Session: short.ID})
 	tryAcquire(t, s, lock.AcquireRequest{Lock: "ldv:shared", Owner: "w", Mode: lock.Shared, Session: short.ID})
 	long := newSession(t, ss, lock.SessionRequest{LockDelay: time.Minute})
@@ -350,6 +365,7 @@ func lockDelayIsShown(t *testing.T, b Backend) {
 	if _, err := s.ForceRelease(ctx, "ldv:force", "admin"); err != nil {
 		t.Fatal(err)
 	}
+	short = expireSoon(t, ss, short, 200*time.Millisecond)
 	time.Sleep(time.Until(short.ExpiresAt) + b.ClockSlack + 50*time.Millisecond)
 
 	most := map[string]time.Duration{"ldv:exp": delay, "ldv:shared": delay, "ldv:force": time.Minute, "ldv:held": 0}
