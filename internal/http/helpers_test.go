@@ -46,6 +46,34 @@ func MustOpenEnv(t *testing.T, cfg lockhttp.Config) *Env {
 	return mustOpenEnvOn(t, mem, &HookStore{Store: mem}, cfg)
 }
 
+// KeySpec is one API key of a keyed test server (MustOpenKeyedEnv).
+type KeySpec struct {
+	Principal string
+	Scopes    []auth.Scope
+	Patterns  []string
+}
+
+// MustOpenKeyedEnv is MustOpenEnv on a server that knows one new API key
+// per spec, and no other: it returns each key's Authorization header pair,
+// in the order of specs, for Do (e.Do(method, path, body, as[i]...)).
+func MustOpenKeyedEnv(t *testing.T, specs ...KeySpec) (e *Env, as [][]string) {
+	t.Helper()
+	lines := make([]string, 0, len(specs))
+	for _, s := range specs {
+		key, line, err := auth.NewKey(s.Principal, s.Scopes, s.Patterns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, line)
+		as = append(as, []string{"Authorization", "Bearer " + key})
+	}
+	keys, err := auth.ParseKeys(strings.Join(lines, "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return MustOpenEnv(t, lockhttp.Config{Keys: keys}), as
+}
+
 func mustOpenEnvOn(t *testing.T, mem *memory.Store, hooks *HookStore, cfg lockhttp.Config) *Env {
 	t.Helper()
 	logs := &syncBuffer{}

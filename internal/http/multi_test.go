@@ -267,28 +267,15 @@ func TestReleaseAll(t *testing.T) {
 // TestMulti_Authorization checks that a multi-lock and a multi-release ask
 // for every name what a single one asks, before they change anything.
 func TestMulti_Authorization(t *testing.T) {
-	keyA, lineA, err := auth.NewKey("team-a", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"a:*", "shared:*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyB, lineB, err := auth.NewKey("team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"b:*", "shared:*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyR, lineR, err := auth.NewKey("reader", []auth.Scope{auth.ScopeRead}, []string{"*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := auth.ParseKeys(lineA + "\n" + lineB + "\n" + lineR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := MustOpenEnv(t, lockhttp.Config{Keys: keys})
-	as := func(key string) []string { return []string{"Authorization", "Bearer " + key} }
+	e, as := MustOpenKeyedEnv(t,
+		KeySpec{"team-a", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"a:*", "shared:*"}},
+		KeySpec{"team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"b:*", "shared:*"}},
+		KeySpec{"reader", []auth.Scope{auth.ScopeRead}, []string{"*"}})
+	asA, asB, asR := as[0], as[1], as[2]
 
 	t.Run("NameOutsidePatterns403", func(t *testing.T) {
 		e := e.For(t)
-		p := WantProblem(t, e.Do("POST", "/v1/leases", `{"locks":["a:1","b:1"]}`, as(keyA)...), http.StatusForbidden, "forbidden")
+		p := WantProblem(t, e.Do("POST", "/v1/leases", `{"locks":["a:1","b:1"]}`, asA...), http.StatusForbidden, "forbidden")
 		if !strings.Contains(p.Detail, `"b:1"`) {
 			t.Errorf("detail %q", p.Detail)
 		}
@@ -299,33 +286,33 @@ func TestMulti_Authorization(t *testing.T) {
 
 	t.Run("NoWriteScope403", func(t *testing.T) {
 		e := e.For(t)
-		WantProblem(t, e.Do("POST", "/v1/leases", `{"locks":["a:1"]}`, as(keyR)...), http.StatusForbidden, "forbidden")
-		WantProblem(t, e.Do("DELETE", "/v1/leases?id=a:1/01JD3Z8Q6W9M4T5R2K7X1B0C8N", "", as(keyR)...), http.StatusForbidden, "forbidden")
+		WantProblem(t, e.Do("POST", "/v1/leases", `{"locks":["a:1"]}`, asR...), http.StatusForbidden, "forbidden")
+		WantProblem(t, e.Do("DELETE", "/v1/leases?id=a:1/01JD3Z8Q6W9M4T5R2K7X1B0C8N", "", asR...), http.StatusForbidden, "forbidden")
 	})
 
 	t.Run("ReleaseOutsidePatterns403ReleasesNothing", func(t *testing.T) {
 		e := e.For(t)
-		resp := e.Do("POST", "/v1/leases", `{"locks":["a:2","shared:2"],"owner":"a"}`, as(keyA)...)
+		resp := e.Do("POST", "/v1/leases", `{"locks":["a:2","shared:2"],"owner":"a"}`, asA...)
 		if resp.StatusCode != http.StatusCreated {
 			t.Fatalf("status %d %s", resp.StatusCode, resp.Body)
 		}
 		leases := Decode[lockhttp.MultiLeases](t, resp).Leases
 		path := "/v1/leases?id=shared:2/" + leases[1].LeaseID + "&id=a:2/" + leases[0].LeaseID
-		WantProblem(t, e.Do("DELETE", path, "", as(keyB)...), http.StatusForbidden, "forbidden")
+		WantProblem(t, e.Do("DELETE", path, "", asB...), http.StatusForbidden, "forbidden")
 		if got := e.owners("a:2", "shared:2"); got != "a,a" {
 			t.Fatalf("holders %s after a forbidden release", got)
 		}
 
 		// Another principal's lease, on a name both may use, is reported in
 		// its result, as a single release would answer it.
-		res := Decode[lockhttp.MultiReleaseResult](t, e.Do("DELETE", "/v1/leases?id=shared:2/"+leases[1].LeaseID, "", as(keyB)...)).Results
+		res := Decode[lockhttp.MultiReleaseResult](t, e.Do("DELETE", "/v1/leases?id=shared:2/"+leases[1].LeaseID, "", asB...)).Results
 		if len(res) != 1 || res[0].Released || res[0].Problem == nil || res[0].Problem.Status != http.StatusForbidden {
 			t.Fatalf("results %+v", res)
 		}
 		if got := e.owners("shared:2"); got != "a" {
 			t.Fatalf("holder %s after another principal's release", got)
 		}
-		res = Decode[lockhttp.MultiReleaseResult](t, e.Do("DELETE", path, "", as(keyA)...)).Results
+		res = Decode[lockhttp.MultiReleaseResult](t, e.Do("DELETE", path, "", asA...)).Results
 		if len(res) != 2 || !res[0].Released || !res[1].Released {
 			t.Fatalf("results %+v", res)
 		}

@@ -178,35 +178,22 @@ func TestSessions(t *testing.T) {
 }
 
 func TestSessions_principals(t *testing.T) {
-	keyA, lineA, err := auth.NewKey("team-a", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyB, lineB, err := auth.NewKey("team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyAdmin, lineAdmin, err := auth.NewKey("ops", []auth.Scope{auth.ScopeAdmin}, []string{"*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := auth.ParseKeys(lineA + "\n" + lineB + "\n" + lineAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := MustOpenEnv(t, lockhttp.Config{Keys: keys})
-	as := func(key string) []string { return []string{"Authorization", "Bearer " + key} }
+	e, as := MustOpenKeyedEnv(t,
+		KeySpec{"team-a", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"}},
+		KeySpec{"team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"}},
+		KeySpec{"ops", []auth.Scope{auth.ScopeAdmin}, []string{"*"}})
+	asA, asB, asAdmin := as[0], as[1], as[2]
 
-	sess := e.CreateSession(`{"owner":"worker-a"}`, as(keyA)...)
+	sess := e.CreateSession(`{"owner":"worker-a"}`, asA...)
 	path := "/v1/sessions/" + sess.SessionID
-	WantProblem(t, e.Do("GET", path, "", as(keyB)...), http.StatusNotFound, "session-not-found")
-	WantProblem(t, e.Do("POST", path+"/renew", "", as(keyB)...), http.StatusNotFound, "session-not-found")
-	WantProblem(t, e.Do("DELETE", path, "", as(keyB)...), http.StatusNotFound, "session-not-found")
-	WantProblem(t, e.Do("POST", "/v1/locks/p:1/leases", `{"session":"`+sess.SessionID+`"}`, as(keyB)...), http.StatusNotFound, "session-not-found")
-	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", as(keyB)...)); len(list.Sessions) != 0 {
+	WantProblem(t, e.Do("GET", path, "", asB...), http.StatusNotFound, "session-not-found")
+	WantProblem(t, e.Do("POST", path+"/renew", "", asB...), http.StatusNotFound, "session-not-found")
+	WantProblem(t, e.Do("DELETE", path, "", asB...), http.StatusNotFound, "session-not-found")
+	WantProblem(t, e.Do("POST", "/v1/locks/p:1/leases", `{"session":"`+sess.SessionID+`"}`, asB...), http.StatusNotFound, "session-not-found")
+	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", asB...)); len(list.Sessions) != 0 {
 		t.Fatalf("team-b lists %+v", list)
 	}
-	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions?owner_prefix=worker-", "", as(keyAdmin)...)); len(list.Sessions) != 1 || list.Sessions[0].SessionID != sess.SessionID {
+	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions?owner_prefix=worker-", "", asAdmin...)); len(list.Sessions) != 1 || list.Sessions[0].SessionID != sess.SessionID {
 		t.Fatalf("the admin lists %+v", list)
 	}
 }
@@ -216,49 +203,36 @@ func TestSessions_principals(t *testing.T) {
 // else the session is not found to it, as to any other principal, and
 // neither its lock nor its lock-delay can be turned against its owner.
 func TestSessions_patternLimitedAdmin(t *testing.T) {
-	keyB, lineB, err := auth.NewKey("team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"team-b:*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyAdminA, lineAdminA, err := auth.NewKey("admin-a", []auth.Scope{auth.ScopeAdmin}, []string{"team-a:*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyAdminB, lineAdminB, err := auth.NewKey("admin-b", []auth.Scope{auth.ScopeAdmin}, []string{"team-b*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := auth.ParseKeys(lineB + "\n" + lineAdminA + "\n" + lineAdminB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := MustOpenEnv(t, lockhttp.Config{Keys: keys})
-	as := func(key string) []string { return []string{"Authorization", "Bearer " + key} }
+	e, as := MustOpenKeyedEnv(t,
+		KeySpec{"team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"team-b:*"}},
+		KeySpec{"admin-a", []auth.Scope{auth.ScopeAdmin}, []string{"team-a:*"}},
+		KeySpec{"admin-b", []auth.Scope{auth.ScopeAdmin}, []string{"team-b*"}})
+	asB, asAdminA, asAdminB := as[0], as[1], as[2]
 
-	sess := e.CreateSession(`{"owner":"worker-b","lock_delay_ms":60000}`, as(keyB)...)
+	sess := e.CreateSession(`{"owner":"worker-b","lock_delay_ms":60000}`, asB...)
 	path := "/v1/sessions/" + sess.SessionID
-	if resp := e.Do("POST", "/v1/locks/team-b:secret-bound/leases", `{"session":"`+sess.SessionID+`"}`, as(keyB)...); resp.StatusCode != http.StatusCreated {
+	if resp := e.Do("POST", "/v1/locks/team-b:secret-bound/leases", `{"session":"`+sess.SessionID+`"}`, asB...); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("bind: %d %s", resp.StatusCode, resp.Body)
 	}
 
-	WantProblem(t, e.Do("GET", path, "", as(keyAdminA)...), http.StatusNotFound, "session-not-found")
-	WantProblem(t, e.Do("POST", path+"/renew", `{"ttl_ms":100}`, as(keyAdminA)...), http.StatusNotFound, "session-not-found")
-	WantProblem(t, e.Do("DELETE", path, "", as(keyAdminA)...), http.StatusNotFound, "session-not-found")
-	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", as(keyAdminA)...)); len(list.Sessions) != 0 {
+	WantProblem(t, e.Do("GET", path, "", asAdminA...), http.StatusNotFound, "session-not-found")
+	WantProblem(t, e.Do("POST", path+"/renew", `{"ttl_ms":100}`, asAdminA...), http.StatusNotFound, "session-not-found")
+	WantProblem(t, e.Do("DELETE", path, "", asAdminA...), http.StatusNotFound, "session-not-found")
+	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", asAdminA...)); len(list.Sessions) != 0 {
 		t.Fatalf("admin-a lists %+v", list)
 	}
 	if st := e.State("team-b:secret-bound"); !st.Held {
 		t.Fatalf("team-b's lock after admin-a's tries: %+v", st)
 	}
-	if got := Decode[lockhttp.Session](t, e.Do("GET", path, "", as(keyB)...)); got.TTLMs != sess.TTLMs {
+	if got := Decode[lockhttp.Session](t, e.Do("GET", path, "", asB...)); got.TTLMs != sess.TTLMs {
 		t.Fatalf("admin-a changed the session's TTL: %+v", got)
 	}
 
 	// An admin whose patterns cover the principal and the lock reaches it.
-	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", as(keyAdminB)...)); len(list.Sessions) != 1 || list.Sessions[0].SessionID != sess.SessionID {
+	if list := Decode[lockhttp.SessionList](t, e.Do("GET", "/v1/sessions", "", asAdminB...)); len(list.Sessions) != 1 || list.Sessions[0].SessionID != sess.SessionID {
 		t.Fatalf("admin-b lists %+v", list)
 	}
-	if resp := e.Do("DELETE", path, "", as(keyAdminB)...); resp.StatusCode != http.StatusOK {
+	if resp := e.Do("DELETE", path, "", asAdminB...); resp.StatusCode != http.StatusOK {
 		t.Fatalf("admin-b ends the session: %d %s", resp.StatusCode, resp.Body)
 	}
 }

@@ -78,37 +78,24 @@ func TestUpdate(t *testing.T) {
 // lease (or an admin) updates it, as renew and release ask.
 func TestUpdate_HolderOnly(t *testing.T) {
 	t.Parallel()
-	keyA, lineA, err := auth.NewKey("team-a", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyB, lineB, err := auth.NewKey("team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyR, lineR, err := auth.NewKey("reader", []auth.Scope{auth.ScopeRead}, []string{"*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := auth.ParseKeys(lineA + "\n" + lineB + "\n" + lineR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := MustOpenEnv(t, lockhttp.Config{Keys: keys})
-	as := func(key string) []string { return []string{"Authorization", "Bearer " + key} }
-	resp := e.Do("POST", "/v1/locks/up:mine/leases", `{"owner":"a","metadata":{"v":"a"}}`, as(keyA)...)
+	e, as := MustOpenKeyedEnv(t,
+		KeySpec{"team-a", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"}},
+		KeySpec{"team-b", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"*"}},
+		KeySpec{"reader", []auth.Scope{auth.ScopeRead}, []string{"*"}})
+	asA, asB, asR := as[0], as[1], as[2]
+	resp := e.Do("POST", "/v1/locks/up:mine/leases", `{"owner":"a","metadata":{"v":"a"}}`, asA...)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("acquire: %d %s", resp.StatusCode, resp.Body)
 	}
 	l := Decode[lockhttp.Lease](t, resp)
 	path := "/v1/locks/up:mine/leases/" + l.LeaseID
-	WantProblem(t, e.Do("PATCH", path, `{"metadata":{"v":"b"}}`, as(keyB)...), http.StatusForbidden, "forbidden")
-	WantProblem(t, e.Do("PATCH", path, `{"metadata":{"v":"r"}}`, as(keyR)...), http.StatusForbidden, "forbidden")
+	WantProblem(t, e.Do("PATCH", path, `{"metadata":{"v":"b"}}`, asB...), http.StatusForbidden, "forbidden")
+	WantProblem(t, e.Do("PATCH", path, `{"metadata":{"v":"r"}}`, asR...), http.StatusForbidden, "forbidden")
 	WantProblem(t, e.Do("PATCH", path, `{"metadata":{"v":"x"}}`), http.StatusUnauthorized, "unauthorized")
 	if h := e.State("up:mine").Holder; h == nil || h.Metadata["v"] != "a" {
 		t.Fatalf("holder after refused updates: %+v", h)
 	}
-	if got := Decode[lockhttp.Lease](t, e.Do("PATCH", path, `{"metadata":{"v":"a2"}}`, as(keyA)...)); got.Metadata["v"] != "a2" {
+	if got := Decode[lockhttp.Lease](t, e.Do("PATCH", path, `{"metadata":{"v":"a2"}}`, asA...)); got.Metadata["v"] != "a2" {
 		t.Fatalf("the holder's update: %+v", got)
 	}
 }

@@ -14,18 +14,10 @@ func (m *Store) Renew(ctx context.Context, ref lock.LeaseRef, ttl time.Duration)
 	name := ref.Lock
 	m.mu.Lock()
 	now := time.Now()
-	var l *memLease
-	n := m.live(name, now)
-	if n != nil {
-		l = n.find(ref.ID)
-	}
-	if l == nil {
+	n, l, err := m.leaseOf(ref, now)
+	if err != nil {
 		m.mu.Unlock()
-		return lock.Lease{}, lock.LeaseLost(name, ref.ID)
-	}
-	if ref.Principal != "" && ref.Principal != l.Principal {
-		m.mu.Unlock()
-		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
+		return lock.Lease{}, err
 	}
 	if l.session != nil {
 		// A bound lease's expiry is its session's: renew the session.
@@ -51,13 +43,11 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 	res := lock.ReleaseResult{Lock: name, LeaseID: leaseID}
 	m.mu.Lock()
 	now := time.Now()
-	n := m.live(name, now)
+	n, l, err := m.leaseOf(ref, now)
 	f := m.fence(name)
-	var l *memLease
-	if n != nil {
-		l = n.find(leaseID)
-	}
 	if l == nil {
+		// No live lease: a retry of the release that ended it answers as
+		// that release did.
 		retry, by := f.released == leaseID, f.releasedBy
 		m.mu.Unlock()
 		if retry {
@@ -67,11 +57,11 @@ func (m *Store) Release(ctx context.Context, ref lock.LeaseRef, all bool) (lock.
 			res.Released, res.Retried = true, true
 			return res, nil
 		}
-		return res, lock.LeaseLost(name, leaseID)
+		return res, err
 	}
-	if ref.Principal != "" && ref.Principal != l.Principal {
+	if err != nil {
 		m.mu.Unlock()
-		return res, lock.NotYourLease(name, leaseID)
+		return res, err
 	}
 	f.version++
 	if !all && l.HoldCount > 1 {

@@ -187,6 +187,25 @@ func (m *Store) live(name string, now time.Time) *memName {
 	return n
 }
 
+// leaseOf finds ref's live lease at now, as live does, for an operation on it
+// (renew, update, release): it returns the lease's name and the lease, with
+// lock.LeaseLost when no live lease has the ID (l is nil) or
+// lock.NotYourLease when ref names another principal than the holder's.
+// Callers hold m.mu.
+func (m *Store) leaseOf(ref lock.LeaseRef, now time.Time) (n *memName, l *memLease, err error) {
+	n = m.live(ref.Lock, now)
+	if n != nil {
+		l = n.find(ref.ID)
+	}
+	switch {
+	case l == nil:
+		return n, nil, lock.LeaseLost(ref.Lock, ref.ID)
+	case ref.Principal != "" && ref.Principal != l.Principal:
+		return n, l, lock.NotYourLease(ref.Lock, ref.ID)
+	}
+	return n, l, nil
+}
+
 // tidy drops name once it holds nothing. Callers hold m.mu.
 func (m *Store) tidy(name string) {
 	if n := m.names[name]; n != nil && n.empty() {

@@ -15,18 +15,10 @@ func (m *Store) Update(ctx context.Context, ref lock.LeaseRef, metadata map[stri
 	name := ref.Lock
 	m.mu.Lock()
 	now := time.Now()
-	var l *memLease
-	n := m.live(name, now)
-	if n != nil {
-		l = n.find(ref.ID)
-	}
-	if l == nil {
+	n, l, err := m.leaseOf(ref, now)
+	if err != nil {
 		m.mu.Unlock()
-		return lock.Lease{}, lock.LeaseLost(name, ref.ID)
-	}
-	if ref.Principal != "" && ref.Principal != l.Principal {
-		m.mu.Unlock()
-		return lock.Lease{}, lock.NotYourLease(name, ref.ID)
+		return lock.Lease{}, err
 	}
 	l.Metadata = nil
 	if len(metadata) > 0 {

@@ -515,6 +515,31 @@ local function settle_exclusive(now, lease)
 	record(now, 'expired', f[2], f[3], f[4], f[5], f[6], 0)
 end
 
+-- held_exclusive opens a script that acts on a live lease id of any mode
+-- for principal ("" for anyone), renew.lua and update.lua: it reads the
+-- lock hash, refuses a layout this version does not know (lease_layout),
+-- ends a lease of a dead session (lapse_exclusive) and settles an expired
+-- one (settle_exclusive). It returns the hash's fields
+--   {lease, owner, principal, token, count, ttl, acq, meta, sess, v, exp}
+-- when id is the exclusive lease and principal may act on it; nil and the
+-- reply {-1} when it is another principal's; nil when id is not the
+-- exclusive lease (the script looks among the shared leases next).
+local function held_exclusive(now, id, principal)
+	local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta', 'sess', 'v', 'exp')
+	lease_layout(h[10])
+	if h[9] and lapse_exclusive(now, h[1], h[2], h[3], h[4], h[9]) then
+		h = {}
+	end
+	settle_exclusive(now, h[1])
+	if h[1] ~= id then
+		return nil
+	end
+	if principal ~= '' and h[3] ~= principal then
+		return nil, {-1}
+	end
+	return h
+end
+
 -- drop_record removes a shared lease or permit and the index fields that
 -- point at it.
 local function drop_record(id, rec)

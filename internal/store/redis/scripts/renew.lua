@@ -23,16 +23,11 @@ local id, channel, principal, publish = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
 local ttl = tonumber(ARGV[2])
 events_from(ARGV[6])
 
-local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'meta', 'sess', 'v')
-lease_layout(h[10])
-if h[9] and lapse_exclusive(now, h[1], h[2], h[3], h[4], h[9]) then
-	h = {}
+local h, denied = held_exclusive(now, id, principal)
+if denied then
+	return denied
 end
-settle_exclusive(now, h[1])
-if h[1] == id then
-	if principal ~= '' and h[3] ~= principal then
-		return {-1}
-	end
+if h then
 	if h[9] then
 		-- Bound: its expiry is its session's, which only the session's
 		-- renewal moves. Answered as it is.

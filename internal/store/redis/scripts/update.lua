@@ -25,16 +25,11 @@ local _, now = clock()
 local id, meta, channel, principal, publish = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 events_from(ARGV[6])
 
-local h = redis.call('HMGET', KEYS[1], 'lease', 'owner', 'principal', 'token', 'count', 'ttl', 'acq', 'exp', 'sess', 'v')
-lease_layout(h[10])
-if h[9] and lapse_exclusive(now, h[1], h[2], h[3], h[4], h[9]) then
-	h = {}
+local h, denied = held_exclusive(now, id, principal)
+if denied then
+	return denied
 end
-settle_exclusive(now, h[1])
-if h[1] == id then
-	if principal ~= '' and h[3] ~= principal then
-		return {-1}
-	end
+if h then
 	if meta == '' then
 		redis.call('HDEL', KEYS[1], 'meta')
 	else
@@ -43,7 +38,7 @@ if h[1] == id then
 	redis.call('HINCRBY', KEYS[2], 'ver', 1)
 	redis.call(publish, channel, 'c')
 	record(now, 'updated', id, 'exclusive', h[4], h[2], h[3], h[5], nil, nil, h[9], meta)
-	local ttl, exp = tonumber(h[6]), h[8]
+	local ttl, exp = tonumber(h[6]), h[11]
 	if h[9] then
 		local st = session_state(h[9])
 		return {1, h[1], h[2], h[3], h[4], tonumber(h[5]), tonumber(st.ttl), h[7], fmt(st.exp), meta, 'exclusive', 0, h[9]}
