@@ -19,8 +19,8 @@ func TestScripts_pinned(t *testing.T) {
 		crossSlot bool
 		lib       string
 	}{
-		{"plain", false, "lockapi_a71c9037b06998bd"},
-		{"cluster", true, "lockapi_c846b98f7021dff4"},
+		{"plain", false, "lockapi_4bde80c35d98332f"},
+		{"cluster", true, "lockapi_3344ef898c7db0b9"},
 	}
 	rdb := redistest.Start(t).Client(t)
 	for _, p := range pinned {
