@@ -185,14 +185,27 @@ func (s *server) tryStart() error {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
+	// listening closes once the startup line ("lockapi listening") is in
+	// the logs: lockapi logs it just after it starts serving, so /healthz
+	// may answer before the line is written or read from the pipe, and a
+	// test reading the startup log would miss it and what came before.
+	listening := make(chan struct{})
+	if !logsInfo(cmd.Args) {
+		close(listening) // a quieter log level leaves the line out
+	}
 	go func() {
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		told := !logsInfo(cmd.Args)
 		for sc.Scan() {
 			s.mu.Lock()
 			s.logs.Write(sc.Bytes())
 			s.logs.WriteByte('\n')
 			s.mu.Unlock()
+			if !told && bytes.Contains(sc.Bytes(), []byte(`"message":"lockapi listening"`)) {
+				close(listening)
+				told = true
+			}
 		}
 	}()
 	exit := make(chan error, 1)
@@ -207,7 +220,7 @@ func (s *server) tryStart() error {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return nil
+				return s.waitListening(listening, exit, deadline)
 			}
 		}
 		select {
@@ -222,6 +235,32 @@ func (s *server) tryStart() error {
 			return fmt.Errorf("lockapi did not answer /healthz: %v\n%s", err, s.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logsInfo reports whether lockapi run with args logs info lines: the
+// last --log-level decides (the harness passes debug first; bare, the
+// default is info).
+func logsInfo(args []string) bool {
+	level := "info"
+	for i, a := range args {
+		if a == "--log-level" && i+1 < len(args) {
+			level = args[i+1]
+		}
+	}
+	return level == "debug" || level == "info" || level == "trace"
+}
+
+// waitListening waits for the startup line of a lockapi that answers
+// /healthz, so that a test reading the startup log finds it there.
+func (s *server) waitListening(listening <-chan struct{}, exit <-chan error, deadline time.Time) error {
+	select {
+	case <-listening:
+		return nil
+	case err := <-exit:
+		return fmt.Errorf("lockapi exited at start: %v\n%s", err, s.Logs())
+	case <-time.After(time.Until(deadline)):
+		return fmt.Errorf("lockapi answers /healthz but never logged \"lockapi listening\"\n%s", s.Logs())
 	}
 }
 
